@@ -1,0 +1,172 @@
+//! Every diagnostic code planc emits, with its default severity and an explanation.
+//!
+//! Codes are defined here, in one table, so that `planc explain CODE` and the docs can list
+//! them and no two phases reuse a number. Ranges: `P00xx` syntax, `P01xx` files and imports,
+//! `P02xx` blocks, attributes, types and units, `P03xx` the parallel layout, `P04xx` memory.
+
+use crate::diagnostic::Severity;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Code {
+    pub id: &'static str,
+    pub severity: Severity,
+    pub title: &'static str,
+    pub explanation: &'static str,
+}
+
+macro_rules! codes {
+    ($($name:ident $sev:ident $title:literal $expl:literal;)*) => {
+        $(
+            #[doc = $title]
+            pub const $name: Code = Code {
+                id: stringify!($name),
+                severity: Severity::$sev,
+                title: $title,
+                explanation: $expl,
+            };
+        )*
+        /// All codes, in order.
+        pub const ALL: &[Code] = &[$($name),*];
+    };
+}
+
+codes! {
+    P0001 Error "unexpected character"
+        "A character that cannot start any token: only identifiers, numbers, quantities, strings, \
+         `{ } [ ] ( ) = , ; + - * / .` and `#` comments may appear in a plan.";
+    P0002 Error "unterminated string"
+        "A string opened with `\"` has no closing quote on the same line.";
+    P0003 Error "unknown unit"
+        "A number is followed by letters that are not a unit. Units: B KB MB GB TB KiB MiB GiB TiB, \
+         B/s KB/s MB/s GB/s TB/s Kb/s Mb/s Gb/s Tb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %.";
+    P0004 Error "malformed number"
+        "Numbers are digits with optional `_` separators, a fraction and an exponent: `42`, `1_536`, `0.5`, `1.5e9`.";
+    P0005 Error "syntax error"
+        "The parser expected something else here; the message says what. Attributes are \
+         `name = value`, ended by a newline, `;` or `,`; blocks are `kind name? { ... }`.";
+    P0006 Error "unclosed delimiter"
+        "A `{`, `[` or `(` is never closed. The error points at the opening one.";
+    P0007 Error "invalid escape"
+        "Strings accept only the escapes `\\\"` and `\\\\`.";
+    P0101 Error "cannot read file"
+        "An imported file does not exist or cannot be read. Import paths are relative to the importing file.";
+    P0102 Error "import cycle"
+        "Files import each other in a cycle. Move the shared blocks into a file both import.";
+    P0201 Error "unknown block"
+        "Top-level blocks are `cluster`, `model`, `train`, `parallel`, `job`, `search` and `gpu`; \
+         `cluster` may hold `intra_node`, `inter_node` and `group`; `job` may hold `env`.";
+    P0202 Error "duplicate block"
+        "A plan has exactly one `cluster`, `model`, `train` and `parallel`, and at most one `job` and \
+         `search`, after imports are merged; a `gpu` name may be defined once.";
+    P0203 Error "missing block"
+        "A plan needs one `cluster`, one `model`, one `train` and one `parallel` block.";
+    P0204 Error "unknown attribute"
+        "The block has no attribute of this name. The message suggests the closest one.";
+    P0205 Error "attribute set twice"
+        "An attribute may be set once per block; the later value would silently win.";
+    P0206 Error "missing attribute"
+        "A required attribute has no value and no default.";
+    P0207 Error "wrong type"
+        "The value has the wrong type for this attribute (a string where a number is expected, say).";
+    P0208 Error "wrong unit"
+        "The quantity measures the wrong thing for this attribute: a bandwidth written in `GiB`, or a \
+         plain number where a unit is needed. planc never guesses units.";
+    P0209 Error "unknown value"
+        "The identifier is not one of the values this attribute accepts.";
+    P0210 Error "unknown reference"
+        "The identifier or path does not name an attribute. A bare name refers to an attribute of the \
+         same block; `block.attr` to another block's.";
+    P0211 Error "reference cycle"
+        "Attributes refer to each other in a cycle, so none has a value.";
+    P0212 Error "value out of range"
+        "The value is outside the range this attribute accepts (a count must be a positive whole number).";
+    P0213 Error "hole outside parallel"
+        "`auto` and candidate lists are allowed only in the `parallel` block.";
+    P0214 Error "unknown GPU"
+        "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
+    P0215 Error "unknown model preset"
+        "The `preset` names no built-in model. `planc catalog` lists them.";
+    P0216 Error "invalid arithmetic"
+        "Arithmetic between incompatible values (adding a size to a time), or division by zero.";
+    P0217 Error "block name"
+        "This block kind needs a name (`gpu NAME { ... }`, `group NAME { ... }`) or takes none.";
+    P0218 Error "cluster shape"
+        "A cluster is either uniform (`nodes`, `gpus_per_node`, `gpu`) or made of `group` blocks, not both.";
+    P0219 Error "missing inter-node network"
+        "A cluster of more than one node needs an `inter_node { ... }` block: planc will not guess the network.";
+    P0301 Error "world size mismatch"
+        "tp × pp × dp × cp must equal the number of GPUs in the cluster.";
+    P0302 Error "expert parallelism does not fit"
+        "Expert parallelism is carved out of data parallelism: ep must divide dp and the number of experts.";
+    P0303 Error "heads not divisible by tp"
+        "Tensor parallelism splits attention heads: tp must divide `heads`.";
+    P0304 Error "kv_heads not divisible by tp"
+        "Tensor parallelism splits key/value head groups: tp must divide `kv_heads` (Megatron-LM requires it).";
+    P0305 Error "layers not divisible by stages"
+        "Each pipeline stage (and each virtual chunk) gets the same number of layers: pp × vpp must divide `layers`.";
+    P0306 Error "batch not divisible"
+        "Gradient accumulation is global_batch / (dp × micro_batch) and must be a whole number.";
+    P0307 Error "schedule and vpp disagree"
+        "The interleaved schedule needs vpp > 1 and pp > 1; vpp > 1 needs the interleaved schedule.";
+    P0308 Error "sequence parallelism needs tp"
+        "Sequence parallelism splits the work that tensor parallelism replicates: it needs tp > 1.";
+    P0309 Error "precision not supported by the device"
+        "The device has no tensor-core support for this precision (bf16 needs Ampere or newer; fp8 needs Hopper or Ada).";
+    P0310 Warning "tensor parallel group spans nodes"
+        "tp is larger than the GPUs of one node, so every layer's collectives cross the inter-node \
+         network, usually many times slower. Keep tp ≤ gpus_per_node.";
+    P0311 Warning "fewer micro-batches than stages"
+        "With fewer micro-batches than pipeline stages, stages idle most of the step. Raise global_batch \
+         or lower micro_batch or pp.";
+    P0312 Error "sequence not divisible"
+        "Context parallelism splits the sequence into 2 × cp chunks (for load balance); sequence \
+         parallelism splits it by tp: seq_len must be divisible by both.";
+    P0313 Error "heads not divisible by kv_heads"
+        "Grouped-query attention shares each key/value head among heads / kv_heads query heads.";
+    P0314 Error "holes need planc solve"
+        "The parallel block has `auto` or candidate lists that only `planc solve` fills. `dp = auto` \
+         alone is derived from the world size.";
+    P0315 Error "mixed cluster does not map"
+        "In a cluster of groups, each group must hold whole pipeline stages: every group's GPU count must be \
+         a multiple of tp × dp × cp.";
+    P0316 Error "experts not divisible by ep"
+        "Expert parallelism places experts / ep experts on each rank.";
+    P0317 Warning "ZeRO-3 with pipeline parallelism"
+        "ZeRO-3 gathers parameters for every micro-batch of every stage; DeepSpeed refuses it with pp > 1 and \
+         Megatron has no such mode. Use zero = 1 or 2 with pipeline parallelism.";
+    P0318 Error "offload needs ZeRO"
+        "`offload = optimizer` needs zero ≥ 1 and `offload = params` needs zero = 3, as in DeepSpeed.";
+    P0319 Error "top_k larger than experts"
+        "Each token is routed to top_k distinct experts.";
+    P0320 Warning "precision falls back"
+        "fp32 training runs on the device's fp32 (or tf32) units, far below its tensor-core peak.";
+    P0401 Error "out of memory"
+        "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
+         helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";
+    P0402 Warning "memory inside the headroom"
+        "The predicted peak memory fits the device but not with the headroom kept free \
+         (`search.memory_headroom`, 10 % by default) for fragmentation, NCCL buffers and the CUDA context.";
+    P0501 Note "hole resolved"
+        "`dp = auto` (or another hole) was filled; the note says with what.";
+}
+
+/// The code with this id (case-insensitive), for `planc explain`.
+pub fn lookup(id: &str) -> Option<Code> {
+    ALL.iter().copied().find(|c| c.id.eq_ignore_ascii_case(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_well_formed() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ALL {
+            assert!(seen.insert(c.id), "duplicate code {}", c.id);
+            assert!(c.id.len() == 5 && c.id.starts_with('P'), "bad id {}", c.id);
+            assert!(!c.explanation.is_empty());
+        }
+        assert_eq!(lookup("p0301").unwrap().id, "P0301");
+    }
+}
