@@ -1,1 +1,13 @@
-//! placeholder
+//! The planc compiler: from `.tp` files to a checked, costed plan.
+//!
+//! Data flows `source` (files, imports) → `resolve` (blocks, attributes, units, presets:
+//! a [`plan::PlanSpec`]) → `validate` (layout rules) → `cost` (parameters, FLOPs, memory,
+//! time) → `report` (the JSON contract). [`check`] runs the whole pipeline and is what the
+//! command line, tests and (later) the LSP call.
+
+pub mod catalog;
+pub mod plan;
+pub mod resolve;
+pub mod schema;
+pub mod source;
+pub mod value;

@@ -94,6 +94,22 @@ impl Diagnostic {
         self
     }
 
+    /// In-place forms of [`Diagnostic::help`] and [`Diagnostic::also`], for a diagnostic
+    /// already pushed onto a list.
+    pub fn with_help(&mut self, help: impl Into<String>) -> &mut Self {
+        self.help = Some(help.into());
+        self
+    }
+
+    pub fn with_also(&mut self, file: FileId, span: Span, label: impl Into<String>) -> &mut Self {
+        self.secondary.push(Label {
+            file,
+            span,
+            message: label.into(),
+        });
+        self
+    }
+
     pub fn is_error(&self) -> bool {
         self.severity == Severity::Error
     }

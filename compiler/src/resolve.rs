@@ -1,0 +1,891 @@
+//! Merged syntax trees to a typed [`PlanSpec`].
+//!
+//! Owns the rules of the language above syntax: which blocks a plan has (duplicates point
+//! at both places), which attributes a block accepts (unknown ones get a did-you-mean),
+//! references between attributes (cycles reported), units and types, defaults and model
+//! presets. Every problem becomes a diagnostic with a span; lowering goes on past errors
+//! so that one run reports as much as it can.
+
+use std::collections::{HashMap, HashSet};
+
+use planc_lang::codes::{self, Code};
+use planc_lang::syntax::{Attr, BinOp, Block, Expr, ExprKind, Item};
+use planc_lang::units::Dimension;
+use planc_lang::{Diagnostic, FileId, Span};
+
+use crate::catalog::{Catalog, ModelPreset};
+use crate::plan::*;
+use crate::schema::{self, did_you_mean, Naming};
+use crate::source::SourceMap;
+use crate::value::{arith, fmt_num, ArithOp, Value};
+
+struct Node<'a> {
+    file: FileId,
+    block: &'a Block,
+    /// `cluster`, `cluster.inter_node`, `gpu.MI300X`: how diagnostics and origins name it.
+    path: String,
+    /// First definition of each attribute; later ones were reported as duplicates.
+    attrs: Vec<&'a Attr>,
+    children: Vec<usize>,
+}
+
+pub struct Resolver<'a> {
+    nodes: Vec<Node<'a>>,
+    top: HashMap<String, usize>,
+    gpu_blocks: HashMap<String, usize>,
+    memo: HashMap<(usize, String), Option<Value>>,
+    in_progress: HashSet<(usize, String)>,
+    preset: Option<&'static ModelPreset>,
+    model_node: Option<usize>,
+    pub diagnostics: Vec<Diagnostic>,
+    pub origins: Origins,
+}
+
+/// Resolves the blocks of the given files (in merge order) into a plan spec. Returns
+/// `None` when a required part is missing or invalid; the diagnostics say why.
+pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diagnostic>) {
+    let mut r = Resolver {
+        nodes: Vec::new(),
+        top: HashMap::new(),
+        gpu_blocks: HashMap::new(),
+        memo: HashMap::new(),
+        in_progress: HashSet::new(),
+        preset: None,
+        model_node: None,
+        diagnostics: Vec::new(),
+        origins: Origins::default(),
+    };
+    for &file in order {
+        for item in &map.get(file).syntax.items {
+            if let Item::Block(b) = item {
+                r.add_top(file, b);
+            }
+        }
+    }
+    let spec = r.lower(order.last().copied().unwrap_or_default());
+    (spec, r.diagnostics)
+}
+
+impl<'a> Resolver<'a> {
+    fn report(&mut self, code: Code, msg: impl Into<String>, file: FileId, span: Span, label: impl Into<String>) -> &mut Diagnostic {
+        self.diagnostics.push(Diagnostic::new(code, msg).at(file, span, label));
+        self.diagnostics.last_mut().expect("just pushed")
+    }
+
+    fn add_top(&mut self, file: FileId, b: &'a Block) {
+        let kind = b.kind.text.as_str();
+        if !schema::TOP_LEVEL.contains(&kind) {
+            let nested = schema::SCHEMAS.iter().any(|s| s.blocks.contains(&kind));
+            let d = self.report(codes::P0201, format!("unknown block `{kind}`"), file, b.kind.span, "not a top-level block");
+            d.help = Some(if nested {
+                let parent = schema::SCHEMAS.iter().find(|s| s.blocks.contains(&kind)).map(|s| s.kind).unwrap_or("?");
+                format!("`{kind}` goes inside a `{parent}` block")
+            } else if let Some(s) = did_you_mean(kind, schema::TOP_LEVEL.iter().copied()) {
+                format!("did you mean `{s}`?")
+            } else {
+                format!("top-level blocks are {}", schema::TOP_LEVEL.join(", "))
+            });
+            return;
+        }
+        if kind == "gpu" {
+            let Some(name) = &b.name else {
+                self.report(codes::P0217, "a `gpu` block needs a name", file, b.kind.span, "name it: `gpu MI300X { ... }`");
+                return;
+            };
+            if let Some(&prev) = self.gpu_blocks.get(&name.text) {
+                let (pf, ps) = (self.nodes[prev].file, self.nodes[prev].block.header_span());
+                self.report(codes::P0202, format!("GPU `{}` is defined twice", name.text), file, b.header_span(), "defined again here")
+                    .with_also(pf, ps, "first defined here");
+                return;
+            }
+            let id = self.add_node(file, b, format!("gpu.{}", name.text));
+            self.gpu_blocks.insert(name.text.clone(), id);
+            return;
+        }
+        if let Some(&prev) = self.top.get(kind) {
+            let (pf, ps) = (self.nodes[prev].file, self.nodes[prev].block.header_span());
+            self.report(codes::P0202, format!("`{kind}` block is defined twice"), file, b.header_span(), "defined again here")
+                .with_help(format!("a plan has one `{kind}` block; remove one, or move shared settings into an imported file"))
+                .with_also(pf, ps, "first defined here");
+            return;
+        }
+        let id = self.add_node(file, b, kind.to_string());
+        self.top.insert(kind.to_string(), id);
+    }
+
+    /// Registers a block and its nested blocks, checking names against the schema.
+    fn add_node(&mut self, file: FileId, b: &'a Block, path: String) -> usize {
+        let schema = schema::lookup(&b.kind.text).expect("caller checked the kind");
+        match (schema.naming, &b.name) {
+            (Naming::Required, None) => {
+                self.report(codes::P0217, format!("a `{}` block needs a name", schema.kind), file, b.kind.span, "add a name before `{`");
+            }
+            (Naming::Forbidden, Some(n)) => {
+                self.report(codes::P0217, format!("a `{}` block takes no name", schema.kind), file, n.span, "remove this name");
+            }
+            _ => {}
+        }
+        let mut attrs: Vec<&Attr> = Vec::new();
+        for a in b.attrs() {
+            if let Some(prev) = attrs.iter().find(|p| p.name.text == a.name.text) {
+                let prev_span = prev.name.span;
+                self.report(codes::P0205, format!("`{}` is set twice in `{}`", a.name.text, path), file, a.name.span, "set again here")
+                    .with_help("remove one of them; planc does not let the later value silently win")
+                    .secondary
+                    .push(planc_lang::Label { file, span: prev_span, message: "first set here".into() });
+                continue;
+            }
+            if !schema.free_attrs && !schema.attrs.contains(&a.name.text.as_str()) {
+                let mut d = Diagnostic::new(codes::P0204, format!("unknown attribute `{}` in `{}`", a.name.text, schema.kind))
+                    .at(file, a.name.span, "unknown attribute");
+                d = match did_you_mean(&a.name.text, schema.attrs.iter().copied()) {
+                    Some(s) => d.help(format!("did you mean `{s}`?")),
+                    None => d.help(format!("`{}` accepts: {}", schema.kind, schema.attrs.join(", "))),
+                };
+                self.diagnostics.push(d);
+                continue;
+            }
+            attrs.push(a);
+        }
+        let id = self.nodes.len();
+        self.nodes.push(Node { file, block: b, path: path.clone(), attrs, children: Vec::new() });
+        self.origins.insert(&path, "", file, b.header_span());
+        let mut children = Vec::new();
+        let mut seen: HashMap<String, Span> = HashMap::new();
+        for child in b.blocks() {
+            let kind = child.kind.text.as_str();
+            if !schema.blocks.contains(&kind) {
+                let mut d = Diagnostic::new(codes::P0201, format!("unknown block `{kind}` in `{}`", schema.kind))
+                    .at(file, child.kind.span, "not allowed here");
+                d = if schema.blocks.is_empty() {
+                    d.help(format!("`{}` holds no blocks", schema.kind))
+                } else {
+                    match did_you_mean(kind, schema.blocks.iter().copied()) {
+                        Some(s) => d.help(format!("did you mean `{s}`?")),
+                        None => d.help(format!("`{}` may hold: {}", schema.kind, schema.blocks.join(", "))),
+                    }
+                };
+                self.diagnostics.push(d);
+                continue;
+            }
+            let key = match &child.name {
+                Some(n) if kind == "group" => format!("group.{}", n.text),
+                _ => kind.to_string(),
+            };
+            if let Some(prev) = seen.get(&key) {
+                let prev = *prev;
+                self.report(codes::P0202, format!("`{key}` is defined twice in `{path}`"), file, child.header_span(), "defined again here")
+                    .secondary
+                    .push(planc_lang::Label { file, span: prev, message: "first defined here".into() });
+                continue;
+            }
+            seen.insert(key.clone(), child.header_span());
+            let cid = self.add_node(file, child, format!("{path}.{key}"));
+            children.push(cid);
+        }
+        self.nodes[id].children = children;
+        id
+    }
+
+    // ----- evaluation -------------------------------------------------------------------
+
+    fn find_attr(&self, node: usize, name: &str) -> Option<&'a Attr> {
+        self.nodes[node].attrs.iter().copied().find(|a| a.name.text == name)
+    }
+
+    /// The value of an attribute as written (not its default), evaluated once.
+    fn eval_attr(&mut self, node: usize, name: &str) -> Option<Value> {
+        let key = (node, name.to_string());
+        if let Some(v) = self.memo.get(&key) {
+            return v.clone();
+        }
+        let attr = self.find_attr(node, name)?;
+        if !self.in_progress.insert(key.clone()) {
+            let file = self.nodes[node].file;
+            self.report(codes::P0211, format!("`{name}` refers to itself through a cycle of references"), file, attr.span, "part of a reference cycle")
+                .with_help("give one of the attributes in the cycle a value");
+            self.memo.insert(key, None);
+            return None;
+        }
+        let v = self.eval_expr(node, &attr.value);
+        self.in_progress.remove(&key);
+        // A cycle found deeper already stored `None` for this key; keep it.
+        self.memo.entry(key).or_insert(v).clone()
+    }
+
+    fn eval_expr(&mut self, node: usize, e: &Expr) -> Option<Value> {
+        let file = self.nodes[node].file;
+        Some(match &e.kind {
+            ExprKind::Number(n) => Value::Number(*n),
+            ExprKind::Quantity { value, unit } => Value::Quantity(value * unit.to_base, unit.dimension),
+            ExprKind::Str(s) => Value::Str(s.clone()),
+            ExprKind::Bool(b) => Value::Bool(*b),
+            ExprKind::Auto => Value::Auto,
+            ExprKind::Error => return None,
+            ExprKind::Paren(inner) => return self.eval_expr(node, inner),
+            ExprKind::Neg(inner) => {
+                let v = self.eval_expr(node, inner)?;
+                return self.arith(file, e.span, ArithOp::Mul, &Value::Number(-1.0), &v);
+            }
+            ExprKind::List(items) => {
+                let mut out = Vec::new();
+                for i in items {
+                    out.push(self.eval_expr(node, i)?);
+                }
+                Value::List(out)
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let a = self.eval_expr(node, lhs)?;
+                let b = self.eval_expr(node, rhs)?;
+                let op = match op {
+                    BinOp::Add => ArithOp::Add,
+                    BinOp::Sub => ArithOp::Sub,
+                    BinOp::Mul => ArithOp::Mul,
+                    BinOp::Div => ArithOp::Div,
+                };
+                return self.arith(file, e.span, op, &a, &b);
+            }
+            ExprKind::Ident(name) => {
+                if self.find_attr(node, name).is_some() {
+                    return self.eval_attr(node, name);
+                }
+                if Some(node) == self.model_node {
+                    if let Some(v) = self.preset.and_then(|p| preset_value(p, name)) {
+                        return Some(v);
+                    }
+                }
+                Value::Enum(name.clone())
+            }
+            ExprKind::Path(parts) => return self.eval_path(node, parts, e.span),
+        })
+    }
+
+    fn arith(&mut self, file: FileId, span: Span, op: ArithOp, a: &Value, b: &Value) -> Option<Value> {
+        match arith(op, a, b) {
+            Ok(v) => Some(v),
+            Err(msg) => {
+                self.report(codes::P0216, msg, file, span, "invalid arithmetic")
+                    .with_help("sizes add to sizes and times to times; scale a quantity by a plain number");
+                None
+            }
+        }
+    }
+
+    fn eval_path(&mut self, node: usize, parts: &[planc_lang::syntax::Ident], span: Span) -> Option<Value> {
+        let file = self.nodes[node].file;
+        let first = &parts[0].text;
+        let start = self.top.get(first).copied().or_else(|| {
+            self.nodes.iter().position(|n| {
+                n.path.split('.').count() == 1 && n.block.name.as_ref().is_some_and(|nm| &nm.text == first)
+            })
+        });
+        let Some(mut target) = start else {
+            let names: Vec<&str> = self.top.keys().map(String::as_str).collect();
+            let mut d = Diagnostic::new(codes::P0210, format!("`{first}` names no block of this plan")).at(file, parts[0].span, "unknown block");
+            if let Some(s) = did_you_mean(first, names) {
+                d = d.help(format!("did you mean `{s}`?"));
+            }
+            self.diagnostics.push(d);
+            return None;
+        };
+        for seg in &parts[1..parts.len() - 1] {
+            let next = self.nodes[target].children.iter().copied().find(|&c| {
+                self.nodes[c].block.kind.text == seg.text || self.nodes[c].block.name.as_ref().is_some_and(|n| n.text == seg.text)
+            });
+            match next {
+                Some(c) => target = c,
+                None => {
+                    let p = self.nodes[target].path.clone();
+                    self.report(codes::P0210, format!("`{p}` has no block `{}`", seg.text), file, seg.span, "unknown block");
+                    return None;
+                }
+            }
+        }
+        let last = parts.last().expect("a path has two parts or more");
+        if self.find_attr(target, &last.text).is_some() {
+            return self.eval_attr(target, &last.text);
+        }
+        if Some(target) == self.model_node {
+            if let Some(v) = self.preset.and_then(|p| preset_value(p, &last.text)) {
+                return Some(v);
+            }
+        }
+        let p = self.nodes[target].path.clone();
+        self.report(codes::P0210, format!("`{p}` does not set `{}`", last.text), file, span, "nothing to refer to")
+            .with_help("a reference can only read an attribute written in the plan (or given by the model preset)");
+        None
+    }
+
+    // ----- typed access -----------------------------------------------------------------
+
+    /// The attribute's value and the span of its expression, when written and valid.
+    fn get(&mut self, node: usize, name: &str) -> Option<(Value, Span)> {
+        let attr = self.find_attr(node, name)?;
+        let path = self.nodes[node].path.clone();
+        self.origins.insert(&path, name, self.nodes[node].file, attr.value.span);
+        let v = self.eval_attr(node, name)?;
+        if !path.starts_with("parallel") && matches!(v, Value::Auto | Value::List(_)) {
+            let file = self.nodes[node].file;
+            self.report(codes::P0213, format!("`{name}` cannot be a hole"), file, attr.value.span, "only `parallel` attributes may be `auto` or a list")
+                .with_help("give a single value");
+            return None;
+        }
+        Some((v, attr.value.span))
+    }
+
+    fn type_error(&mut self, node: usize, span: Span, name: &str, expected: &str, found: &Value) {
+        let file = self.nodes[node].file;
+        let code = match found {
+            Value::Quantity(..) => codes::P0208,
+            Value::Number(_) if expected.contains("e.g.") => codes::P0208,
+            _ => codes::P0207,
+        };
+        let d = self.report(code, format!("`{name}` expects {expected}, found {}", found.describe()), file, span, format!("expected {expected}"));
+        if let (Value::Number(n), true) = (found, expected.contains("e.g.")) {
+            d.help = Some(format!("add a unit, e.g. `{} {}`", fmt_num(*n), unit_hint(expected)));
+        }
+    }
+
+    fn count(&mut self, node: usize, name: &str, min: u64) -> Option<u64> {
+        let (v, span) = self.get(node, name)?;
+        self.to_count(node, span, name, &v, min)
+    }
+
+    fn to_count(&mut self, node: usize, span: Span, name: &str, v: &Value, min: u64) -> Option<u64> {
+        match v {
+            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n < 1e18 => Some(*n as u64),
+            Value::Number(n) => {
+                let file = self.nodes[node].file;
+                let what = if n.fract() != 0.0 { "a whole number" } else { "large enough" };
+                self.report(codes::P0212, format!("`{name}` must be a whole number ≥ {min}, found {}", fmt_num(*n)), file, span, format!("not {what}"));
+                None
+            }
+            other => {
+                self.type_error(node, span, name, "a whole number", other);
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, node: usize, name: &str, lo: f64, hi: f64) -> Option<f64> {
+        let (v, span) = self.get(node, name)?;
+        match v {
+            Value::Number(n) if n >= lo && n <= hi => Some(n),
+            Value::Number(n) => {
+                let file = self.nodes[node].file;
+                self.report(codes::P0212, format!("`{name}` must be between {} and {}, found {}", fmt_num(lo), fmt_num(hi), fmt_num(n)), file, span, "out of range");
+                None
+            }
+            other => {
+                self.type_error(node, span, name, "a number", &other);
+                None
+            }
+        }
+    }
+
+    fn quantity(&mut self, node: usize, name: &str, dim: Dimension) -> Option<f64> {
+        let (v, span) = self.get(node, name)?;
+        match v {
+            Value::Quantity(x, d) if d == dim && x > 0.0 => Some(x),
+            Value::Quantity(_, d) if d == dim => {
+                let file = self.nodes[node].file;
+                self.report(codes::P0212, format!("`{name}` must be positive"), file, span, "not positive");
+                None
+            }
+            other => {
+                self.type_error(node, span, name, dim.describe(), &other);
+                None
+            }
+        }
+    }
+
+    fn ratio(&mut self, node: usize, name: &str) -> Option<f64> {
+        let (v, span) = self.get(node, name)?;
+        match v {
+            Value::Quantity(x, Dimension::Ratio) if (0.0..1.0).contains(&x) => Some(x),
+            Value::Quantity(_, Dimension::Ratio) => {
+                let file = self.nodes[node].file;
+                self.report(codes::P0212, format!("`{name}` must be at least 0 % and below 100 %"), file, span, "out of range");
+                None
+            }
+            other => {
+                self.type_error(node, span, name, Dimension::Ratio.describe(), &other);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, node: usize, name: &str) -> Option<bool> {
+        let (v, span) = self.get(node, name)?;
+        self.to_bool(node, span, name, &v)
+    }
+
+    fn to_bool(&mut self, node: usize, span: Span, name: &str, v: &Value) -> Option<bool> {
+        match v {
+            Value::Bool(b) => Some(*b),
+            other => {
+                self.type_error(node, span, name, "`true` or `false`", other);
+                None
+            }
+        }
+    }
+
+    fn string(&mut self, node: usize, name: &str) -> Option<String> {
+        let (v, span) = self.get(node, name)?;
+        match v {
+            Value::Str(s) => Some(s),
+            other => {
+                self.type_error(node, span, name, "a string in double quotes", &other);
+                None
+            }
+        }
+    }
+
+    fn enumeration<T: Copy>(&mut self, node: usize, name: &str, names: &[&str], parse: fn(&str) -> Option<T>) -> Option<T> {
+        let (v, span) = self.get(node, name)?;
+        self.to_enum(node, span, name, &v, names, parse)
+    }
+
+    fn to_enum<T: Copy>(&mut self, node: usize, span: Span, name: &str, v: &Value, names: &[&str], parse: fn(&str) -> Option<T>) -> Option<T> {
+        let text = match v {
+            Value::Enum(s) | Value::Str(s) => s.clone(),
+            Value::Number(n) => fmt_num(*n),
+            other => {
+                let expected = format!("one of {}", names.join(", "));
+                self.type_error(node, span, name, &expected, other);
+                return None;
+            }
+        };
+        if let Some(x) = parse(&text) {
+            return Some(x);
+        }
+        let file = self.nodes[node].file;
+        let mut d = Diagnostic::new(codes::P0209, format!("`{text}` is not a valid `{name}`"))
+            .at(file, span, format!("expected one of {}", names.join(", ")));
+        if let Some(s) = did_you_mean(&text, names.iter().copied()) {
+            d = d.help(format!("did you mean `{s}`?"));
+        }
+        self.diagnostics.push(d);
+        None
+    }
+
+    // ----- lowering ---------------------------------------------------------------------
+
+    fn lower(&mut self, root_file: FileId) -> Option<PlanSpec> {
+        let mut missing = false;
+        for kind in ["cluster", "model", "train", "parallel"] {
+            if !self.top.contains_key(kind) {
+                self.diagnostics.push(
+                    Diagnostic::new(codes::P0203, format!("the plan has no `{kind}` block"))
+                        .at(root_file, Span::new(0, 0), format!("`{kind}` missing"))
+                        .help(format!("add a `{kind} {{ ... }}` block, or import a file that has one")),
+                );
+                missing = true;
+            }
+        }
+        // Lower every block present even when others are missing, to report all errors.
+        let gpus = self.lower_gpu_blocks();
+        let cluster = self.top.get("cluster").copied().and_then(|n| self.lower_cluster(n, &gpus));
+        let model = self.top.get("model").copied().and_then(|n| self.lower_model(n));
+        let train = self.top.get("train").copied().and_then(|n| self.lower_train(n));
+        let parallel = self.top.get("parallel").copied().and_then(|n| self.lower_parallel(n));
+        let job = self.top.get("job").copied().map(|n| self.lower_job(n));
+        let search = match self.top.get("search").copied() {
+            Some(n) => self.lower_search(n),
+            None => Search::default(),
+        };
+        if missing {
+            return None;
+        }
+        Some(PlanSpec {
+            cluster: cluster?,
+            model: model?,
+            train: train?,
+            parallel: parallel?,
+            job: job.flatten(),
+            search,
+            origins: std::mem::take(&mut self.origins),
+        })
+    }
+
+    fn lower_gpu_blocks(&mut self) -> HashMap<String, Gpu> {
+        let mut out = HashMap::new();
+        let ids: Vec<(String, usize)> = self.gpu_blocks.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (name, n) in ids {
+            if let Some(g) = self.lower_gpu(n, &name) {
+                out.insert(name, g);
+            }
+        }
+        out
+    }
+
+    fn lower_gpu(&mut self, n: usize, name: &str) -> Option<Gpu> {
+        let memory = self.require(n, "memory", |r| r.quantity(n, "memory", Dimension::Bytes));
+        let hbm = self.require(n, "hbm_bandwidth", |r| r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth));
+        let mut peak = Vec::new();
+        for p in Precision::ALL {
+            if let Some(v) = self.quantity(n, p.as_str(), Dimension::ComputeRate) {
+                peak.push((*p, v));
+            }
+        }
+        if peak.is_empty() {
+            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
+            self.report(codes::P0206, format!("GPU `{name}` gives no compute rate"), file, span, "no precision defined")
+                .with_help("give the dense peak of at least one precision: `bf16 = 1307 TFLOPS`");
+        }
+        let gemm_efficiency = self.number(n, "gemm_efficiency", 0.01, 1.0).unwrap_or(0.75);
+        let memory_efficiency = self.number(n, "memory_efficiency", 0.01, 1.0).unwrap_or(0.85);
+        let default_link = Link { kind: LinkKind::Pcie, bandwidth: 25e9, latency: 8e-6 };
+        let intra_node = self.lower_link(n, "intra_node", &default_link);
+        Some(Gpu {
+            name: name.to_string(),
+            memory: memory?,
+            hbm_bandwidth: hbm?,
+            peak,
+            gemm_efficiency,
+            memory_efficiency,
+            intra_node,
+        })
+    }
+
+    /// Reports a missing required attribute at the block header.
+    fn require<T>(&mut self, n: usize, name: &str, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+        if self.find_attr(n, name).is_none() {
+            let (file, span, kind) = (self.nodes[n].file, self.nodes[n].block.header_span(), self.nodes[n].block.kind.text.clone());
+            self.report(codes::P0206, format!("`{kind}` needs `{name}`"), file, span, format!("`{name}` missing"))
+                .with_help(format!("add `{name} = ...` to this block"));
+            return None;
+        }
+        f(self)
+    }
+
+    fn child(&self, n: usize, kind: &str) -> Option<usize> {
+        self.nodes[n].children.iter().copied().find(|&c| self.nodes[c].block.kind.text == kind)
+    }
+
+    fn lower_link(&mut self, parent: usize, kind: &str, default: &Link) -> Link {
+        let Some(c) = self.child(parent, kind) else {
+            return default.clone();
+        };
+        let k = self.enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse).unwrap_or(default.kind);
+        let bandwidth = self.quantity(c, "bandwidth", Dimension::Bandwidth).unwrap_or(default.bandwidth);
+        let latency = self.quantity(c, "latency", Dimension::Time).unwrap_or(default.latency);
+        Link { kind: k, bandwidth, latency }
+    }
+
+    fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
+        let (v, span) = self.get(n, "gpu")?;
+        let name = match &v {
+            Value::Enum(s) | Value::Str(s) => s.clone(),
+            other => {
+                self.type_error(n, span, "gpu", "a GPU name such as `H100_SXM_80GB`", other);
+                return None;
+            }
+        };
+        if let Some(g) = defined.get(&name) {
+            return Some(g.clone());
+        }
+        let catalog = Catalog::builtin();
+        if let Some(g) = catalog.gpu(&name) {
+            return Some(g.clone());
+        }
+        let file = self.nodes[n].file;
+        let names: Vec<&str> = catalog.gpu_names().chain(defined.keys().map(String::as_str)).collect();
+        let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(file, span, "not in the catalog");
+        d = match did_you_mean(&name, names.iter().copied()) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help(format!("built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block", names.join(", "))),
+        };
+        self.diagnostics.push(d);
+        None
+    }
+
+    fn lower_group(&mut self, n: usize, name: String, defined: &HashMap<String, Gpu>) -> Option<NodeGroup> {
+        let nodes = self.require(n, "nodes", |r| r.count(n, "nodes", 1));
+        let gpus_per_node = self.require(n, "gpus_per_node", |r| r.count(n, "gpus_per_node", 1));
+        let gpu = self.require(n, "gpu", |r| r.lookup_gpu(n, defined));
+        let gpu = gpu?;
+        let intra_node = self.lower_link(n, "intra_node", &gpu.intra_node.clone());
+        Some(NodeGroup { name, nodes: nodes?, gpus_per_node: gpus_per_node?, gpu, intra_node })
+    }
+
+    fn lower_cluster(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Cluster> {
+        let name = self.nodes[n].block.name.as_ref().map(|i| i.text.clone()).unwrap_or_else(|| "cluster".into());
+        let group_ids: Vec<usize> = self.nodes[n].children.iter().copied().filter(|&c| self.nodes[c].block.kind.text == "group").collect();
+        let mut groups = Vec::new();
+        let mut ok = true;
+        if group_ids.is_empty() {
+            match self.lower_group(n, name.clone(), defined) {
+                Some(g) => groups.push(g),
+                None => ok = false,
+            }
+        } else {
+            for attr in ["nodes", "gpus_per_node", "gpu"] {
+                if let Some(a) = self.find_attr(n, attr) {
+                    let file = self.nodes[n].file;
+                    self.report(codes::P0218, format!("`{attr}` in a cluster made of groups"), file, a.name.span, "belongs in each `group`")
+                        .with_help("a cluster either sets nodes, gpus_per_node and gpu, or holds `group` blocks that do");
+                    ok = false;
+                }
+            }
+            for g in group_ids {
+                let gname = self.nodes[g].block.name.as_ref().map(|i| i.text.clone()).unwrap_or_default();
+                match self.lower_group(g, gname, defined) {
+                    Some(gr) => groups.push(gr),
+                    None => ok = false,
+                }
+            }
+        }
+        let inter_node = match self.child(n, "inter_node") {
+            Some(c) => {
+                let kind = self.require(c, "kind", |r| r.enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse));
+                let bandwidth = self.require(c, "bandwidth", |r| r.quantity(c, "bandwidth", Dimension::Bandwidth));
+                let nics = self.require(c, "nics_per_node", |r| r.count(c, "nics_per_node", 1));
+                let default_latency = match kind {
+                    Some(LinkKind::Ethernet) => 30e-6,
+                    Some(LinkKind::Roce) => 8e-6,
+                    _ => 5e-6,
+                };
+                let latency = self.quantity(c, "latency", Dimension::Time).unwrap_or(default_latency);
+                match (kind, bandwidth, nics) {
+                    (Some(kind), Some(bandwidth), Some(nics_per_node)) => {
+                        Some(InterNode { link: Link { kind, bandwidth, latency }, nics_per_node })
+                    }
+                    _ => {
+                        ok = false;
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let total_nodes: u64 = groups.iter().map(|g| g.nodes).sum();
+        if ok && total_nodes > 1 && inter_node.is_none() {
+            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
+            self.report(codes::P0219, format!("a cluster of {total_nodes} nodes needs an `inter_node` network"), file, span, "no inter-node network")
+                .with_help("add e.g. `inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s }`");
+            ok = false;
+        }
+        if !ok {
+            return None;
+        }
+        Some(Cluster { name, groups, inter_node })
+    }
+
+    fn lower_model(&mut self, n: usize) -> Option<Model> {
+        self.model_node = Some(n);
+        if let Some((v, span)) = self.get(n, "preset") {
+            match v {
+                Value::Str(s) | Value::Enum(s) => match Catalog::builtin().model(&s) {
+                    Some(p) => self.preset = Some(p),
+                    None => {
+                        let file = self.nodes[n].file;
+                        let names: Vec<&str> = Catalog::builtin().models.iter().map(|m| m.name.as_str()).collect();
+                        let mut d = Diagnostic::new(codes::P0215, format!("unknown model preset `{s}`")).at(file, span, "not a built-in model");
+                        d = match did_you_mean(&s, names.iter().copied()) {
+                            Some(x) => d.help(format!("did you mean `{x}`?")),
+                            None => d.help(format!("presets: {}", names.join(", "))),
+                        };
+                        self.diagnostics.push(d);
+                        return None;
+                    }
+                },
+                other => {
+                    self.type_error(n, span, "preset", "a preset name in quotes, e.g. \"llama3-70b\"", &other);
+                    return None;
+                }
+            }
+        }
+        let p = self.preset;
+        let name = self.nodes[n].block.name.as_ref().map(|i| i.text.clone()).or_else(|| p.map(|p| p.name.clone())).unwrap_or_else(|| "model".into());
+        let req = |r: &mut Self, attr: &str, from_preset: Option<u64>| -> Option<u64> {
+            match (r.find_attr(n, attr), from_preset) {
+                (None, Some(v)) => Some(v),
+                _ => r.require(n, attr, |r| r.count(n, attr, 1)),
+            }
+        };
+        let layers = req(self, "layers", p.map(|p| p.layers));
+        let hidden = req(self, "hidden", p.map(|p| p.hidden));
+        let heads = req(self, "heads", p.map(|p| p.heads));
+        let vocab = req(self, "vocab", p.map(|p| p.vocab));
+        let seq_len = req(self, "seq_len", p.map(|p| p.seq_len));
+        let kv_heads = self.count(n, "kv_heads", 1).or(p.and_then(|p| p.kv_heads)).or(heads);
+        let ffn_hidden = self.count(n, "ffn_hidden", 1).or(p.and_then(|p| p.ffn_hidden)).or(hidden.map(|h| 4 * h));
+        let mlp = self.enumeration(n, "mlp", Mlp::NAMES, Mlp::parse).or(p.and_then(|p| Mlp::parse(&p.mlp))).unwrap_or(Mlp::Gelu);
+        let norm = self.enumeration(n, "norm", Norm::NAMES, Norm::parse).or(p.and_then(|p| Norm::parse(&p.norm))).unwrap_or(Norm::Layernorm);
+        let position = self
+            .enumeration(n, "position", Position::NAMES, Position::parse)
+            .or(p.and_then(|p| Position::parse(&p.position)))
+            .unwrap_or(Position::Learned);
+        let bias = self.boolean(n, "bias").or(p.map(|p| p.bias)).unwrap_or(true);
+        let tied_embeddings = self.boolean(n, "tied_embeddings").or(p.map(|p| p.tied_embeddings)).unwrap_or(true);
+        let experts = self.count(n, "experts", 1).or(p.and_then(|p| p.experts)).unwrap_or(1);
+        let top_k = self.count(n, "top_k", 1).or(p.and_then(|p| p.top_k)).unwrap_or(1);
+        Some(Model {
+            name,
+            layers: layers?,
+            hidden: hidden?,
+            heads: heads?,
+            kv_heads: kv_heads?,
+            ffn_hidden: ffn_hidden?,
+            vocab: vocab?,
+            seq_len: seq_len?,
+            mlp,
+            norm,
+            position,
+            bias,
+            tied_embeddings,
+            experts,
+            top_k,
+        })
+    }
+
+    fn lower_train(&mut self, n: usize) -> Option<Train> {
+        let global_batch = self.require(n, "global_batch", |r| r.count(n, "global_batch", 1));
+        let precision = self.enumeration(n, "precision", Precision::NAMES, Precision::parse).unwrap_or(Precision::Bf16);
+        let optimizer = self.enumeration(n, "optimizer", Optimizer::NAMES, Optimizer::parse).unwrap_or(Optimizer::Adam);
+        let tokens = self.number(n, "tokens", 1.0, 1e18);
+        let attention = self.enumeration(n, "attention", Attention::NAMES, Attention::parse).unwrap_or(Attention::Flash);
+        Some(Train { global_batch: global_batch?, precision, optimizer, tokens, attention })
+    }
+
+    fn hole<T: Clone>(&mut self, n: usize, name: &str, default: Hole<T>, conv: impl Fn(&mut Self, Span, &Value) -> Option<T>) -> Option<Hole<T>> {
+        let Some((v, span)) = self.get(n, name) else {
+            // Written but invalid: reported already; fall back to the default so checking
+            // goes on, but the plan is not costed.
+            return if self.find_attr(n, name).is_some() { None } else { Some(default) };
+        };
+        match v {
+            Value::Auto => Some(Hole::Auto),
+            Value::List(items) => {
+                if items.is_empty() {
+                    let file = self.nodes[n].file;
+                    self.report(codes::P0212, format!("`{name}` has an empty candidate list"), file, span, "no candidates")
+                        .with_help("list at least one value, or write `auto`");
+                    return None;
+                }
+                let mut out = Vec::new();
+                for it in &items {
+                    out.push(conv(self, span, it)?);
+                }
+                Some(Hole::Candidates(out))
+            }
+            other => conv(self, span, &other).map(Hole::Fixed),
+        }
+    }
+
+    fn lower_parallel(&mut self, n: usize) -> Option<ParallelSpec> {
+        let count = |min: u64, name: &'static str| move |r: &mut Self, span: Span, v: &Value| r.to_count(n, span, name, v, min);
+        let tp = self.hole(n, "tp", Hole::Fixed(1), count(1, "tp"));
+        let pp = self.hole(n, "pp", Hole::Fixed(1), count(1, "pp"));
+        let dp = self.hole(n, "dp", Hole::Auto, count(1, "dp"));
+        let cp = self.hole(n, "cp", Hole::Fixed(1), count(1, "cp"));
+        let ep = self.hole(n, "ep", Hole::Fixed(1), count(1, "ep"));
+        let vpp = self.hole(n, "vpp", Hole::Fixed(1), count(1, "vpp"));
+        let micro_batch = self.hole(n, "micro_batch", Hole::Fixed(1), count(1, "micro_batch"));
+        let zero = self.hole(n, "zero", Hole::Fixed(0), |r, span, v| {
+            let z = r.to_count(n, span, "zero", v, 0)?;
+            if z > 3 {
+                let file = r.nodes[n].file;
+                r.report(codes::P0212, format!("`zero` must be 0, 1, 2 or 3, found {z}"), file, span, "no such ZeRO stage");
+                return None;
+            }
+            Some(z)
+        });
+        let schedule = self.hole(n, "schedule", Hole::Fixed(Schedule::OneFOneB), |r, span, v| {
+            r.to_enum(n, span, "schedule", v, Schedule::NAMES, Schedule::parse)
+        });
+        let sequence_parallel = self.hole(n, "sequence_parallel", Hole::Fixed(false), |r, span, v| r.to_bool(n, span, "sequence_parallel", v));
+        let recompute = self.hole(n, "recompute", Hole::Fixed(Recompute::None), |r, span, v| {
+            r.to_enum(n, span, "recompute", v, Recompute::NAMES, Recompute::parse)
+        });
+        let offload = self.hole(n, "offload", Hole::Fixed(Offload::None), |r, span, v| r.to_enum(n, span, "offload", v, Offload::NAMES, Offload::parse));
+        Some(ParallelSpec {
+            tp: tp?,
+            pp: pp?,
+            dp: dp?,
+            cp: cp?,
+            ep: ep?,
+            vpp: vpp?,
+            micro_batch: micro_batch?,
+            schedule: schedule?,
+            sequence_parallel: sequence_parallel?,
+            zero: zero?,
+            recompute: recompute?,
+            offload: offload?,
+        })
+    }
+
+    fn lower_job(&mut self, n: usize) -> Option<Job> {
+        let mut env = Vec::new();
+        if let Some(c) = self.child(n, "env") {
+            let attrs = self.nodes[c].attrs.clone();
+            for a in attrs {
+                if let Some((v, span)) = self.get(c, &a.name.text) {
+                    let text = match v {
+                        Value::Str(s) | Value::Enum(s) => s,
+                        Value::Number(x) => fmt_num(x),
+                        Value::Bool(b) => if b { "1".into() } else { "0".into() },
+                        other => {
+                            self.type_error(c, span, &a.name.text, "a string or a number", &other);
+                            continue;
+                        }
+                    };
+                    env.push((a.name.text.clone(), text));
+                }
+            }
+        }
+        Some(Job {
+            name: self.string(n, "name"),
+            framework: self.enumeration(n, "framework", Framework::NAMES, Framework::parse).unwrap_or(Framework::Megatron),
+            scheduler: self.enumeration(n, "scheduler", Scheduler::NAMES, Scheduler::parse).unwrap_or(Scheduler::None),
+            partition: self.string(n, "partition"),
+            time_limit: self.quantity(n, "time_limit", Dimension::Time),
+            image: self.string(n, "image"),
+            checkpoint_dir: self.string(n, "checkpoint_dir"),
+            retries: self.count(n, "retries", 0).unwrap_or(0),
+            entrypoint: self.string(n, "entrypoint"),
+            env,
+        })
+    }
+
+    fn lower_search(&mut self, n: usize) -> Search {
+        let d = Search::default();
+        Search {
+            objective: self.enumeration(n, "objective", Objective::NAMES, Objective::parse).unwrap_or(d.objective),
+            memory_headroom: self.ratio(n, "memory_headroom").unwrap_or(d.memory_headroom),
+            top: self.count(n, "top", 1).unwrap_or(d.top),
+        }
+    }
+}
+
+fn unit_hint(expected: &str) -> &'static str {
+    if expected.contains("bandwidth") {
+        "GB/s"
+    } else if expected.contains("bytes") {
+        "GiB"
+    } else if expected.contains("duration") {
+        "us"
+    } else if expected.contains("compute") {
+        "TFLOPS"
+    } else {
+        "%"
+    }
+}
+
+/// A preset's attribute as a value, so that `ffn_hidden = 4 * hidden` works on a preset.
+fn preset_value(p: &ModelPreset, name: &str) -> Option<Value> {
+    let n = |x: u64| Some(Value::Number(x as f64));
+    match name {
+        "layers" => n(p.layers),
+        "hidden" => n(p.hidden),
+        "heads" => n(p.heads),
+        "kv_heads" => n(p.kv_heads.unwrap_or(p.heads)),
+        "ffn_hidden" => n(p.ffn_hidden.unwrap_or(4 * p.hidden)),
+        "vocab" => n(p.vocab),
+        "seq_len" => n(p.seq_len),
+        "experts" => n(p.experts.unwrap_or(1)),
+        "top_k" => n(p.top_k.unwrap_or(1)),
+        _ => None,
+    }
+}

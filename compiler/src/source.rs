@@ -1,0 +1,237 @@
+//! Loaded files and imports.
+//!
+//! The source map owns the text of every file a plan reads, so that diagnostics from any
+//! phase can be rendered with their snippet, and follows `import` lines (relative to the
+//! importing file) with cycle detection. Files are read through [`FileLoader`], so that an
+//! editor can supply unsaved buffers and tests can use in-memory files.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use planc_lang::codes;
+use planc_lang::syntax::{Item, SourceFile};
+use planc_lang::{parse, Diagnostic, FileId, LineIndex, Span};
+
+pub trait FileLoader {
+    fn load(&self, path: &Path) -> std::io::Result<String>;
+}
+
+/// Reads from the file system.
+pub struct FsLoader;
+
+impl FileLoader for FsLoader {
+    fn load(&self, path: &Path) -> std::io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+}
+
+/// Files held in memory, keyed by path (for tests and editors).
+#[derive(Default)]
+pub struct MemoryLoader {
+    pub files: HashMap<PathBuf, String>,
+}
+
+impl FileLoader for MemoryLoader {
+    fn load(&self, path: &Path) -> std::io::Result<String> {
+        self.files
+            .get(&normalize(path))
+            .cloned()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
+    }
+}
+
+pub struct SourceFileEntry {
+    pub path: PathBuf,
+    /// The path as shown to users (as given on the command line or in the import).
+    pub display: String,
+    pub text: String,
+    pub lines: LineIndex,
+    pub syntax: SourceFile,
+}
+
+#[derive(Default)]
+pub struct SourceMap {
+    pub files: Vec<SourceFileEntry>,
+}
+
+impl SourceMap {
+    pub fn get(&self, id: FileId) -> &SourceFileEntry {
+        &self.files[id.0 as usize]
+    }
+
+    /// 1-based line and column of a span's start and end.
+    pub fn line_cols(&self, id: FileId, span: Span) -> ((usize, usize), (usize, usize)) {
+        let f = self.get(id);
+        (
+            f.lines.line_col(&f.text, span.start as usize),
+            f.lines.line_col(&f.text, span.end as usize),
+        )
+    }
+
+    fn find(&self, path: &Path) -> Option<FileId> {
+        self.files
+            .iter()
+            .position(|f| f.path == path)
+            .map(|i| FileId(i as u32))
+    }
+
+    fn add(&mut self, path: PathBuf, display: String, text: String) -> (FileId, Vec<Diagnostic>) {
+        let id = FileId(self.files.len() as u32);
+        let parsed = parse(&text, id);
+        self.files.push(SourceFileEntry {
+            lines: LineIndex::new(&text),
+            path,
+            display,
+            text,
+            syntax: parsed.file,
+        });
+        (id, parsed.diagnostics)
+    }
+}
+
+/// Lexically cleans `a/./b/../c` to `a/c`, so that one file imported by two spellings is
+/// one file.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// Loads the root file and everything it imports. Returns the file ids in the order their
+/// blocks should be merged (imports before the file that imports them) and the syntax and
+/// import diagnostics. `Err` only when the root file itself cannot be read.
+pub fn load_plan(
+    root: &Path,
+    loader: &dyn FileLoader,
+    map: &mut SourceMap,
+) -> Result<(Vec<FileId>, Vec<Diagnostic>), std::io::Error> {
+    let root_path = normalize(root);
+    let text = loader.load(&root_path)?;
+    let (root_id, mut diagnostics) = map.add(root_path, root.display().to_string(), text);
+    let mut order = Vec::new();
+    let mut stack = vec![root_id];
+    visit(root_id, loader, map, &mut stack, &mut order, &mut diagnostics);
+    Ok((order, diagnostics))
+}
+
+fn visit(
+    id: FileId,
+    loader: &dyn FileLoader,
+    map: &mut SourceMap,
+    stack: &mut Vec<FileId>,
+    order: &mut Vec<FileId>,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let imports: Vec<_> = map
+        .get(id)
+        .syntax
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Import(imp) => Some(imp.clone()),
+            Item::Block(_) => None,
+        })
+        .collect();
+    let dir = map
+        .get(id)
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    for imp in imports {
+        let path = normalize(&dir.join(&imp.path));
+        if let Some(existing) = map.find(&path) {
+            if stack.contains(&existing) {
+                let chain: Vec<String> = stack
+                    .iter()
+                    .skip_while(|f| **f != existing)
+                    .map(|f| map.get(*f).display.clone())
+                    .chain(std::iter::once(map.get(existing).display.clone()))
+                    .collect();
+                diagnostics.push(
+                    Diagnostic::new(codes::P0102, format!("import cycle: {}", chain.join(" → ")))
+                        .at(id, imp.path_span, "this import closes the cycle")
+                        .help("move the blocks both files need into a third file that both import"),
+                );
+            }
+            // Already loaded (a diamond import): its blocks are merged once.
+            continue;
+        }
+        match loader.load(&path) {
+            Ok(text) => {
+                let (child, parse_diags) = map.add(path, imp.path.clone(), text);
+                diagnostics.extend(parse_diags);
+                stack.push(child);
+                visit(child, loader, map, stack, order, diagnostics);
+                stack.pop();
+            }
+            Err(e) => diagnostics.push(
+                Diagnostic::new(
+                    codes::P0101,
+                    format!("cannot read imported file `{}`: {}", path.display(), e),
+                )
+                .at(id, imp.path_span, "imported here")
+                .help("import paths are relative to the file that imports them"),
+            ),
+        }
+    }
+    order.push(id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(files: &[(&str, &str)]) -> MemoryLoader {
+        MemoryLoader {
+            files: files
+                .iter()
+                .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn imports_resolve_relative_to_the_importer() {
+        let loader = mem(&[
+            ("plans/a.tp", "import \"lib/b.tp\"\nmodel { layers = 1 }"),
+            ("plans/lib/b.tp", "import \"../c.tp\""),
+            ("plans/c.tp", "train { global_batch = 1 }"),
+        ]);
+        let mut map = SourceMap::default();
+        let (order, diags) = load_plan(Path::new("plans/a.tp"), &loader, &mut map).unwrap();
+        assert!(diags.is_empty(), "{diags:?}");
+        let names: Vec<_> = order.iter().map(|f| map.get(*f).path.clone()).collect();
+        assert_eq!(
+            names,
+            vec![
+                PathBuf::from("plans/c.tp"),
+                PathBuf::from("plans/lib/b.tp"),
+                PathBuf::from("plans/a.tp")
+            ]
+        );
+    }
+
+    #[test]
+    fn cycles_and_missing_files_are_reported() {
+        let loader = mem(&[
+            ("a.tp", "import \"b.tp\"\nimport \"missing.tp\""),
+            ("b.tp", "import \"a.tp\""),
+        ]);
+        let mut map = SourceMap::default();
+        let (_, diags) = load_plan(Path::new("a.tp"), &loader, &mut map).unwrap();
+        let codes: Vec<_> = diags.iter().map(|d| d.code).collect();
+        assert_eq!(codes, vec!["P0102", "P0101"]);
+        assert!(diags[0].message.contains("a.tp → b.tp → a.tp"), "{}", diags[0].message);
+    }
+}
