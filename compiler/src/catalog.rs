@@ -97,7 +97,9 @@ impl Catalog {
     }
 
     pub fn model(&self, name: &str) -> Option<&ModelPreset> {
-        self.models.iter().find(|m| m.name.eq_ignore_ascii_case(name))
+        self.models
+            .iter()
+            .find(|m| m.name.eq_ignore_ascii_case(name))
     }
 }
 
@@ -155,7 +157,10 @@ mod tests {
         let v100 = c.gpu("V100_SXM_32GB").unwrap();
         assert!(v100.peak(Precision::Bf16).is_none());
         assert_eq!(c.gpu("a100").unwrap().name, "A100_SXM_80GB");
-        assert_eq!(c.gpu("A100_SXM_80GB").unwrap().peak(Precision::Bf16), Some(312e12));
+        assert_eq!(
+            c.gpu("A100_SXM_80GB").unwrap().peak(Precision::Bf16),
+            Some(312e12)
+        );
     }
 
     #[test]

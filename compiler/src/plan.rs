@@ -131,7 +131,11 @@ impl Cluster {
 
     /// GPUs per node where every group agrees (the usual case), else the smallest.
     pub fn gpus_per_node(&self) -> u64 {
-        self.groups.iter().map(|g| g.gpus_per_node).min().unwrap_or(1)
+        self.groups
+            .iter()
+            .map(|g| g.gpus_per_node)
+            .min()
+            .unwrap_or(1)
     }
 
     pub fn is_mixed(&self) -> bool {
@@ -290,7 +294,8 @@ impl Origins {
 
     /// Whether the user wrote this attribute (rather than it taking its default).
     pub fn written(&self, block: &str, attr: &str) -> bool {
-        self.map.contains_key(&(block.to_string(), attr.to_string()))
+        self.map
+            .contains_key(&(block.to_string(), attr.to_string()))
     }
 }
 

@@ -67,8 +67,16 @@ pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diag
 }
 
 impl<'a> Resolver<'a> {
-    fn report(&mut self, code: Code, msg: impl Into<String>, file: FileId, span: Span, label: impl Into<String>) -> &mut Diagnostic {
-        self.diagnostics.push(Diagnostic::new(code, msg).at(file, span, label));
+    fn report(
+        &mut self,
+        code: Code,
+        msg: impl Into<String>,
+        file: FileId,
+        span: Span,
+        label: impl Into<String>,
+    ) -> &mut Diagnostic {
+        self.diagnostics
+            .push(Diagnostic::new(code, msg).at(file, span, label));
         self.diagnostics.last_mut().expect("just pushed")
     }
 
@@ -76,9 +84,19 @@ impl<'a> Resolver<'a> {
         let kind = b.kind.text.as_str();
         if !schema::TOP_LEVEL.contains(&kind) {
             let nested = schema::SCHEMAS.iter().any(|s| s.blocks.contains(&kind));
-            let d = self.report(codes::P0201, format!("unknown block `{kind}`"), file, b.kind.span, "not a top-level block");
+            let d = self.report(
+                codes::P0201,
+                format!("unknown block `{kind}`"),
+                file,
+                b.kind.span,
+                "not a top-level block",
+            );
             d.help = Some(if nested {
-                let parent = schema::SCHEMAS.iter().find(|s| s.blocks.contains(&kind)).map(|s| s.kind).unwrap_or("?");
+                let parent = schema::SCHEMAS
+                    .iter()
+                    .find(|s| s.blocks.contains(&kind))
+                    .map(|s| s.kind)
+                    .unwrap_or("?");
                 format!("`{kind}` goes inside a `{parent}` block")
             } else if let Some(s) = did_you_mean(kind, schema::TOP_LEVEL.iter().copied()) {
                 format!("did you mean `{s}`?")
@@ -89,13 +107,25 @@ impl<'a> Resolver<'a> {
         }
         if kind == "gpu" {
             let Some(name) = &b.name else {
-                self.report(codes::P0217, "a `gpu` block needs a name", file, b.kind.span, "name it: `gpu MI300X { ... }`");
+                self.report(
+                    codes::P0217,
+                    "a `gpu` block needs a name",
+                    file,
+                    b.kind.span,
+                    "name it: `gpu MI300X { ... }`",
+                );
                 return;
             };
             if let Some(&prev) = self.gpu_blocks.get(&name.text) {
                 let (pf, ps) = (self.nodes[prev].file, self.nodes[prev].block.header_span());
-                self.report(codes::P0202, format!("GPU `{}` is defined twice", name.text), file, b.header_span(), "defined again here")
-                    .with_also(pf, ps, "first defined here");
+                self.report(
+                    codes::P0202,
+                    format!("GPU `{}` is defined twice", name.text),
+                    file,
+                    b.header_span(),
+                    "defined again here",
+                )
+                .with_also(pf, ps, "first defined here");
                 return;
             }
             let id = self.add_node(file, b, format!("gpu.{}", name.text));
@@ -118,10 +148,22 @@ impl<'a> Resolver<'a> {
         let schema = schema::lookup(&b.kind.text).expect("caller checked the kind");
         match (schema.naming, &b.name) {
             (Naming::Required, None) => {
-                self.report(codes::P0217, format!("a `{}` block needs a name", schema.kind), file, b.kind.span, "add a name before `{`");
+                self.report(
+                    codes::P0217,
+                    format!("a `{}` block needs a name", schema.kind),
+                    file,
+                    b.kind.span,
+                    "add a name before `{`",
+                );
             }
             (Naming::Forbidden, Some(n)) => {
-                self.report(codes::P0217, format!("a `{}` block takes no name", schema.kind), file, n.span, "remove this name");
+                self.report(
+                    codes::P0217,
+                    format!("a `{}` block takes no name", schema.kind),
+                    file,
+                    n.span,
+                    "remove this name",
+                );
             }
             _ => {}
         }
@@ -129,18 +171,35 @@ impl<'a> Resolver<'a> {
         for a in b.attrs() {
             if let Some(prev) = attrs.iter().find(|p| p.name.text == a.name.text) {
                 let prev_span = prev.name.span;
-                self.report(codes::P0205, format!("`{}` is set twice in `{}`", a.name.text, path), file, a.name.span, "set again here")
-                    .with_help("remove one of them; planc does not let the later value silently win")
-                    .secondary
-                    .push(planc_lang::Label { file, span: prev_span, message: "first set here".into() });
+                self.report(
+                    codes::P0205,
+                    format!("`{}` is set twice in `{}`", a.name.text, path),
+                    file,
+                    a.name.span,
+                    "set again here",
+                )
+                .with_help("remove one of them; planc does not let the later value silently win")
+                .secondary
+                .push(planc_lang::Label {
+                    file,
+                    span: prev_span,
+                    message: "first set here".into(),
+                });
                 continue;
             }
             if !schema.free_attrs && !schema.attrs.contains(&a.name.text.as_str()) {
-                let mut d = Diagnostic::new(codes::P0204, format!("unknown attribute `{}` in `{}`", a.name.text, schema.kind))
-                    .at(file, a.name.span, "unknown attribute");
+                let mut d = Diagnostic::new(
+                    codes::P0204,
+                    format!("unknown attribute `{}` in `{}`", a.name.text, schema.kind),
+                )
+                .at(file, a.name.span, "unknown attribute");
                 d = match did_you_mean(&a.name.text, schema.attrs.iter().copied()) {
                     Some(s) => d.help(format!("did you mean `{s}`?")),
-                    None => d.help(format!("`{}` accepts: {}", schema.kind, schema.attrs.join(", "))),
+                    None => d.help(format!(
+                        "`{}` accepts: {}",
+                        schema.kind,
+                        schema.attrs.join(", ")
+                    )),
                 };
                 self.diagnostics.push(d);
                 continue;
@@ -148,21 +207,34 @@ impl<'a> Resolver<'a> {
             attrs.push(a);
         }
         let id = self.nodes.len();
-        self.nodes.push(Node { file, block: b, path: path.clone(), attrs, children: Vec::new() });
+        self.nodes.push(Node {
+            file,
+            block: b,
+            path: path.clone(),
+            attrs,
+            children: Vec::new(),
+        });
         self.origins.insert(&path, "", file, b.header_span());
         let mut children = Vec::new();
         let mut seen: HashMap<String, Span> = HashMap::new();
         for child in b.blocks() {
             let kind = child.kind.text.as_str();
             if !schema.blocks.contains(&kind) {
-                let mut d = Diagnostic::new(codes::P0201, format!("unknown block `{kind}` in `{}`", schema.kind))
-                    .at(file, child.kind.span, "not allowed here");
+                let mut d = Diagnostic::new(
+                    codes::P0201,
+                    format!("unknown block `{kind}` in `{}`", schema.kind),
+                )
+                .at(file, child.kind.span, "not allowed here");
                 d = if schema.blocks.is_empty() {
                     d.help(format!("`{}` holds no blocks", schema.kind))
                 } else {
                     match did_you_mean(kind, schema.blocks.iter().copied()) {
                         Some(s) => d.help(format!("did you mean `{s}`?")),
-                        None => d.help(format!("`{}` may hold: {}", schema.kind, schema.blocks.join(", "))),
+                        None => d.help(format!(
+                            "`{}` may hold: {}",
+                            schema.kind,
+                            schema.blocks.join(", ")
+                        )),
                     }
                 };
                 self.diagnostics.push(d);
@@ -174,9 +246,19 @@ impl<'a> Resolver<'a> {
             };
             if let Some(prev) = seen.get(&key) {
                 let prev = *prev;
-                self.report(codes::P0202, format!("`{key}` is defined twice in `{path}`"), file, child.header_span(), "defined again here")
-                    .secondary
-                    .push(planc_lang::Label { file, span: prev, message: "first defined here".into() });
+                self.report(
+                    codes::P0202,
+                    format!("`{key}` is defined twice in `{path}`"),
+                    file,
+                    child.header_span(),
+                    "defined again here",
+                )
+                .secondary
+                .push(planc_lang::Label {
+                    file,
+                    span: prev,
+                    message: "first defined here".into(),
+                });
                 continue;
             }
             seen.insert(key.clone(), child.header_span());
@@ -190,7 +272,11 @@ impl<'a> Resolver<'a> {
     // ----- evaluation -------------------------------------------------------------------
 
     fn find_attr(&self, node: usize, name: &str) -> Option<&'a Attr> {
-        self.nodes[node].attrs.iter().copied().find(|a| a.name.text == name)
+        self.nodes[node]
+            .attrs
+            .iter()
+            .copied()
+            .find(|a| a.name.text == name)
     }
 
     /// The value of an attribute as written (not its default), evaluated once.
@@ -202,8 +288,14 @@ impl<'a> Resolver<'a> {
         let attr = self.find_attr(node, name)?;
         if !self.in_progress.insert(key.clone()) {
             let file = self.nodes[node].file;
-            self.report(codes::P0211, format!("`{name}` refers to itself through a cycle of references"), file, attr.span, "part of a reference cycle")
-                .with_help("give one of the attributes in the cycle a value");
+            self.report(
+                codes::P0211,
+                format!("`{name}` refers to itself through a cycle of references"),
+                file,
+                attr.span,
+                "part of a reference cycle",
+            )
+            .with_help("give one of the attributes in the cycle a value");
             self.memo.insert(key, None);
             return None;
         }
@@ -217,7 +309,9 @@ impl<'a> Resolver<'a> {
         let file = self.nodes[node].file;
         Some(match &e.kind {
             ExprKind::Number(n) => Value::Number(*n),
-            ExprKind::Quantity { value, unit } => Value::Quantity(value * unit.to_base, unit.dimension),
+            ExprKind::Quantity { value, unit } => {
+                Value::Quantity(value * unit.to_base, unit.dimension)
+            }
             ExprKind::Str(s) => Value::Str(s.clone()),
             ExprKind::Bool(b) => Value::Bool(*b),
             ExprKind::Auto => Value::Auto,
@@ -260,28 +354,47 @@ impl<'a> Resolver<'a> {
         })
     }
 
-    fn arith(&mut self, file: FileId, span: Span, op: ArithOp, a: &Value, b: &Value) -> Option<Value> {
+    fn arith(
+        &mut self,
+        file: FileId,
+        span: Span,
+        op: ArithOp,
+        a: &Value,
+        b: &Value,
+    ) -> Option<Value> {
         match arith(op, a, b) {
             Ok(v) => Some(v),
             Err(msg) => {
                 self.report(codes::P0216, msg, file, span, "invalid arithmetic")
-                    .with_help("sizes add to sizes and times to times; scale a quantity by a plain number");
+                    .with_help(
+                        "sizes add to sizes and times to times; scale a quantity by a plain number",
+                    );
                 None
             }
         }
     }
 
-    fn eval_path(&mut self, node: usize, parts: &[planc_lang::syntax::Ident], span: Span) -> Option<Value> {
+    fn eval_path(
+        &mut self,
+        node: usize,
+        parts: &[planc_lang::syntax::Ident],
+        span: Span,
+    ) -> Option<Value> {
         let file = self.nodes[node].file;
         let first = &parts[0].text;
         let start = self.top.get(first).copied().or_else(|| {
             self.nodes.iter().position(|n| {
-                n.path.split('.').count() == 1 && n.block.name.as_ref().is_some_and(|nm| &nm.text == first)
+                n.path.split('.').count() == 1
+                    && n.block.name.as_ref().is_some_and(|nm| &nm.text == first)
             })
         });
         let Some(mut target) = start else {
             let names: Vec<&str> = self.top.keys().map(String::as_str).collect();
-            let mut d = Diagnostic::new(codes::P0210, format!("`{first}` names no block of this plan")).at(file, parts[0].span, "unknown block");
+            let mut d = Diagnostic::new(
+                codes::P0210,
+                format!("`{first}` names no block of this plan"),
+            )
+            .at(file, parts[0].span, "unknown block");
             if let Some(s) = did_you_mean(first, names) {
                 d = d.help(format!("did you mean `{s}`?"));
             }
@@ -290,13 +403,24 @@ impl<'a> Resolver<'a> {
         };
         for seg in &parts[1..parts.len() - 1] {
             let next = self.nodes[target].children.iter().copied().find(|&c| {
-                self.nodes[c].block.kind.text == seg.text || self.nodes[c].block.name.as_ref().is_some_and(|n| n.text == seg.text)
+                self.nodes[c].block.kind.text == seg.text
+                    || self.nodes[c]
+                        .block
+                        .name
+                        .as_ref()
+                        .is_some_and(|n| n.text == seg.text)
             });
             match next {
                 Some(c) => target = c,
                 None => {
                     let p = self.nodes[target].path.clone();
-                    self.report(codes::P0210, format!("`{p}` has no block `{}`", seg.text), file, seg.span, "unknown block");
+                    self.report(
+                        codes::P0210,
+                        format!("`{p}` has no block `{}`", seg.text),
+                        file,
+                        seg.span,
+                        "unknown block",
+                    );
                     return None;
                 }
             }
@@ -322,12 +446,19 @@ impl<'a> Resolver<'a> {
     fn get(&mut self, node: usize, name: &str) -> Option<(Value, Span)> {
         let attr = self.find_attr(node, name)?;
         let path = self.nodes[node].path.clone();
-        self.origins.insert(&path, name, self.nodes[node].file, attr.value.span);
+        self.origins
+            .insert(&path, name, self.nodes[node].file, attr.value.span);
         let v = self.eval_attr(node, name)?;
         if !path.starts_with("parallel") && matches!(v, Value::Auto | Value::List(_)) {
             let file = self.nodes[node].file;
-            self.report(codes::P0213, format!("`{name}` cannot be a hole"), file, attr.value.span, "only `parallel` attributes may be `auto` or a list")
-                .with_help("give a single value");
+            self.report(
+                codes::P0213,
+                format!("`{name}` cannot be a hole"),
+                file,
+                attr.value.span,
+                "only `parallel` attributes may be `auto` or a list",
+            )
+            .with_help("give a single value");
             return None;
         }
         Some((v, attr.value.span))
@@ -340,9 +471,19 @@ impl<'a> Resolver<'a> {
             Value::Number(_) if expected.contains("e.g.") => codes::P0208,
             _ => codes::P0207,
         };
-        let d = self.report(code, format!("`{name}` expects {expected}, found {}", found.describe()), file, span, format!("expected {expected}"));
+        let d = self.report(
+            code,
+            format!("`{name}` expects {expected}, found {}", found.describe()),
+            file,
+            span,
+            format!("expected {expected}"),
+        );
         if let (Value::Number(n), true) = (found, expected.contains("e.g.")) {
-            d.help = Some(format!("add a unit, e.g. `{} {}`", fmt_num(*n), unit_hint(expected)));
+            d.help = Some(format!(
+                "add a unit, e.g. `{} {}`",
+                fmt_num(*n),
+                unit_hint(expected)
+            ));
         }
     }
 
@@ -351,13 +492,35 @@ impl<'a> Resolver<'a> {
         self.to_count(node, span, name, &v, min)
     }
 
-    fn to_count(&mut self, node: usize, span: Span, name: &str, v: &Value, min: u64) -> Option<u64> {
+    fn to_count(
+        &mut self,
+        node: usize,
+        span: Span,
+        name: &str,
+        v: &Value,
+        min: u64,
+    ) -> Option<u64> {
         match v {
-            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n < 1e18 => Some(*n as u64),
+            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n < 1e18 => {
+                Some(*n as u64)
+            }
             Value::Number(n) => {
                 let file = self.nodes[node].file;
-                let what = if n.fract() != 0.0 { "a whole number" } else { "large enough" };
-                self.report(codes::P0212, format!("`{name}` must be a whole number ≥ {min}, found {}", fmt_num(*n)), file, span, format!("not {what}"));
+                let what = if n.fract() != 0.0 {
+                    "a whole number"
+                } else {
+                    "large enough"
+                };
+                self.report(
+                    codes::P0212,
+                    format!(
+                        "`{name}` must be a whole number ≥ {min}, found {}",
+                        fmt_num(*n)
+                    ),
+                    file,
+                    span,
+                    format!("not {what}"),
+                );
                 None
             }
             other => {
@@ -373,7 +536,18 @@ impl<'a> Resolver<'a> {
             Value::Number(n) if n >= lo && n <= hi => Some(n),
             Value::Number(n) => {
                 let file = self.nodes[node].file;
-                self.report(codes::P0212, format!("`{name}` must be between {} and {}, found {}", fmt_num(lo), fmt_num(hi), fmt_num(n)), file, span, "out of range");
+                self.report(
+                    codes::P0212,
+                    format!(
+                        "`{name}` must be between {} and {}, found {}",
+                        fmt_num(lo),
+                        fmt_num(hi),
+                        fmt_num(n)
+                    ),
+                    file,
+                    span,
+                    "out of range",
+                );
                 None
             }
             other => {
@@ -389,7 +563,13 @@ impl<'a> Resolver<'a> {
             Value::Quantity(x, d) if d == dim && x > 0.0 => Some(x),
             Value::Quantity(_, d) if d == dim => {
                 let file = self.nodes[node].file;
-                self.report(codes::P0212, format!("`{name}` must be positive"), file, span, "not positive");
+                self.report(
+                    codes::P0212,
+                    format!("`{name}` must be positive"),
+                    file,
+                    span,
+                    "not positive",
+                );
                 None
             }
             other => {
@@ -405,7 +585,13 @@ impl<'a> Resolver<'a> {
             Value::Quantity(x, Dimension::Ratio) if (0.0..1.0).contains(&x) => Some(x),
             Value::Quantity(_, Dimension::Ratio) => {
                 let file = self.nodes[node].file;
-                self.report(codes::P0212, format!("`{name}` must be at least 0 % and below 100 %"), file, span, "out of range");
+                self.report(
+                    codes::P0212,
+                    format!("`{name}` must be at least 0 % and below 100 %"),
+                    file,
+                    span,
+                    "out of range",
+                );
                 None
             }
             other => {
@@ -441,12 +627,26 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    fn enumeration<T: Copy>(&mut self, node: usize, name: &str, names: &[&str], parse: fn(&str) -> Option<T>) -> Option<T> {
+    fn enumeration<T: Copy>(
+        &mut self,
+        node: usize,
+        name: &str,
+        names: &[&str],
+        parse: fn(&str) -> Option<T>,
+    ) -> Option<T> {
         let (v, span) = self.get(node, name)?;
         self.to_enum(node, span, name, &v, names, parse)
     }
 
-    fn to_enum<T: Copy>(&mut self, node: usize, span: Span, name: &str, v: &Value, names: &[&str], parse: fn(&str) -> Option<T>) -> Option<T> {
+    fn to_enum<T: Copy>(
+        &mut self,
+        node: usize,
+        span: Span,
+        name: &str,
+        v: &Value,
+        names: &[&str],
+        parse: fn(&str) -> Option<T>,
+    ) -> Option<T> {
         let text = match v {
             Value::Enum(s) | Value::Str(s) => s.clone(),
             Value::Number(n) => fmt_num(*n),
@@ -460,8 +660,11 @@ impl<'a> Resolver<'a> {
             return Some(x);
         }
         let file = self.nodes[node].file;
-        let mut d = Diagnostic::new(codes::P0209, format!("`{text}` is not a valid `{name}`"))
-            .at(file, span, format!("expected one of {}", names.join(", ")));
+        let mut d = Diagnostic::new(codes::P0209, format!("`{text}` is not a valid `{name}`")).at(
+            file,
+            span,
+            format!("expected one of {}", names.join(", ")),
+        );
         if let Some(s) = did_you_mean(&text, names.iter().copied()) {
             d = d.help(format!("did you mean `{s}`?"));
         }
@@ -478,17 +681,35 @@ impl<'a> Resolver<'a> {
                 self.diagnostics.push(
                     Diagnostic::new(codes::P0203, format!("the plan has no `{kind}` block"))
                         .at(root_file, Span::new(0, 0), format!("`{kind}` missing"))
-                        .help(format!("add a `{kind} {{ ... }}` block, or import a file that has one")),
+                        .help(format!(
+                            "add a `{kind} {{ ... }}` block, or import a file that has one"
+                        )),
                 );
                 missing = true;
             }
         }
         // Lower every block present even when others are missing, to report all errors.
         let gpus = self.lower_gpu_blocks();
-        let cluster = self.top.get("cluster").copied().and_then(|n| self.lower_cluster(n, &gpus));
-        let model = self.top.get("model").copied().and_then(|n| self.lower_model(n));
-        let train = self.top.get("train").copied().and_then(|n| self.lower_train(n));
-        let parallel = self.top.get("parallel").copied().and_then(|n| self.lower_parallel(n));
+        let cluster = self
+            .top
+            .get("cluster")
+            .copied()
+            .and_then(|n| self.lower_cluster(n, &gpus));
+        let model = self
+            .top
+            .get("model")
+            .copied()
+            .and_then(|n| self.lower_model(n));
+        let train = self
+            .top
+            .get("train")
+            .copied()
+            .and_then(|n| self.lower_train(n));
+        let parallel = self
+            .top
+            .get("parallel")
+            .copied()
+            .and_then(|n| self.lower_parallel(n));
         let job = self.top.get("job").copied().map(|n| self.lower_job(n));
         let search = match self.top.get("search").copied() {
             Some(n) => self.lower_search(n),
@@ -510,7 +731,11 @@ impl<'a> Resolver<'a> {
 
     fn lower_gpu_blocks(&mut self) -> HashMap<String, Gpu> {
         let mut out = HashMap::new();
-        let ids: Vec<(String, usize)> = self.gpu_blocks.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let ids: Vec<(String, usize)> = self
+            .gpu_blocks
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
         for (name, n) in ids {
             if let Some(g) = self.lower_gpu(n, &name) {
                 out.insert(name, g);
@@ -521,7 +746,9 @@ impl<'a> Resolver<'a> {
 
     fn lower_gpu(&mut self, n: usize, name: &str) -> Option<Gpu> {
         let memory = self.require(n, "memory", |r| r.quantity(n, "memory", Dimension::Bytes));
-        let hbm = self.require(n, "hbm_bandwidth", |r| r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth));
+        let hbm = self.require(n, "hbm_bandwidth", |r| {
+            r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth)
+        });
         let mut peak = Vec::new();
         for p in Precision::ALL {
             if let Some(v) = self.quantity(n, p.as_str(), Dimension::ComputeRate) {
@@ -530,12 +757,24 @@ impl<'a> Resolver<'a> {
         }
         if peak.is_empty() {
             let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
-            self.report(codes::P0206, format!("GPU `{name}` gives no compute rate"), file, span, "no precision defined")
-                .with_help("give the dense peak of at least one precision: `bf16 = 1307 TFLOPS`");
+            self.report(
+                codes::P0206,
+                format!("GPU `{name}` gives no compute rate"),
+                file,
+                span,
+                "no precision defined",
+            )
+            .with_help("give the dense peak of at least one precision: `bf16 = 1307 TFLOPS`");
         }
         let gemm_efficiency = self.number(n, "gemm_efficiency", 0.01, 1.0).unwrap_or(0.75);
-        let memory_efficiency = self.number(n, "memory_efficiency", 0.01, 1.0).unwrap_or(0.85);
-        let default_link = Link { kind: LinkKind::Pcie, bandwidth: 25e9, latency: 8e-6 };
+        let memory_efficiency = self
+            .number(n, "memory_efficiency", 0.01, 1.0)
+            .unwrap_or(0.85);
+        let default_link = Link {
+            kind: LinkKind::Pcie,
+            bandwidth: 25e9,
+            latency: 8e-6,
+        };
         let intra_node = self.lower_link(n, "intra_node", &default_link);
         Some(Gpu {
             name: name.to_string(),
@@ -549,28 +788,57 @@ impl<'a> Resolver<'a> {
     }
 
     /// Reports a missing required attribute at the block header.
-    fn require<T>(&mut self, n: usize, name: &str, f: impl FnOnce(&mut Self) -> Option<T>) -> Option<T> {
+    fn require<T>(
+        &mut self,
+        n: usize,
+        name: &str,
+        f: impl FnOnce(&mut Self) -> Option<T>,
+    ) -> Option<T> {
         if self.find_attr(n, name).is_none() {
-            let (file, span, kind) = (self.nodes[n].file, self.nodes[n].block.header_span(), self.nodes[n].block.kind.text.clone());
-            self.report(codes::P0206, format!("`{kind}` needs `{name}`"), file, span, format!("`{name}` missing"))
-                .with_help(format!("add `{name} = ...` to this block"));
+            let (file, span, kind) = (
+                self.nodes[n].file,
+                self.nodes[n].block.header_span(),
+                self.nodes[n].block.kind.text.clone(),
+            );
+            self.report(
+                codes::P0206,
+                format!("`{kind}` needs `{name}`"),
+                file,
+                span,
+                format!("`{name}` missing"),
+            )
+            .with_help(format!("add `{name} = ...` to this block"));
             return None;
         }
         f(self)
     }
 
     fn child(&self, n: usize, kind: &str) -> Option<usize> {
-        self.nodes[n].children.iter().copied().find(|&c| self.nodes[c].block.kind.text == kind)
+        self.nodes[n]
+            .children
+            .iter()
+            .copied()
+            .find(|&c| self.nodes[c].block.kind.text == kind)
     }
 
     fn lower_link(&mut self, parent: usize, kind: &str, default: &Link) -> Link {
         let Some(c) = self.child(parent, kind) else {
             return default.clone();
         };
-        let k = self.enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse).unwrap_or(default.kind);
-        let bandwidth = self.quantity(c, "bandwidth", Dimension::Bandwidth).unwrap_or(default.bandwidth);
-        let latency = self.quantity(c, "latency", Dimension::Time).unwrap_or(default.latency);
-        Link { kind: k, bandwidth, latency }
+        let k = self
+            .enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse)
+            .unwrap_or(default.kind);
+        let bandwidth = self
+            .quantity(c, "bandwidth", Dimension::Bandwidth)
+            .unwrap_or(default.bandwidth);
+        let latency = self
+            .quantity(c, "latency", Dimension::Time)
+            .unwrap_or(default.latency);
+        Link {
+            kind: k,
+            bandwidth,
+            latency,
+        }
     }
 
     fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
@@ -590,28 +858,59 @@ impl<'a> Resolver<'a> {
             return Some(g.clone());
         }
         let file = self.nodes[n].file;
-        let names: Vec<&str> = catalog.gpu_names().chain(defined.keys().map(String::as_str)).collect();
-        let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(file, span, "not in the catalog");
+        let names: Vec<&str> = catalog
+            .gpu_names()
+            .chain(defined.keys().map(String::as_str))
+            .collect();
+        let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
+            file,
+            span,
+            "not in the catalog",
+        );
         d = match did_you_mean(&name, names.iter().copied()) {
             Some(s) => d.help(format!("did you mean `{s}`?")),
-            None => d.help(format!("built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block", names.join(", "))),
+            None => d.help(format!(
+                "built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block",
+                names.join(", ")
+            )),
         };
         self.diagnostics.push(d);
         None
     }
 
-    fn lower_group(&mut self, n: usize, name: String, defined: &HashMap<String, Gpu>) -> Option<NodeGroup> {
+    fn lower_group(
+        &mut self,
+        n: usize,
+        name: String,
+        defined: &HashMap<String, Gpu>,
+    ) -> Option<NodeGroup> {
         let nodes = self.require(n, "nodes", |r| r.count(n, "nodes", 1));
         let gpus_per_node = self.require(n, "gpus_per_node", |r| r.count(n, "gpus_per_node", 1));
         let gpu = self.require(n, "gpu", |r| r.lookup_gpu(n, defined));
         let gpu = gpu?;
         let intra_node = self.lower_link(n, "intra_node", &gpu.intra_node.clone());
-        Some(NodeGroup { name, nodes: nodes?, gpus_per_node: gpus_per_node?, gpu, intra_node })
+        Some(NodeGroup {
+            name,
+            nodes: nodes?,
+            gpus_per_node: gpus_per_node?,
+            gpu,
+            intra_node,
+        })
     }
 
     fn lower_cluster(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Cluster> {
-        let name = self.nodes[n].block.name.as_ref().map(|i| i.text.clone()).unwrap_or_else(|| "cluster".into());
-        let group_ids: Vec<usize> = self.nodes[n].children.iter().copied().filter(|&c| self.nodes[c].block.kind.text == "group").collect();
+        let name = self.nodes[n]
+            .block
+            .name
+            .as_ref()
+            .map(|i| i.text.clone())
+            .unwrap_or_else(|| "cluster".into());
+        let group_ids: Vec<usize> = self.nodes[n]
+            .children
+            .iter()
+            .copied()
+            .filter(|&c| self.nodes[c].block.kind.text == "group")
+            .collect();
         let mut groups = Vec::new();
         let mut ok = true;
         if group_ids.is_empty() {
@@ -629,7 +928,12 @@ impl<'a> Resolver<'a> {
                 }
             }
             for g in group_ids {
-                let gname = self.nodes[g].block.name.as_ref().map(|i| i.text.clone()).unwrap_or_default();
+                let gname = self.nodes[g]
+                    .block
+                    .name
+                    .as_ref()
+                    .map(|i| i.text.clone())
+                    .unwrap_or_default();
                 match self.lower_group(g, gname, defined) {
                     Some(gr) => groups.push(gr),
                     None => ok = false,
@@ -638,19 +942,30 @@ impl<'a> Resolver<'a> {
         }
         let inter_node = match self.child(n, "inter_node") {
             Some(c) => {
-                let kind = self.require(c, "kind", |r| r.enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse));
-                let bandwidth = self.require(c, "bandwidth", |r| r.quantity(c, "bandwidth", Dimension::Bandwidth));
+                let kind = self.require(c, "kind", |r| {
+                    r.enumeration(c, "kind", LinkKind::NAMES, LinkKind::parse)
+                });
+                let bandwidth = self.require(c, "bandwidth", |r| {
+                    r.quantity(c, "bandwidth", Dimension::Bandwidth)
+                });
                 let nics = self.require(c, "nics_per_node", |r| r.count(c, "nics_per_node", 1));
                 let default_latency = match kind {
                     Some(LinkKind::Ethernet) => 30e-6,
                     Some(LinkKind::Roce) => 8e-6,
                     _ => 5e-6,
                 };
-                let latency = self.quantity(c, "latency", Dimension::Time).unwrap_or(default_latency);
+                let latency = self
+                    .quantity(c, "latency", Dimension::Time)
+                    .unwrap_or(default_latency);
                 match (kind, bandwidth, nics) {
-                    (Some(kind), Some(bandwidth), Some(nics_per_node)) => {
-                        Some(InterNode { link: Link { kind, bandwidth, latency }, nics_per_node })
-                    }
+                    (Some(kind), Some(bandwidth), Some(nics_per_node)) => Some(InterNode {
+                        link: Link {
+                            kind,
+                            bandwidth,
+                            latency,
+                        },
+                        nics_per_node,
+                    }),
                     _ => {
                         ok = false;
                         None
@@ -669,7 +984,11 @@ impl<'a> Resolver<'a> {
         if !ok {
             return None;
         }
-        Some(Cluster { name, groups, inter_node })
+        Some(Cluster {
+            name,
+            groups,
+            inter_node,
+        })
     }
 
     fn lower_model(&mut self, n: usize) -> Option<Model> {
@@ -680,8 +999,14 @@ impl<'a> Resolver<'a> {
                     Some(p) => self.preset = Some(p),
                     None => {
                         let file = self.nodes[n].file;
-                        let names: Vec<&str> = Catalog::builtin().models.iter().map(|m| m.name.as_str()).collect();
-                        let mut d = Diagnostic::new(codes::P0215, format!("unknown model preset `{s}`")).at(file, span, "not a built-in model");
+                        let names: Vec<&str> = Catalog::builtin()
+                            .models
+                            .iter()
+                            .map(|m| m.name.as_str())
+                            .collect();
+                        let mut d =
+                            Diagnostic::new(codes::P0215, format!("unknown model preset `{s}`"))
+                                .at(file, span, "not a built-in model");
                         d = match did_you_mean(&s, names.iter().copied()) {
                             Some(x) => d.help(format!("did you mean `{x}`?")),
                             None => d.help(format!("presets: {}", names.join(", "))),
@@ -691,13 +1016,25 @@ impl<'a> Resolver<'a> {
                     }
                 },
                 other => {
-                    self.type_error(n, span, "preset", "a preset name in quotes, e.g. \"llama3-70b\"", &other);
+                    self.type_error(
+                        n,
+                        span,
+                        "preset",
+                        "a preset name in quotes, e.g. \"llama3-70b\"",
+                        &other,
+                    );
                     return None;
                 }
             }
         }
         let p = self.preset;
-        let name = self.nodes[n].block.name.as_ref().map(|i| i.text.clone()).or_else(|| p.map(|p| p.name.clone())).unwrap_or_else(|| "model".into());
+        let name = self.nodes[n]
+            .block
+            .name
+            .as_ref()
+            .map(|i| i.text.clone())
+            .or_else(|| p.map(|p| p.name.clone()))
+            .unwrap_or_else(|| "model".into());
         let req = |r: &mut Self, attr: &str, from_preset: Option<u64>| -> Option<u64> {
             match (r.find_attr(n, attr), from_preset) {
                 (None, Some(v)) => Some(v),
@@ -709,18 +1046,42 @@ impl<'a> Resolver<'a> {
         let heads = req(self, "heads", p.map(|p| p.heads));
         let vocab = req(self, "vocab", p.map(|p| p.vocab));
         let seq_len = req(self, "seq_len", p.map(|p| p.seq_len));
-        let kv_heads = self.count(n, "kv_heads", 1).or(p.and_then(|p| p.kv_heads)).or(heads);
-        let ffn_hidden = self.count(n, "ffn_hidden", 1).or(p.and_then(|p| p.ffn_hidden)).or(hidden.map(|h| 4 * h));
-        let mlp = self.enumeration(n, "mlp", Mlp::NAMES, Mlp::parse).or(p.and_then(|p| Mlp::parse(&p.mlp))).unwrap_or(Mlp::Gelu);
-        let norm = self.enumeration(n, "norm", Norm::NAMES, Norm::parse).or(p.and_then(|p| Norm::parse(&p.norm))).unwrap_or(Norm::Layernorm);
+        let kv_heads = self
+            .count(n, "kv_heads", 1)
+            .or(p.and_then(|p| p.kv_heads))
+            .or(heads);
+        let ffn_hidden = self
+            .count(n, "ffn_hidden", 1)
+            .or(p.and_then(|p| p.ffn_hidden))
+            .or(hidden.map(|h| 4 * h));
+        let mlp = self
+            .enumeration(n, "mlp", Mlp::NAMES, Mlp::parse)
+            .or(p.and_then(|p| Mlp::parse(&p.mlp)))
+            .unwrap_or(Mlp::Gelu);
+        let norm = self
+            .enumeration(n, "norm", Norm::NAMES, Norm::parse)
+            .or(p.and_then(|p| Norm::parse(&p.norm)))
+            .unwrap_or(Norm::Layernorm);
         let position = self
             .enumeration(n, "position", Position::NAMES, Position::parse)
             .or(p.and_then(|p| Position::parse(&p.position)))
             .unwrap_or(Position::Learned);
-        let bias = self.boolean(n, "bias").or(p.map(|p| p.bias)).unwrap_or(true);
-        let tied_embeddings = self.boolean(n, "tied_embeddings").or(p.map(|p| p.tied_embeddings)).unwrap_or(true);
-        let experts = self.count(n, "experts", 1).or(p.and_then(|p| p.experts)).unwrap_or(1);
-        let top_k = self.count(n, "top_k", 1).or(p.and_then(|p| p.top_k)).unwrap_or(1);
+        let bias = self
+            .boolean(n, "bias")
+            .or(p.map(|p| p.bias))
+            .unwrap_or(true);
+        let tied_embeddings = self
+            .boolean(n, "tied_embeddings")
+            .or(p.map(|p| p.tied_embeddings))
+            .unwrap_or(true);
+        let experts = self
+            .count(n, "experts", 1)
+            .or(p.and_then(|p| p.experts))
+            .unwrap_or(1);
+        let top_k = self
+            .count(n, "top_k", 1)
+            .or(p.and_then(|p| p.top_k))
+            .unwrap_or(1);
         Some(Model {
             name,
             layers: layers?,
@@ -742,26 +1103,54 @@ impl<'a> Resolver<'a> {
 
     fn lower_train(&mut self, n: usize) -> Option<Train> {
         let global_batch = self.require(n, "global_batch", |r| r.count(n, "global_batch", 1));
-        let precision = self.enumeration(n, "precision", Precision::NAMES, Precision::parse).unwrap_or(Precision::Bf16);
-        let optimizer = self.enumeration(n, "optimizer", Optimizer::NAMES, Optimizer::parse).unwrap_or(Optimizer::Adam);
+        let precision = self
+            .enumeration(n, "precision", Precision::NAMES, Precision::parse)
+            .unwrap_or(Precision::Bf16);
+        let optimizer = self
+            .enumeration(n, "optimizer", Optimizer::NAMES, Optimizer::parse)
+            .unwrap_or(Optimizer::Adam);
         let tokens = self.number(n, "tokens", 1.0, 1e18);
-        let attention = self.enumeration(n, "attention", Attention::NAMES, Attention::parse).unwrap_or(Attention::Flash);
-        Some(Train { global_batch: global_batch?, precision, optimizer, tokens, attention })
+        let attention = self
+            .enumeration(n, "attention", Attention::NAMES, Attention::parse)
+            .unwrap_or(Attention::Flash);
+        Some(Train {
+            global_batch: global_batch?,
+            precision,
+            optimizer,
+            tokens,
+            attention,
+        })
     }
 
-    fn hole<T: Clone>(&mut self, n: usize, name: &str, default: Hole<T>, conv: impl Fn(&mut Self, Span, &Value) -> Option<T>) -> Option<Hole<T>> {
+    fn hole<T: Clone>(
+        &mut self,
+        n: usize,
+        name: &str,
+        default: Hole<T>,
+        conv: impl Fn(&mut Self, Span, &Value) -> Option<T>,
+    ) -> Option<Hole<T>> {
         let Some((v, span)) = self.get(n, name) else {
             // Written but invalid: reported already; fall back to the default so checking
             // goes on, but the plan is not costed.
-            return if self.find_attr(n, name).is_some() { None } else { Some(default) };
+            return if self.find_attr(n, name).is_some() {
+                None
+            } else {
+                Some(default)
+            };
         };
         match v {
             Value::Auto => Some(Hole::Auto),
             Value::List(items) => {
                 if items.is_empty() {
                     let file = self.nodes[n].file;
-                    self.report(codes::P0212, format!("`{name}` has an empty candidate list"), file, span, "no candidates")
-                        .with_help("list at least one value, or write `auto`");
+                    self.report(
+                        codes::P0212,
+                        format!("`{name}` has an empty candidate list"),
+                        file,
+                        span,
+                        "no candidates",
+                    )
+                    .with_help("list at least one value, or write `auto`");
                     return None;
                 }
                 let mut out = Vec::new();
@@ -775,7 +1164,9 @@ impl<'a> Resolver<'a> {
     }
 
     fn lower_parallel(&mut self, n: usize) -> Option<ParallelSpec> {
-        let count = |min: u64, name: &'static str| move |r: &mut Self, span: Span, v: &Value| r.to_count(n, span, name, v, min);
+        let count = |min: u64, name: &'static str| {
+            move |r: &mut Self, span: Span, v: &Value| r.to_count(n, span, name, v, min)
+        };
         let tp = self.hole(n, "tp", Hole::Fixed(1), count(1, "tp"));
         let pp = self.hole(n, "pp", Hole::Fixed(1), count(1, "pp"));
         let dp = self.hole(n, "dp", Hole::Auto, count(1, "dp"));
@@ -787,19 +1178,36 @@ impl<'a> Resolver<'a> {
             let z = r.to_count(n, span, "zero", v, 0)?;
             if z > 3 {
                 let file = r.nodes[n].file;
-                r.report(codes::P0212, format!("`zero` must be 0, 1, 2 or 3, found {z}"), file, span, "no such ZeRO stage");
+                r.report(
+                    codes::P0212,
+                    format!("`zero` must be 0, 1, 2 or 3, found {z}"),
+                    file,
+                    span,
+                    "no such ZeRO stage",
+                );
                 return None;
             }
             Some(z)
         });
-        let schedule = self.hole(n, "schedule", Hole::Fixed(Schedule::OneFOneB), |r, span, v| {
-            r.to_enum(n, span, "schedule", v, Schedule::NAMES, Schedule::parse)
+        let schedule = self.hole(
+            n,
+            "schedule",
+            Hole::Fixed(Schedule::OneFOneB),
+            |r, span, v| r.to_enum(n, span, "schedule", v, Schedule::NAMES, Schedule::parse),
+        );
+        let sequence_parallel =
+            self.hole(n, "sequence_parallel", Hole::Fixed(false), |r, span, v| {
+                r.to_bool(n, span, "sequence_parallel", v)
+            });
+        let recompute = self.hole(
+            n,
+            "recompute",
+            Hole::Fixed(Recompute::None),
+            |r, span, v| r.to_enum(n, span, "recompute", v, Recompute::NAMES, Recompute::parse),
+        );
+        let offload = self.hole(n, "offload", Hole::Fixed(Offload::None), |r, span, v| {
+            r.to_enum(n, span, "offload", v, Offload::NAMES, Offload::parse)
         });
-        let sequence_parallel = self.hole(n, "sequence_parallel", Hole::Fixed(false), |r, span, v| r.to_bool(n, span, "sequence_parallel", v));
-        let recompute = self.hole(n, "recompute", Hole::Fixed(Recompute::None), |r, span, v| {
-            r.to_enum(n, span, "recompute", v, Recompute::NAMES, Recompute::parse)
-        });
-        let offload = self.hole(n, "offload", Hole::Fixed(Offload::None), |r, span, v| r.to_enum(n, span, "offload", v, Offload::NAMES, Offload::parse));
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -825,7 +1233,13 @@ impl<'a> Resolver<'a> {
                     let text = match v {
                         Value::Str(s) | Value::Enum(s) => s,
                         Value::Number(x) => fmt_num(x),
-                        Value::Bool(b) => if b { "1".into() } else { "0".into() },
+                        Value::Bool(b) => {
+                            if b {
+                                "1".into()
+                            } else {
+                                "0".into()
+                            }
+                        }
                         other => {
                             self.type_error(c, span, &a.name.text, "a string or a number", &other);
                             continue;
@@ -837,8 +1251,12 @@ impl<'a> Resolver<'a> {
         }
         Some(Job {
             name: self.string(n, "name"),
-            framework: self.enumeration(n, "framework", Framework::NAMES, Framework::parse).unwrap_or(Framework::Megatron),
-            scheduler: self.enumeration(n, "scheduler", Scheduler::NAMES, Scheduler::parse).unwrap_or(Scheduler::None),
+            framework: self
+                .enumeration(n, "framework", Framework::NAMES, Framework::parse)
+                .unwrap_or(Framework::Megatron),
+            scheduler: self
+                .enumeration(n, "scheduler", Scheduler::NAMES, Scheduler::parse)
+                .unwrap_or(Scheduler::None),
             partition: self.string(n, "partition"),
             time_limit: self.quantity(n, "time_limit", Dimension::Time),
             image: self.string(n, "image"),
@@ -852,8 +1270,12 @@ impl<'a> Resolver<'a> {
     fn lower_search(&mut self, n: usize) -> Search {
         let d = Search::default();
         Search {
-            objective: self.enumeration(n, "objective", Objective::NAMES, Objective::parse).unwrap_or(d.objective),
-            memory_headroom: self.ratio(n, "memory_headroom").unwrap_or(d.memory_headroom),
+            objective: self
+                .enumeration(n, "objective", Objective::NAMES, Objective::parse)
+                .unwrap_or(d.objective),
+            memory_headroom: self
+                .ratio(n, "memory_headroom")
+                .unwrap_or(d.memory_headroom),
             top: self.count(n, "top", 1).unwrap_or(d.top),
         }
     }

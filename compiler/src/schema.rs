@@ -34,28 +34,84 @@ const fn schema(
     }
 }
 
-pub const TOP_LEVEL: &[&str] = &["cluster", "model", "train", "parallel", "job", "search", "gpu"];
+pub const TOP_LEVEL: &[&str] = &[
+    "cluster", "model", "train", "parallel", "job", "search", "gpu",
+];
 
 pub const SCHEMAS: &[BlockSchema] = &[
-    schema("cluster", Naming::Optional, &["nodes", "gpus_per_node", "gpu"], &["intra_node", "inter_node", "group"]),
-    schema("intra_node", Naming::Forbidden, &["kind", "bandwidth", "latency"], &[]),
-    schema("inter_node", Naming::Forbidden, &["kind", "nics_per_node", "bandwidth", "latency"], &[]),
-    schema("group", Naming::Required, &["nodes", "gpus_per_node", "gpu"], &["intra_node"]),
+    schema(
+        "cluster",
+        Naming::Optional,
+        &["nodes", "gpus_per_node", "gpu"],
+        &["intra_node", "inter_node", "group"],
+    ),
+    schema(
+        "intra_node",
+        Naming::Forbidden,
+        &["kind", "bandwidth", "latency"],
+        &[],
+    ),
+    schema(
+        "inter_node",
+        Naming::Forbidden,
+        &["kind", "nics_per_node", "bandwidth", "latency"],
+        &[],
+    ),
+    schema(
+        "group",
+        Naming::Required,
+        &["nodes", "gpus_per_node", "gpu"],
+        &["intra_node"],
+    ),
     schema(
         "model",
         Naming::Optional,
         &[
-            "preset", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "mlp", "norm",
-            "position", "bias", "tied_embeddings", "experts", "top_k",
+            "preset",
+            "layers",
+            "hidden",
+            "heads",
+            "kv_heads",
+            "ffn_hidden",
+            "vocab",
+            "seq_len",
+            "mlp",
+            "norm",
+            "position",
+            "bias",
+            "tied_embeddings",
+            "experts",
+            "top_k",
         ],
         &[],
     ),
-    schema("train", Naming::Optional, &["global_batch", "precision", "optimizer", "tokens", "attention"], &[]),
+    schema(
+        "train",
+        Naming::Optional,
+        &[
+            "global_batch",
+            "precision",
+            "optimizer",
+            "tokens",
+            "attention",
+        ],
+        &[],
+    ),
     schema(
         "parallel",
         Naming::Optional,
         &[
-            "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "schedule", "sequence_parallel", "zero", "recompute",
+            "tp",
+            "pp",
+            "dp",
+            "cp",
+            "ep",
+            "vpp",
+            "micro_batch",
+            "schedule",
+            "sequence_parallel",
+            "zero",
+            "recompute",
             "offload",
         ],
         &[],
@@ -64,7 +120,14 @@ pub const SCHEMAS: &[BlockSchema] = &[
         "job",
         Naming::Optional,
         &[
-            "name", "framework", "scheduler", "partition", "time_limit", "image", "checkpoint_dir", "retries",
+            "name",
+            "framework",
+            "scheduler",
+            "partition",
+            "time_limit",
+            "image",
+            "checkpoint_dir",
+            "retries",
             "entrypoint",
         ],
         &["env"],
@@ -76,11 +139,25 @@ pub const SCHEMAS: &[BlockSchema] = &[
         blocks: &[],
         free_attrs: true,
     },
-    schema("search", Naming::Optional, &["objective", "memory_headroom", "top"], &[]),
+    schema(
+        "search",
+        Naming::Optional,
+        &["objective", "memory_headroom", "top"],
+        &[],
+    ),
     schema(
         "gpu",
         Naming::Required,
-        &["memory", "hbm_bandwidth", "fp32", "fp16", "bf16", "fp8", "gemm_efficiency", "memory_efficiency"],
+        &[
+            "memory",
+            "hbm_bandwidth",
+            "fp32",
+            "fp16",
+            "bf16",
+            "fp8",
+            "gemm_efficiency",
+            "memory_efficiency",
+        ],
         &["intra_node"],
     ),
 ];
@@ -90,7 +167,10 @@ pub fn lookup(kind: &str) -> Option<&'static BlockSchema> {
 }
 
 /// The closest candidate to a misspelt name, if one is close enough to be a likely typo.
-pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
     let lower = name.to_ascii_lowercase();
     candidates
         .into_iter()
@@ -106,9 +186,24 @@ mod tests {
 
     #[test]
     fn suggestions_for_typos() {
-        assert_eq!(did_you_mean("micro_bach", lookup("parallel").unwrap().attrs.iter().copied()), Some("micro_batch"));
-        assert_eq!(did_you_mean("gpus_per_nod", lookup("cluster").unwrap().attrs.iter().copied()), Some("gpus_per_node"));
-        assert_eq!(did_you_mean("zzz", lookup("parallel").unwrap().attrs.iter().copied()), None);
+        assert_eq!(
+            did_you_mean(
+                "micro_bach",
+                lookup("parallel").unwrap().attrs.iter().copied()
+            ),
+            Some("micro_batch")
+        );
+        assert_eq!(
+            did_you_mean(
+                "gpus_per_nod",
+                lookup("cluster").unwrap().attrs.iter().copied()
+            ),
+            Some("gpus_per_node")
+        );
+        assert_eq!(
+            did_you_mean("zzz", lookup("parallel").unwrap().attrs.iter().copied()),
+            None
+        );
     }
 
     #[test]

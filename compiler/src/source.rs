@@ -120,7 +120,14 @@ pub fn load_plan(
     let (root_id, mut diagnostics) = map.add(root_path, root.display().to_string(), text);
     let mut order = Vec::new();
     let mut stack = vec![root_id];
-    visit(root_id, loader, map, &mut stack, &mut order, &mut diagnostics);
+    visit(
+        root_id,
+        loader,
+        map,
+        &mut stack,
+        &mut order,
+        &mut diagnostics,
+    );
     Ok((order, diagnostics))
 }
 
@@ -232,6 +239,10 @@ mod tests {
         let (_, diags) = load_plan(Path::new("a.tp"), &loader, &mut map).unwrap();
         let codes: Vec<_> = diags.iter().map(|d| d.code).collect();
         assert_eq!(codes, vec!["P0102", "P0101"]);
-        assert!(diags[0].message.contains("a.tp → b.tp → a.tp"), "{}", diags[0].message);
+        assert!(
+            diags[0].message.contains("a.tp → b.tp → a.tp"),
+            "{}",
+            diags[0].message
+        );
     }
 }
