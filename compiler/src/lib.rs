@@ -6,6 +6,7 @@
 //! command line, tests and (later) the LSP call.
 
 pub mod catalog;
+pub mod check;
 pub mod plan;
 pub mod resolve;
 pub mod schema;

@@ -314,6 +314,19 @@ impl<'a> Lexer<'a> {
                     .parse(after)
                     .unwrap_or((after, ""));
             let word_end = self.offset(r);
+            // `1f1b` is a schedule name: digits running into a word that itself holds a
+            // digit read as one identifier, not as a number with a bad unit.
+            if after.as_ptr() == after_space.as_ptr()
+                && word.chars().any(|c| c.is_ascii_digit())
+                && !text.contains(['.', 'e', 'E'])
+            {
+                self.push(
+                    TokenKind::Ident(self.src[start..word_end].to_string()),
+                    start,
+                    word_end,
+                );
+                return r;
+            }
             let mut d = Diagnostic::new(codes::P0003, format!("unknown unit `{word}`")).at(
                 self.file,
                 Span::new(end, word_end),
@@ -416,6 +429,14 @@ mod tests {
         assert_eq!(
             lexed.diagnostics[0].help.as_deref(),
             Some("did you mean `GiB`?")
+        );
+    }
+
+    #[test]
+    fn schedule_names_starting_with_digits_are_identifiers() {
+        assert_eq!(
+            kinds("1f1b"),
+            vec![TokenKind::Ident("1f1b".into()), TokenKind::Eof]
         );
     }
 
