@@ -11,4 +11,5 @@ pub mod plan;
 pub mod resolve;
 pub mod schema;
 pub mod source;
+pub mod validate;
 pub mod value;
