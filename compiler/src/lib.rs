@@ -7,6 +7,7 @@
 
 pub mod catalog;
 pub mod check;
+pub mod cost;
 pub mod plan;
 pub mod resolve;
 pub mod schema;

@@ -1,0 +1,3 @@
+//! The cost model: parameters, FLOPs, memory and time of one training step.
+
+pub mod params;
