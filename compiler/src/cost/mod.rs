@@ -1,3 +1,4 @@
 //! The cost model: parameters, FLOPs, memory and time of one training step.
 
+pub mod memory;
 pub mod params;

@@ -1,0 +1,190 @@
+//! Memory per GPU of each pipeline stage: weights, gradients, optimizer state,
+//! activations of the micro-batches in flight, and runtime overhead.
+//!
+//! Weights/gradients/optimizer follow Megatron-LM's accounting (bf16 weight 2 B, fp32 main
+//! gradient 4 B, fp32 master weight and two Adam moments 12 B; ZeRO stages shard them over
+//! the data-parallel group). Activations follow Korthikanti et al. 2022, Table 2,
+//! generalised to grouped-query attention, SwiGLU and any FFN width.
+
+use serde::Serialize;
+
+use super::params::{embedding_params, head_params, layer_params};
+use crate::plan::{Attention, Mlp, Offload, Optimizer, Plan, Precision, Recompute, Schedule};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StageMemory {
+    pub stage: u64,
+    pub weights_bytes: f64,
+    pub gradients_bytes: f64,
+    pub optimizer_bytes: f64,
+    pub activations_bytes: f64,
+    pub other_bytes: f64,
+    pub total_bytes: f64,
+    /// Parameters held by one GPU of this stage (before ZeRO sharding).
+    pub params: f64,
+}
+
+/// CUDA context, cuBLAS workspace and NCCL buffers: present on every GPU whatever the
+/// model. ~1 GiB is what `nvidia-smi` shows for an idle PyTorch process with NCCL up.
+pub const RUNTIME_OVERHEAD_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Parameters on one GPU of stage `stage`: its share of layers, the embedding on the
+/// first stage, the output layer on the last (a tied embedding is kept on both ends).
+pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let lp = layer_params(m);
+    let layers = (m.layers / p.pp) as f64;
+    let tp = p.tp as f64;
+    let experts_here = (m.experts / p.ep.max(1)) as f64;
+    let per_layer =
+        lp.attention / tp + lp.mlp_per_expert * experts_here / tp + lp.router + lp.norms;
+    let mut total = per_layer * layers;
+    let vocab_h = (m.vocab * m.hidden) as f64 / tp;
+    if stage == 0 {
+        total += embedding_params(m) - (m.vocab * m.hidden) as f64 + vocab_h;
+    }
+    if stage == p.pp - 1 {
+        total += head_params(m)
+            - if m.tied_embeddings {
+                0.0
+            } else {
+                (m.vocab * m.hidden) as f64
+            };
+        if !m.tied_embeddings || p.pp > 1 {
+            total += vocab_h;
+        }
+    }
+    total
+}
+
+/// Bytes per parameter of (weights, gradients, optimizer state), unsharded.
+pub fn bytes_per_param(precision: Precision, optimizer: Optimizer) -> (f64, f64, f64) {
+    let mixed = precision != Precision::Fp32;
+    let weight = precision.bytes();
+    let grad = 4.0;
+    let states = match optimizer {
+        Optimizer::Adam | Optimizer::Adamw => 8.0,
+        Optimizer::Sgd => 4.0,
+    };
+    let master = if mixed { 4.0 } else { 0.0 };
+    (weight, grad, states + master)
+}
+
+/// Activation bytes of one layer for one micro-batch on one GPU.
+pub fn layer_activation_bytes(plan: &Plan) -> f64 {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let elem = plan.train.precision.bytes() / 2.0; // Table 2 counts 2-byte elements
+    let s = (m.seq_len / p.cp) as f64;
+    let b = p.micro_batch as f64;
+    let h = m.hidden as f64;
+    let t = p.tp as f64;
+    let kv = (m.kv_heads * m.head_dim()) as f64;
+    let f = m.ffn_hidden as f64 * if m.experts > 1 { m.top_k as f64 } else { 1.0 };
+    let sbh = s * b * h;
+    if p.recompute == Recompute::Full {
+        // Only the layer input is kept; sharded by sequence parallelism.
+        let shard = if p.sequence_parallel { t } else { 1.0 };
+        return 2.0 * sbh / shard * elem;
+    }
+    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs, dropout masks.
+    let replicated = 10.0 * sbh;
+    // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
+    let qkv = 2.0 * s * b * (h + 2.0 * kv);
+    let attn_out = 2.0 * sbh;
+    let mlp_mid = match m.mlp {
+        Mlp::Gelu => 4.0 * s * b * f,
+        Mlp::Swiglu => 6.0 * s * b * f,
+    };
+    let split = qkv + attn_out + mlp_mid;
+    // Scores, softmax and dropout of the s×s attention matrix: gone with flash attention
+    // or selective recompute.
+    let a = m.heads as f64;
+    let full_seq = m.seq_len as f64;
+    let core = if plan.train.attention == Attention::Standard && p.recompute == Recompute::None {
+        5.0 * a * s * full_seq * b
+    } else {
+        0.0
+    };
+    let replicated_div = if p.sequence_parallel { t } else { 1.0 };
+    (replicated / replicated_div + split / t + core / t) * elem
+}
+
+/// Micro-batches whose activations stage `stage` holds at its peak, in units of the
+/// stage's layers (so interleaving's partial chunks count fractionally).
+pub fn in_flight(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
+    let p = &plan.parallel;
+    let pp = p.pp;
+    let m = micro_batches as f64;
+    match p.schedule {
+        Schedule::Gpipe => m,
+        Schedule::OneFOneB => ((pp - stage) as f64).min(m),
+        Schedule::Interleaved => {
+            // Megatron's warm-up for rank i: (pp - i - 1)·2 + (vpp - 1)·pp chunks, plus one.
+            let v = p.vpp as f64;
+            let chunks = ((pp - stage - 1) * 2 + (p.vpp - 1) * pp + 1) as f64;
+            (chunks / v).min(m)
+        }
+    }
+}
+
+pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory {
+    let p = &plan.parallel;
+    let m = &plan.model;
+    let params = stage_params(plan, stage);
+    let (w, g, o) = bytes_per_param(plan.train.precision, plan.train.optimizer);
+    let shard = (p.dp * p.cp) as f64;
+    let weights = params * w / if p.zero >= 3 { shard } else { 1.0 };
+    let gradients = params * g / if p.zero >= 2 { shard } else { 1.0 };
+    let mut optimizer = params * o / if p.zero >= 1 { shard } else { 1.0 };
+    let mut weights_on_gpu = weights;
+    if p.offload != Offload::None {
+        optimizer = 0.0;
+    }
+    if p.offload == Offload::Params {
+        weights_on_gpu = 0.0;
+    }
+    let layers = (m.layers / p.pp) as f64;
+    let per_layer = layer_activation_bytes(plan);
+    let mut activations = per_layer * layers * in_flight(plan, stage, micro_batches);
+    let elem = plan.train.precision.bytes();
+    let sbh = (m.seq_len / p.cp * p.micro_batch * m.hidden) as f64;
+    if p.recompute == Recompute::Full {
+        // One layer's full activations exist while it is recomputed.
+        let mut full = plan.clone();
+        full.parallel.recompute = Recompute::Selective;
+        activations += layer_activation_bytes(&full);
+    }
+    if stage == 0 {
+        // Embedding output and its dropout mask, per micro-batch in flight.
+        let shard = if p.sequence_parallel {
+            p.tp as f64
+        } else {
+            1.0
+        };
+        activations += 1.5 * sbh * elem / shard * in_flight(plan, 0, micro_batches);
+    }
+    if stage == p.pp - 1 {
+        // Logits in fp32 for the loss (vocab-parallel), and the final norm's input.
+        let s_b = (m.seq_len / p.cp * p.micro_batch) as f64;
+        activations += 4.0 * s_b * m.vocab as f64 / p.tp as f64 + 2.0 * sbh / p.tp as f64;
+    }
+    let mut other = RUNTIME_OVERHEAD_BYTES;
+    if p.zero >= 3 {
+        // Gathered parameters of the layer in use and the one prefetched.
+        let lp = layer_params(m);
+        other += 2.0 * lp.total(m.experts / p.ep.max(1)) / p.tp as f64 * w;
+    }
+    let total = weights_on_gpu + gradients + optimizer + activations + other;
+    StageMemory {
+        stage,
+        weights_bytes: weights_on_gpu,
+        gradients_bytes: gradients,
+        optimizer_bytes: optimizer,
+        activations_bytes: activations,
+        other_bytes: other,
+        total_bytes: total,
+        params,
+    }
+}
