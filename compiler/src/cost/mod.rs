@@ -1,4 +1,5 @@
 //! The cost model: parameters, FLOPs, memory and time of one training step.
 
+pub mod comm;
 pub mod memory;
 pub mod params;
