@@ -2,4 +2,5 @@
 
 pub mod comm;
 pub mod memory;
+pub mod ops;
 pub mod params;

@@ -1,0 +1,310 @@
+//! One transformer layer lowered to the operations one GPU runs for one micro-batch.
+//!
+//! This list is the unit every later consumer shares: the closed-form time model sums it,
+//! the simulator will schedule it on compute and communication streams, and the runtime
+//! will execute it with cuBLAS and NCCL. Sizes are per GPU (after tp/sp/cp/ep sharding).
+
+use super::comm::Collective;
+use crate::plan::{Attention, Mlp, Plan, Position};
+
+/// Which parallel group a collective runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Group {
+    Tp,
+    Cp,
+    Ep,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpKind {
+    /// A matrix product `m×k · k×n`.
+    Gemm { m: f64, n: f64, k: f64 },
+    /// The attention core (scores, softmax, weighted sum) as one fused kernel.
+    FlashAttention { flops: f64 },
+    /// A memory-bound kernel moving `bytes` through HBM (norms, activations, softmax).
+    Memory { bytes: f64 },
+    /// A collective over `bytes` (the full buffer the group exchanges).
+    Collective {
+        op: Collective,
+        bytes: f64,
+        group: Group,
+    },
+    /// Exchange of keys and values around the context-parallel ring, overlapped with the
+    /// attention core.
+    RingExchange { bytes: f64, steps: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Op {
+    pub name: &'static str,
+    pub kind: OpKind,
+}
+
+fn op(name: &'static str, kind: OpKind) -> Op {
+    Op { name, kind }
+}
+
+/// The forward operations of one layer for one micro-batch on one GPU.
+pub fn layer_forward(plan: &Plan) -> Vec<Op> {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let e = plan.train.precision.bytes();
+    let t = p.tp as f64;
+    let h = m.hidden as f64;
+    let kv = (m.kv_heads * m.head_dim()) as f64;
+    let f = m.ffn_hidden as f64;
+    let s_full = m.seq_len as f64;
+    let s = s_full / p.cp as f64;
+    let tokens = p.micro_batch as f64 * s;
+    let sp = if p.sequence_parallel { t } else { 1.0 };
+    let act = tokens * h * e; // one activation tensor of the layer
+    let mut ops = Vec::new();
+    let (gather, scatter) = if p.sequence_parallel {
+        (Some(Collective::AllGather), Collective::ReduceScatter)
+    } else {
+        (None, Collective::AllReduce)
+    };
+    let tp_comm = |ops: &mut Vec<Op>, name, c: Collective| {
+        if p.tp > 1 {
+            ops.push(op(
+                name,
+                OpKind::Collective {
+                    op: c,
+                    bytes: act,
+                    group: Group::Tp,
+                },
+            ));
+        }
+    };
+
+    ops.push(op(
+        "input_norm",
+        OpKind::Memory {
+            bytes: 2.0 * act / sp,
+        },
+    ));
+    if let Some(g) = gather {
+        tp_comm(&mut ops, "attention_all_gather", g);
+    }
+    ops.push(op(
+        "qkv_proj",
+        OpKind::Gemm {
+            m: tokens,
+            n: (h + 2.0 * kv) / t,
+            k: h,
+        },
+    ));
+    if m.position == Position::Rope {
+        ops.push(op(
+            "rope",
+            OpKind::Memory {
+                bytes: 2.0 * tokens * (h + kv) / t * e,
+            },
+        ));
+    }
+    if p.cp > 1 {
+        ops.push(op(
+            "cp_kv_exchange",
+            OpKind::RingExchange {
+                bytes: 2.0 * tokens * kv / t * e,
+                steps: p.cp - 1,
+            },
+        ));
+    }
+    let heads = m.heads as f64 / t;
+    let d = m.head_dim() as f64;
+    match plan.train.attention {
+        Attention::Flash => {
+            // Causal masking lets the fused kernel skip the upper triangle.
+            let flops = 4.0 * p.micro_batch as f64 * heads * s * s_full * d * 0.5;
+            ops.push(op("attention", OpKind::FlashAttention { flops }));
+        }
+        Attention::Standard => {
+            let batch_heads = p.micro_batch as f64 * heads;
+            ops.push(op(
+                "attention_scores",
+                OpKind::Gemm {
+                    m: batch_heads * s,
+                    n: s_full,
+                    k: d,
+                },
+            ));
+            // Write scores, softmax read+write, dropout read+write+mask, read by the
+            // weighted sum: 13 bytes per score at 2-byte precision.
+            let scores = batch_heads * s * s_full;
+            ops.push(op(
+                "softmax_dropout",
+                OpKind::Memory {
+                    bytes: 6.5 * scores * e,
+                },
+            ));
+            ops.push(op(
+                "attention_values",
+                OpKind::Gemm {
+                    m: batch_heads * s,
+                    n: d,
+                    k: s_full,
+                },
+            ));
+        }
+    }
+    ops.push(op(
+        "attention_out_proj",
+        OpKind::Gemm {
+            m: tokens,
+            n: h,
+            k: h / t,
+        },
+    ));
+    tp_comm(&mut ops, "attention_reduce", scatter);
+    ops.push(op(
+        "attention_residual",
+        OpKind::Memory {
+            bytes: 4.0 * act / sp,
+        },
+    ));
+    ops.push(op(
+        "mlp_norm",
+        OpKind::Memory {
+            bytes: 2.0 * act / sp,
+        },
+    ));
+    if let Some(g) = gather {
+        tp_comm(&mut ops, "mlp_all_gather", g);
+    }
+    let moe = m.experts > 1;
+    let routed = if moe { tokens * m.top_k as f64 } else { tokens };
+    if moe {
+        ops.push(op(
+            "router",
+            OpKind::Gemm {
+                m: tokens,
+                n: m.experts as f64,
+                k: h,
+            },
+        ));
+        if p.ep > 1 {
+            ops.push(op(
+                "moe_dispatch",
+                OpKind::Collective {
+                    op: Collective::AllToAll,
+                    bytes: routed * h * e * p.ep as f64,
+                    group: Group::Ep,
+                },
+            ));
+        }
+    }
+    let up = match m.mlp {
+        Mlp::Gelu => f,
+        Mlp::Swiglu => 2.0 * f,
+    };
+    ops.push(op(
+        "mlp_up_proj",
+        OpKind::Gemm {
+            m: routed,
+            n: up / t,
+            k: h,
+        },
+    ));
+    let act_bytes = match m.mlp {
+        Mlp::Gelu => 2.0 * routed * f / t * e,
+        Mlp::Swiglu => 3.0 * routed * f / t * e,
+    };
+    ops.push(op("mlp_activation", OpKind::Memory { bytes: act_bytes }));
+    ops.push(op(
+        "mlp_down_proj",
+        OpKind::Gemm {
+            m: routed,
+            n: h,
+            k: f / t,
+        },
+    ));
+    if moe && p.ep > 1 {
+        ops.push(op(
+            "moe_combine",
+            OpKind::Collective {
+                op: Collective::AllToAll,
+                bytes: routed * h * e * p.ep as f64,
+                group: Group::Ep,
+            },
+        ));
+    }
+    tp_comm(&mut ops, "mlp_reduce", scatter);
+    ops.push(op(
+        "mlp_residual",
+        OpKind::Memory {
+            bytes: 4.0 * act / sp,
+        },
+    ));
+    ops
+}
+
+/// The output layer and loss of the last stage, forward, for one micro-batch.
+pub fn head_forward(plan: &Plan) -> Vec<Op> {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let e = plan.train.precision.bytes();
+    let t = p.tp as f64;
+    let tokens = (p.micro_batch * m.seq_len / p.cp) as f64;
+    let h = m.hidden as f64;
+    let v = m.vocab as f64;
+    let sp = if p.sequence_parallel { t } else { 1.0 };
+    let mut ops = vec![op(
+        "final_norm",
+        OpKind::Memory {
+            bytes: 2.0 * tokens * h * e / sp,
+        },
+    )];
+    if p.sequence_parallel && p.tp > 1 {
+        ops.push(op(
+            "head_all_gather",
+            OpKind::Collective {
+                op: Collective::AllGather,
+                bytes: tokens * h * e,
+                group: Group::Tp,
+            },
+        ));
+    }
+    ops.push(op(
+        "logits",
+        OpKind::Gemm {
+            m: tokens,
+            n: v / t,
+            k: h,
+        },
+    ));
+    // Cross-entropy in fp32 over vocab-parallel logits: read, exp, write gradient.
+    ops.push(op(
+        "cross_entropy",
+        OpKind::Memory {
+            bytes: 3.0 * tokens * v / t * 4.0,
+        },
+    ));
+    ops
+}
+
+/// The embedding lookup of the first stage, forward, for one micro-batch.
+pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let e = plan.train.precision.bytes();
+    let tokens = (p.micro_batch * m.seq_len / p.cp) as f64;
+    let act = tokens * m.hidden as f64 * e;
+    let mut ops = vec![op("embedding", OpKind::Memory { bytes: 2.0 * act })];
+    if p.tp > 1 {
+        let c = if p.sequence_parallel {
+            Collective::ReduceScatter
+        } else {
+            Collective::AllReduce
+        };
+        ops.push(op(
+            "embedding_reduce",
+            OpKind::Collective {
+                op: c,
+                bytes: act,
+                group: Group::Tp,
+            },
+        ));
+    }
+    ops
+}
