@@ -4,3 +4,4 @@ pub mod comm;
 pub mod memory;
 pub mod ops;
 pub mod params;
+pub mod time;

@@ -1,0 +1,316 @@
+//! Step time: operations timed on their device, summed per stage and micro-batch, and
+//! composed by the pipeline schedule.
+//!
+//! Compute uses a roofline per kernel (FLOPs at the device's achievable matrix rate, or
+//! bytes at its achievable memory bandwidth, whichever is slower, never faster than a
+//! kernel launch). Tensor-, context- and expert-parallel collectives sit on the critical
+//! path as Megatron-LM issues them; data-parallel gradient reduction overlaps the last
+//! micro-batch's backward pass.
+
+use serde::Serialize;
+
+use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
+use super::ops::{embedding_forward, head_forward, layer_forward, Group, Op, OpKind};
+use crate::plan::{Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute};
+
+/// A GPU cannot finish kernels faster than the host launches them.
+const KERNEL_FLOOR_S: f64 = 4e-6;
+/// Matrix products are computed in 128×128 output tiles; ragged edges waste a tile.
+const TILE: f64 = 128.0;
+/// Fused attention kernels reach this fraction of the device's matrix-product rate.
+const FLASH_EFFICIENCY: f64 = 0.75;
+/// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
+const BUCKET_PARAMS: f64 = 40e6;
+
+pub struct Device<'a> {
+    pub gpu: &'a Gpu,
+    pub precision: Precision,
+}
+
+impl Device<'_> {
+    fn peak(&self) -> f64 {
+        self.gpu
+            .peak(self.precision)
+            .or(self.gpu.peak(Precision::Fp32))
+            .unwrap_or(1e12)
+    }
+
+    fn matrix_rate(&self) -> f64 {
+        self.peak() * self.gpu.gemm_efficiency
+    }
+
+    fn memory_rate(&self) -> f64 {
+        self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
+    }
+
+    pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
+        let padded = |x: f64| (x / TILE).ceil() * TILE;
+        let flops = 2.0 * padded(m) * padded(n) * k;
+        let bytes = self.precision.bytes() * (m * k + k * n + m * n);
+        (flops / self.matrix_rate())
+            .max(bytes / self.memory_rate())
+            .max(KERNEL_FLOOR_S)
+    }
+
+    pub fn memory(&self, bytes: f64) -> f64 {
+        (bytes / self.memory_rate()).max(KERNEL_FLOOR_S)
+    }
+
+    pub fn flash(&self, flops: f64) -> f64 {
+        (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
+    }
+}
+
+/// Compute and exposed communication of one pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct PassTime {
+    pub compute: f64,
+    pub comm: f64,
+    /// FLOPs actually executed (for hardware FLOP/s).
+    pub flops: f64,
+}
+
+impl PassTime {
+    pub fn total(&self) -> f64 {
+        self.compute + self.comm
+    }
+
+    fn add(&mut self, o: PassTime) {
+        self.compute += o.compute;
+        self.comm += o.comm;
+        self.flops += o.flops;
+    }
+
+    fn scale(self, k: f64) -> PassTime {
+        PassTime {
+            compute: self.compute * k,
+            comm: self.comm * k,
+            flops: self.flops * k,
+        }
+    }
+}
+
+/// Where the groups of the plan sit on the cluster (Megatron's rank order: tp fastest,
+/// then cp, dp, pp).
+pub struct Placement {
+    pub fabric: Fabric,
+    pub tp: GroupShape,
+    pub cp: GroupShape,
+    pub dp: GroupShape,
+    pub ep: GroupShape,
+    pub pp_crosses_nodes: bool,
+}
+
+pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
+    let p = &plan.parallel;
+    let gpn = group.gpus_per_node;
+    let inter = plan.cluster.inter_node.as_ref();
+    let inter_per_gpu = inter
+        .map(|i| {
+            i.link.bandwidth * super::comm::link_efficiency(i.link.kind) * i.nics_per_node as f64
+                / gpn as f64
+        })
+        .unwrap_or(f64::INFINITY);
+    let fabric = Fabric {
+        intra: group.intra_node.clone(),
+        inter: inter.map(|i| i.link.clone()),
+        inter_per_gpu,
+    };
+    let shape = |size: u64, stride: u64| GroupShape {
+        size,
+        per_node: size.min((gpn / stride.min(gpn)).max(1)),
+    };
+    Placement {
+        tp: GroupShape {
+            size: p.tp,
+            per_node: p.tp.min(gpn),
+        },
+        cp: shape(p.cp, p.tp),
+        dp: shape(p.dp * p.cp, p.tp),
+        ep: shape(p.ep, p.tp * p.cp),
+        pp_crosses_nodes: p.tp * p.cp * p.dp >= gpn && plan.cluster.nodes() > 1,
+        fabric,
+    }
+}
+
+fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
+    let mut t = PassTime::default();
+    let mut attention_compute = 0.0;
+    let mut ring = 0.0;
+    for o in ops {
+        match &o.kind {
+            OpKind::Gemm { m, n, k } => {
+                t.compute += dev.gemm(*m, *n, *k);
+                t.flops += 2.0 * m * n * k;
+            }
+            OpKind::FlashAttention { flops } => {
+                let x = dev.flash(*flops);
+                t.compute += x;
+                attention_compute += x;
+                t.flops += flops;
+            }
+            OpKind::Memory { bytes } => t.compute += dev.memory(*bytes),
+            OpKind::Collective { op, bytes, group } => {
+                let g = match group {
+                    Group::Tp => pl.tp,
+                    Group::Cp => pl.cp,
+                    Group::Ep => pl.ep,
+                };
+                t.comm += collective_time(*op, *bytes, g, &pl.fabric);
+            }
+            OpKind::RingExchange { bytes, steps } => {
+                ring += *steps as f64 * p2p_time(*bytes, pl.cp.per_node < pl.cp.size, &pl.fabric);
+            }
+        }
+    }
+    // The ring exchange hides behind the attention blocks it feeds.
+    t.comm += (ring - attention_compute).max(0.0);
+    t
+}
+
+/// Forward and backward of one micro-batch on one stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StageTime {
+    pub forward: PassTime,
+    pub backward: PassTime,
+    /// Pipeline send/receive per micro-batch (forward activations and backward gradients).
+    pub p2p: f64,
+}
+
+impl StageTime {
+    pub fn per_microbatch(&self) -> f64 {
+        self.forward.total() + self.backward.total() + self.p2p
+    }
+}
+
+pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
+    let p = &plan.parallel;
+    let layers = (plan.model.layers / p.pp) as f64;
+    let layer_ops = layer_forward(plan);
+    let layer_fwd = time_ops(&layer_ops, dev, pl);
+    // Backward runs two products per forward product and twice the memory traffic;
+    // collectives mirror the forward ones.
+    let mut layer_bwd = PassTime {
+        compute: 2.0 * layer_fwd.compute,
+        comm: layer_fwd.comm,
+        flops: 2.0 * layer_fwd.flops,
+    };
+    if plan.train.attention == Attention::Flash {
+        // The fused backward recomputes the scores: 2.5× the forward attention work.
+        let attn: Vec<Op> = layer_ops
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::FlashAttention { .. }))
+            .cloned()
+            .collect();
+        layer_bwd.add(time_ops(&attn, dev, pl).scale(0.5));
+    }
+    match p.recompute {
+        Recompute::Full => layer_bwd.add(layer_fwd),
+        Recompute::Selective if plan.train.attention == Attention::Standard => {
+            let core: Vec<Op> = layer_ops
+                .iter()
+                .filter(|o| {
+                    matches!(
+                        o.name,
+                        "attention_scores" | "softmax_dropout" | "attention_values"
+                    )
+                })
+                .cloned()
+                .collect();
+            layer_bwd.add(time_ops(&core, dev, pl));
+        }
+        _ => {}
+    }
+    let mut forward = layer_fwd.scale(layers);
+    let mut backward = layer_bwd.scale(layers);
+    if stage == 0 {
+        let emb = time_ops(&embedding_forward(plan), dev, pl);
+        forward.add(emb);
+        backward.add(emb);
+    }
+    if stage == p.pp - 1 {
+        let head = time_ops(&head_forward(plan), dev, pl);
+        forward.add(head);
+        backward.add(PassTime {
+            compute: 2.0 * head.compute,
+            comm: head.comm,
+            flops: 2.0 * head.flops,
+        });
+    }
+    let p2p = if p.pp > 1 {
+        let m = &plan.model;
+        let sp = if p.sequence_parallel { p.tp } else { 1 };
+        let bytes = (p.micro_batch * m.seq_len / p.cp * m.hidden / sp) as f64
+            * plan.train.precision.bytes();
+        // One send forward and one backward per model chunk boundary.
+        2.0 * p.vpp as f64 * p2p_time(bytes, pl.pp_crosses_nodes, &pl.fabric)
+    } else {
+        0.0
+    };
+    StageTime {
+        forward,
+        backward,
+        p2p,
+    }
+}
+
+/// Data-parallel gradient (and parameter) communication of one stage, exposed part.
+pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f64 {
+    let p = &plan.parallel;
+    if pl.dp.size <= 1 {
+        return 0.0;
+    }
+    let grad_bytes = params * 4.0;
+    let param_bytes = params * plan.train.precision.bytes();
+    let buckets = (params / BUCKET_PARAMS).max(1.0);
+    let (reduce, gather) = if p.zero >= 1 {
+        (
+            collective_time(Collective::ReduceScatter, grad_bytes, pl.dp, &pl.fabric),
+            collective_time(Collective::AllGather, param_bytes, pl.dp, &pl.fabric),
+        )
+    } else {
+        (
+            collective_time(Collective::AllReduce, grad_bytes, pl.dp, &pl.fabric),
+            0.0,
+        )
+    };
+    let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
+    let exposed_reduce = if p.zero >= 2 {
+        // ZeRO-2/3 reduce every micro-batch, each overlapped with that backward pass.
+        m * (reduce - st.backward.compute).max(reduce / buckets)
+    } else {
+        (reduce - st.backward.compute).max(reduce / buckets)
+    };
+    let exposed_gather = if p.zero >= 3 {
+        // Parameters are gathered for every forward and backward of every micro-batch.
+        2.0 * m * (gather - st.forward.compute).max(gather / buckets)
+    } else {
+        (gather - st.forward.compute).max(gather / buckets)
+    };
+    exposed_reduce + exposed_gather
+}
+
+/// The optimizer step: streaming the local optimizer state through HBM (or the host).
+pub fn optimizer_time(plan: &Plan, params: f64, dev: &Device) -> f64 {
+    let p = &plan.parallel;
+    let local = params
+        / if p.zero >= 1 {
+            (p.dp * p.cp) as f64
+        } else {
+            1.0
+        };
+    let mixed = plan.train.precision != Precision::Fp32;
+    let bytes_per_param = match (plan.train.optimizer, mixed) {
+        // read grad, master, m, v; write master, m, v; write the half-precision weight
+        (Optimizer::Adam | Optimizer::Adamw, true) => 30.0,
+        (Optimizer::Adam | Optimizer::Adamw, false) => 28.0,
+        (Optimizer::Sgd, true) => 22.0,
+        (Optimizer::Sgd, false) => 16.0,
+    };
+    if p.offload != Offload::None {
+        // Gradients down and weights up over PCIe (~25 GB/s), Adam on the host
+        // (~1e9 parameters/s per GPU's share of cores).
+        return local * 6.0 / 25e9 + local / 1e9;
+    }
+    dev.memory(local * bytes_per_param)
+}
