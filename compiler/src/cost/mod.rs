@@ -1,7 +1,178 @@
 //! The cost model: parameters, FLOPs, memory and time of one training step.
+//!
+//! [`estimate`] is the entry point: it maps pipeline stages onto the cluster's node groups,
+//! costs each stage's memory and time, and composes the step with the pipeline schedule.
 
 pub mod comm;
 pub mod memory;
 pub mod ops;
 pub mod params;
 pub mod time;
+
+use serde::Serialize;
+
+use crate::plan::{NodeGroup, Plan, Recompute};
+use memory::{stage_memory, StageMemory};
+use time::{dp_exposed, optimizer_time, placement, stage_time, Device, StageTime};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct StageEstimate {
+    pub memory: StageMemory,
+    pub time: StageTime,
+    pub gpu: String,
+    pub capacity_bytes: f64,
+    pub dp_exposed_s: f64,
+    pub optimizer_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Estimate {
+    pub params: f64,
+    pub flops_per_step: f64,
+    pub hw_flops_per_step: f64,
+    pub micro_batches: u64,
+    pub stages: Vec<StageEstimate>,
+    pub step_s: f64,
+    pub compute_s: f64,
+    pub exposed_comm_s: f64,
+    pub bubble_s: f64,
+    pub tokens_per_s: f64,
+    pub samples_per_s: f64,
+    pub model_tflops_per_gpu: f64,
+    pub hw_tflops_per_gpu: f64,
+    pub mfu: f64,
+    /// Index of the stage with the largest memory use.
+    pub peak_stage: usize,
+}
+
+/// The node group that hosts pipeline stage `stage` (stages fill groups in order).
+pub fn stage_group(plan: &Plan, stage: u64) -> &NodeGroup {
+    let per_stage = plan.parallel.tp * plan.parallel.cp * plan.parallel.dp;
+    let first_rank = stage * per_stage;
+    let mut offset = 0;
+    for g in &plan.cluster.groups {
+        if first_rank < offset + g.gpus() {
+            return g;
+        }
+        offset += g.gpus();
+    }
+    plan.cluster.groups.last().expect("a cluster has a group")
+}
+
+pub fn estimate(plan: &Plan) -> Estimate {
+    let p = &plan.parallel;
+    let m = &plan.model;
+    let micro_batches = p.grad_accum(plan.train.global_batch).max(1);
+    let mut stages = Vec::new();
+    for s in 0..p.pp {
+        let group = stage_group(plan, s);
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let pl = placement(plan, group);
+        let mem = stage_memory(plan, s, micro_batches);
+        let t = stage_time(plan, s, &dev, &pl);
+        let dp = dp_exposed(plan, mem.params, &t, &pl);
+        let opt = optimizer_time(plan, mem.params, &dev);
+        stages.push(StageEstimate {
+            capacity_bytes: group.gpu.memory,
+            gpu: group.gpu.name.clone(),
+            memory: mem,
+            time: t,
+            dp_exposed_s: dp,
+            optimizer_s: opt,
+        });
+    }
+    // Pipeline: the slowest stage sets the pace for every micro-batch; filling and
+    // draining the pipe costs the other stages' time once, divided by the chunks per
+    // rank under interleaving.
+    let per_mb: Vec<f64> = stages.iter().map(|s| s.time.per_microbatch()).collect();
+    let (bottleneck, t_max) = per_mb
+        .iter()
+        .copied()
+        .enumerate()
+        .fold((0, 0.0), |acc, (i, t)| if t > acc.1 { (i, t) } else { acc });
+    let fill: f64 = per_mb.iter().sum::<f64>() - t_max;
+    let mb = micro_batches as f64;
+    let bubble_s = fill / p.vpp as f64;
+    let b = &stages[bottleneck];
+    let compute_per_mb = b.time.forward.compute + b.time.backward.compute;
+    let comm_per_mb = b.time.forward.comm + b.time.backward.comm + b.time.p2p;
+    // After the last backward each stage reduces gradients and steps its optimizer; the
+    // slowest of these ends the step.
+    let tail = stages
+        .iter()
+        .map(|s| s.dp_exposed_s + s.optimizer_s)
+        .fold(0.0, f64::max);
+    let tail_stage = stages
+        .iter()
+        .max_by(|a, b| {
+            (a.dp_exposed_s + a.optimizer_s).total_cmp(&(b.dp_exposed_s + b.optimizer_s))
+        })
+        .expect("at least one stage");
+    let compute_s = mb * compute_per_mb + tail_stage.optimizer_s;
+    let exposed_comm_s = mb * comm_per_mb + tail_stage.dp_exposed_s;
+    let step_s = compute_s + exposed_comm_s + bubble_s;
+    debug_assert!((step_s - (mb * t_max + bubble_s + tail)).abs() < 1e-9 * step_s.max(1.0));
+
+    let flops_per_step = params::flops_per_step(m, plan.train.global_batch);
+    let recompute_flops: f64 = {
+        // Executed FLOPs beyond the model's: summed over all GPUs from the stage passes.
+        let executed: f64 = stages
+            .iter()
+            .map(|s| s.time.forward.flops + s.time.backward.flops)
+            .sum::<f64>()
+            * mb
+            * (p.dp * p.cp) as f64
+            * p.tp as f64;
+        let base = flops_per_step;
+        match p.recompute {
+            Recompute::None => 0.0,
+            _ => (executed - base).max(0.0).min(base),
+        }
+    };
+    let hw_flops_per_step = flops_per_step + recompute_flops;
+    let world = plan.cluster.world_size() as f64;
+    let model_tflops_per_gpu = flops_per_step / step_s / world / 1e12;
+    let hw_tflops_per_gpu = hw_flops_per_step / step_s / world / 1e12;
+    let peak_per_gpu: f64 = {
+        let mut total = 0.0;
+        for g in &plan.cluster.groups {
+            let peak = g
+                .gpu
+                .peak(plan.train.precision)
+                .or(g.gpu.peak(crate::plan::Precision::Fp32))
+                .unwrap_or(1.0);
+            total += peak * g.gpus() as f64;
+        }
+        total / world
+    };
+    let peak_stage = stages
+        .iter()
+        .enumerate()
+        .max_by(|a, b| {
+            (a.1.memory.total_bytes / a.1.capacity_bytes)
+                .total_cmp(&(b.1.memory.total_bytes / b.1.capacity_bytes))
+        })
+        .map(|(i, _)| i)
+        .unwrap_or(0);
+    let samples_per_s = plan.train.global_batch as f64 / step_s;
+    Estimate {
+        params: params::total_params(m),
+        flops_per_step,
+        hw_flops_per_step,
+        micro_batches,
+        peak_stage,
+        stages,
+        step_s,
+        compute_s,
+        exposed_comm_s,
+        bubble_s,
+        tokens_per_s: samples_per_s * m.seq_len as f64,
+        samples_per_s,
+        model_tflops_per_gpu,
+        hw_tflops_per_gpu,
+        mfu: model_tflops_per_gpu * 1e12 / peak_per_gpu,
+    }
+}
