@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod check;
 pub mod cost;
 pub mod plan;
+pub mod report;
 pub mod resolve;
 pub mod schema;
 pub mod source;

@@ -1,0 +1,213 @@
+//! The machine-readable report: the JSON contract of `shared/spec/report.md`.
+//!
+//! Keys here are a promise to scripts and dashboards: add freely, never rename or drop.
+
+use serde::Serialize;
+
+use planc_lang::Diagnostic;
+
+use crate::cost::Estimate;
+use crate::plan::Plan;
+use crate::source::SourceMap;
+
+#[derive(Serialize, Debug, Clone)]
+pub struct JsonDiagnostic {
+    pub severity: &'static str,
+    pub code: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub help: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub end_line: Option<usize>,
+    pub end_column: Option<usize>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct PlanSection {
+    pub world_size: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub dp: u64,
+    pub cp: u64,
+    pub ep: u64,
+    pub vpp: u64,
+    pub micro_batch: u64,
+    pub grad_accum: u64,
+    pub global_batch: u64,
+    pub schedule: &'static str,
+    pub zero: u64,
+    pub recompute: &'static str,
+    pub sequence_parallel: bool,
+    pub offload: &'static str,
+    pub precision: &'static str,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ModelSection {
+    pub name: String,
+    pub params: u64,
+    pub flops_per_step: f64,
+    pub hw_flops_per_step: f64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct StageSection {
+    pub stage: u64,
+    pub gpu: String,
+    pub weights_bytes: u64,
+    pub gradients_bytes: u64,
+    pub optimizer_bytes: u64,
+    pub activations_bytes: u64,
+    pub other_bytes: u64,
+    pub total_bytes: u64,
+    pub capacity_bytes: u64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct MemorySection {
+    pub peak_bytes: u64,
+    pub capacity_bytes: u64,
+    pub stages: Vec<StageSection>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct TimeSection {
+    pub step_s: f64,
+    pub compute_s: f64,
+    pub exposed_comm_s: f64,
+    pub bubble_s: f64,
+    pub bubble_fraction: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_to_train_s: Option<f64>,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct ThroughputSection {
+    pub tokens_per_s: f64,
+    pub samples_per_s: f64,
+    pub model_tflops_per_gpu: f64,
+    pub hw_tflops_per_gpu: f64,
+    pub mfu: f64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct Report {
+    pub version: u32,
+    pub ok: bool,
+    pub diagnostics: Vec<JsonDiagnostic>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time: Option<TimeSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<ThroughputSection>,
+}
+
+pub fn json_diagnostic(d: &Diagnostic, sources: &SourceMap) -> JsonDiagnostic {
+    let (file, start, end) = match &d.primary {
+        Some(l) if (l.file.0 as usize) < sources.files.len() => {
+            let (s, e) = sources.line_cols(l.file, l.span);
+            (Some(sources.get(l.file).display.clone()), Some(s), Some(e))
+        }
+        _ => (None, None, None),
+    };
+    JsonDiagnostic {
+        severity: d.severity.as_str(),
+        code: d.code,
+        message: d.message.clone(),
+        help: d.help.clone(),
+        file,
+        line: start.map(|s| s.0),
+        column: start.map(|s| s.1),
+        end_line: end.map(|e| e.0),
+        end_column: end.map(|e| e.1),
+    }
+}
+
+pub fn build(
+    diags: &[Diagnostic],
+    sources: &SourceMap,
+    costed: Option<(&Plan, &Estimate)>,
+) -> Report {
+    let ok = !diags.iter().any(Diagnostic::is_error);
+    let diagnostics = diags.iter().map(|d| json_diagnostic(d, sources)).collect();
+    let mut r = Report {
+        version: 1,
+        ok,
+        diagnostics,
+        plan: None,
+        model: None,
+        memory: None,
+        time: None,
+        throughput: None,
+    };
+    let Some((plan, e)) = costed else { return r };
+    let p = &plan.parallel;
+    r.plan = Some(PlanSection {
+        world_size: plan.cluster.world_size(),
+        tp: p.tp,
+        pp: p.pp,
+        dp: p.dp,
+        cp: p.cp,
+        ep: p.ep,
+        vpp: p.vpp,
+        micro_batch: p.micro_batch,
+        grad_accum: e.micro_batches,
+        global_batch: plan.train.global_batch,
+        schedule: p.schedule.as_str(),
+        zero: p.zero,
+        recompute: p.recompute.as_str(),
+        sequence_parallel: p.sequence_parallel,
+        offload: p.offload.as_str(),
+        precision: plan.train.precision.as_str(),
+    });
+    r.model = Some(ModelSection {
+        name: plan.model.name.clone(),
+        params: e.params.round() as u64,
+        flops_per_step: e.flops_per_step,
+        hw_flops_per_step: e.hw_flops_per_step,
+    });
+    let stages: Vec<StageSection> = e
+        .stages
+        .iter()
+        .map(|s| StageSection {
+            stage: s.memory.stage,
+            gpu: s.gpu.clone(),
+            weights_bytes: s.memory.weights_bytes.round() as u64,
+            gradients_bytes: s.memory.gradients_bytes.round() as u64,
+            optimizer_bytes: s.memory.optimizer_bytes.round() as u64,
+            activations_bytes: s.memory.activations_bytes.round() as u64,
+            other_bytes: s.memory.other_bytes.round() as u64,
+            total_bytes: s.memory.total_bytes.round() as u64,
+            capacity_bytes: s.capacity_bytes.round() as u64,
+        })
+        .collect();
+    let peak = &e.stages[e.peak_stage];
+    r.memory = Some(MemorySection {
+        peak_bytes: peak.memory.total_bytes.round() as u64,
+        capacity_bytes: peak.capacity_bytes.round() as u64,
+        stages,
+    });
+    r.time = Some(TimeSection {
+        step_s: e.step_s,
+        compute_s: e.compute_s,
+        exposed_comm_s: e.exposed_comm_s,
+        bubble_s: e.bubble_s,
+        bubble_fraction: e.bubble_s / e.step_s,
+        time_to_train_s: plan.train.tokens.map(|t| t / e.tokens_per_s),
+    });
+    r.throughput = Some(ThroughputSection {
+        tokens_per_s: e.tokens_per_s,
+        samples_per_s: e.samples_per_s,
+        model_tflops_per_gpu: e.model_tflops_per_gpu,
+        hw_tflops_per_gpu: e.hw_tflops_per_gpu,
+        mfu: e.mfu,
+    });
+    r
+}
