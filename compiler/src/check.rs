@@ -1,34 +1,249 @@
-//! The front half of `planc check`: load, parse and resolve a plan file.
+//! `planc check` as a library call: load, resolve, choose the layout, validate, cost.
+//!
+//! The command line, tests, benchmarks and (later) the LSP all go through [`check_file`] /
+//! [`check_source`], so that every front end reports exactly the same thing.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use planc_lang::Diagnostic;
+use planc_lang::codes;
+use planc_lang::units::{format_quantity, Dimension};
+use planc_lang::{Diagnostic, Severity};
 
-use crate::plan::PlanSpec;
-use crate::source::{load_plan, FileLoader, SourceMap};
+use crate::cost::{estimate, Estimate};
+use crate::plan::{Hole, Parallel, Plan, PlanSpec, Recompute};
+use crate::report::{self, Report};
+use crate::source::{load_plan, FileLoader, MemoryLoader, SourceMap};
+use crate::validate::validate;
 
 pub struct Checked {
     pub sources: SourceMap,
     pub spec: Option<PlanSpec>,
+    pub plan: Option<Plan>,
+    pub estimate: Option<Estimate>,
     pub diagnostics: Vec<Diagnostic>,
 }
 
-/// Loads and resolves the plan at `path`. `Err` only when the root file cannot be read.
+impl Checked {
+    pub fn ok(&self) -> bool {
+        !self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    pub fn report(&self) -> Report {
+        let costed = match (&self.plan, &self.estimate) {
+            (Some(p), Some(e)) => Some((p, e)),
+            _ => None,
+        };
+        report::build(&self.diagnostics, &self.sources, costed)
+    }
+}
+
+/// Checks the plan at `path`. `Err` only when the root file cannot be read.
 pub fn check_file(path: &Path, loader: &dyn FileLoader) -> std::io::Result<Checked> {
     let mut sources = SourceMap::default();
     let (order, mut diagnostics) = load_plan(path, loader, &mut sources)?;
     let (spec, resolve_diags) = crate::resolve::resolve(&sources, &order);
     diagnostics.extend(resolve_diags);
-    let spec = if diagnostics.iter().any(Diagnostic::is_error) {
-        None
-    } else {
-        spec
-    };
-    Ok(Checked {
+    let mut checked = Checked {
         sources,
-        spec,
+        spec: None,
+        plan: None,
+        estimate: None,
         diagnostics,
+    };
+    if checked.diagnostics.iter().any(Diagnostic::is_error) {
+        return Ok(checked);
+    }
+    let Some(spec) = spec else { return Ok(checked) };
+    if let Some(parallel) = choose_layout(&spec, &mut checked.diagnostics) {
+        let layout_diags = validate(&spec, &parallel);
+        let layout_ok = !layout_diags.iter().any(Diagnostic::is_error);
+        checked.diagnostics.extend(layout_diags);
+        if layout_ok {
+            let plan = Plan {
+                cluster: spec.cluster.clone(),
+                model: spec.model.clone(),
+                train: spec.train.clone(),
+                parallel,
+            };
+            let est = estimate(&plan);
+            checked
+                .diagnostics
+                .extend(memory_checks(&spec, &plan, &est));
+            checked.plan = Some(plan);
+            checked.estimate = Some(est);
+        }
+    }
+    checked.spec = Some(spec);
+    checked
+        .diagnostics
+        .sort_by_key(|d| std::cmp::Reverse(d.severity));
+    Ok(checked)
+}
+
+/// Checks plan text held in memory (tests, fuzzing, editors).
+pub fn check_source(name: &str, text: &str) -> Checked {
+    let mut loader = MemoryLoader::default();
+    loader.files.insert(PathBuf::from(name), text.to_string());
+    check_file(Path::new(name), &loader).expect("the in-memory file exists")
+}
+
+/// Fills `dp = auto` from the world size; other holes are for `planc solve`.
+fn choose_layout(spec: &PlanSpec, diags: &mut Vec<Diagnostic>) -> Option<Parallel> {
+    let ps = &spec.parallel;
+    let holes: Vec<&str> = [
+        ("tp", ps.tp.is_hole()),
+        ("pp", ps.pp.is_hole()),
+        ("cp", ps.cp.is_hole()),
+        ("ep", ps.ep.is_hole()),
+        ("vpp", ps.vpp.is_hole()),
+        ("micro_batch", ps.micro_batch.is_hole()),
+        ("schedule", ps.schedule.is_hole()),
+        ("sequence_parallel", ps.sequence_parallel.is_hole()),
+        ("zero", ps.zero.is_hole()),
+        ("recompute", ps.recompute.is_hole()),
+        ("offload", ps.offload.is_hole()),
+        ("dp", matches!(ps.dp, Hole::Candidates(_))),
+    ]
+    .into_iter()
+    .filter(|(_, h)| *h)
+    .map(|(n, _)| n)
+    .collect();
+    if !holes.is_empty() {
+        for h in &holes {
+            let (f, s) = spec.origins.of("parallel", h).unwrap_or_default();
+            diags.push(
+                Diagnostic::new(
+                    codes::P0314,
+                    format!("`{h}` is a hole that `planc check` does not fill"),
+                )
+                .at(f, s, "auto or candidates")
+                .help("run `planc solve` on this file to choose it, or give a single value"),
+            );
+        }
+        return None;
+    }
+    let fixed = |h: &Hole<u64>| h.fixed().expect("no holes left");
+    let (tp, pp, cp) = (fixed(&ps.tp), fixed(&ps.pp), fixed(&ps.cp));
+    let world = spec.cluster.world_size();
+    let dp = match &ps.dp {
+        Hole::Fixed(d) => *d,
+        _ => {
+            let denom = tp * pp * cp;
+            if world % denom != 0 {
+                let (f, s) = spec.origins.of("parallel", "tp").unwrap_or_default();
+                diags.push(
+                    Diagnostic::new(codes::P0301, format!("tp × pp × cp = {denom} does not divide the {world} GPUs, so `dp = auto` has no value"))
+                        .at(f, s, "the layout does not tile the cluster")
+                        .help(format!("choose tp, pp and cp whose product divides {world}")),
+                );
+                return None;
+            }
+            let dp = world / denom;
+            if spec.origins.written("parallel", "dp") {
+                let (f, s) = spec.origins.of("parallel", "dp").unwrap_or_default();
+                diags.push(
+                    Diagnostic::new(codes::P0501, format!("dp = auto resolved to {dp}"))
+                        .at(f, s, format!("dp = {dp}"))
+                        .severity(Severity::Note),
+                );
+            }
+            dp
+        }
+    };
+    Some(Parallel {
+        tp,
+        pp,
+        dp,
+        cp,
+        ep: fixed(&ps.ep),
+        vpp: fixed(&ps.vpp),
+        micro_batch: fixed(&ps.micro_batch),
+        schedule: ps.schedule.fixed().expect("no holes left"),
+        sequence_parallel: ps.sequence_parallel.fixed().expect("no holes left"),
+        zero: fixed(&ps.zero),
+        recompute: ps.recompute.fixed().expect("no holes left"),
+        offload: ps.offload.fixed().expect("no holes left"),
     })
+}
+
+/// Over capacity is an error; inside the headroom a warning. The help names the change
+/// that frees the most memory on the stage that overflows.
+fn memory_checks(spec: &PlanSpec, plan: &Plan, est: &Estimate) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let headroom = spec.search.memory_headroom;
+    let Some(worst) = est.stages.iter().max_by(|a, b| {
+        (a.memory.total_bytes / a.capacity_bytes)
+            .total_cmp(&(b.memory.total_bytes / b.capacity_bytes))
+    }) else {
+        return out;
+    };
+    let m = &worst.memory;
+    let cap = worst.capacity_bytes;
+    let gib = |x: f64| format_quantity(x, Dimension::Bytes);
+    let breakdown = format!(
+        "weights {}, gradients {}, optimizer {}, activations {}, other {}",
+        gib(m.weights_bytes),
+        gib(m.gradients_bytes),
+        gib(m.optimizer_bytes),
+        gib(m.activations_bytes),
+        gib(m.other_bytes)
+    );
+    let (file, span) = spec.origins.of("parallel", "").unwrap_or_default();
+    if m.total_bytes > cap {
+        out.push(
+            Diagnostic::new(
+                codes::P0401,
+                format!(
+                    "stage {} needs {} per GPU but {} has {}",
+                    m.stage,
+                    gib(m.total_bytes),
+                    worst.gpu,
+                    gib(cap)
+                ),
+            )
+            .at(file, span, "this layout does not fit")
+            .note(breakdown)
+            .help(memory_advice(plan, m)),
+        );
+    } else if m.total_bytes > cap * (1.0 - headroom) {
+        out.push(
+            Diagnostic::new(
+                codes::P0402,
+                format!(
+                    "stage {} needs {} of {}'s {}, inside the {:.0} % headroom",
+                    m.stage,
+                    gib(m.total_bytes),
+                    worst.gpu,
+                    gib(cap),
+                    headroom * 100.0
+                ),
+            )
+            .at(file, span, "little memory to spare")
+            .note(breakdown)
+            .help(memory_advice(plan, m)),
+        );
+    }
+    out
+}
+
+fn memory_advice(plan: &Plan, m: &crate::cost::memory::StageMemory) -> String {
+    let p = &plan.parallel;
+    let states = m.gradients_bytes + m.optimizer_bytes;
+    if m.activations_bytes >= states && m.activations_bytes >= m.weights_bytes {
+        return match p.recompute {
+            Recompute::None => "activations dominate: set `recompute = selective` (or `full`), or lower micro_batch".into(),
+            Recompute::Selective => "activations dominate: set `recompute = full`, lower micro_batch, or raise tp/pp".into(),
+            Recompute::Full => "activations dominate: lower micro_batch or seq_len, or raise tp, pp or cp".into(),
+        };
+    }
+    if p.zero < 1 && p.dp * p.cp > 1 {
+        return "optimizer state dominates: set `zero = 1` to shard it over data-parallel ranks"
+            .into();
+    }
+    if p.zero < 2 && p.dp * p.cp > 1 && m.gradients_bytes > m.weights_bytes {
+        return "gradients dominate: set `zero = 2`, or raise tp or pp".into();
+    }
+    "the model's state does not fit: raise tp or pp (or use more GPUs)".into()
 }
 
 #[cfg(test)]
@@ -37,13 +252,13 @@ mod tests {
     use crate::source::FsLoader;
 
     #[test]
-    fn the_gpt3_example_resolves() {
+    fn the_gpt3_example_checks() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpt3-175b.tp");
         let c = check_file(&root, &FsLoader).unwrap();
-        assert!(c.diagnostics.is_empty(), "{:?}", c.diagnostics);
-        let spec = c.spec.unwrap();
-        assert_eq!(spec.cluster.world_size(), 1024);
-        assert_eq!(spec.model.ffn_hidden, 4 * 12288);
-        assert_eq!(spec.cluster.inter_node.unwrap().link.bandwidth, 25e9);
+        assert!(c.ok(), "{:?}", c.diagnostics);
+        let plan = c.plan.unwrap();
+        assert_eq!(plan.parallel.dp, 8);
+        let e = c.estimate.unwrap();
+        assert!(e.mfu > 0.2 && e.mfu < 0.7, "{}", e.mfu);
     }
 }
