@@ -1,52 +1,161 @@
 //! The `planc` command line.
 
+mod render;
+
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
 use planc_compiler::check::check_file;
 use planc_compiler::source::FsLoader;
 
+/// planc: check, cost and compile parallel training plans.
+///
+/// A `.tp` file describes the cluster, the model, the training settings and the parallel
+/// layout of one training job. planc tells you, before any GPU is allocated, whether the
+/// plan is valid, how much memory each GPU needs, and how long a step takes.
+#[derive(Parser)]
+#[command(name = "planc", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a plan and predict its memory, step time and throughput.
+    ///
+    /// Exit status: 0 when the plan is valid (warnings allowed), 1 when it has errors,
+    /// 2 when the command was misused (missing file, unknown flag).
+    ///
+    /// Examples:
+    ///   planc check examples/gpt3-175b.tp
+    ///   planc check plan.tp --format json | jq .time.step_s
+    #[command(verbatim_doc_comment)]
+    Check {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// `human`: summary and diagnostics with source snippets; `json`: the report
+        /// contract of shared/spec/report.md on standard output.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// When to colour human output.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
+    /// Explain a diagnostic code, e.g. `planc explain P0301`.
+    Explain {
+        /// The code (P0001...).
+        code: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() != 3 || args[1] != "check" {
-        eprintln!("usage: planc check FILE");
-        return ExitCode::from(2);
-    }
-    let path = PathBuf::from(&args[2]);
-    let checked = match check_file(&path, &FsLoader) {
+    let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: cannot read {}: {e}", path.display());
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match cli.command {
+        Command::Check {
+            file,
+            format,
+            color,
+        } => check(file, format, color),
+        Command::Explain { code } => explain(code),
+    }
+}
+
+fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
+    let checked = match check_file(&file, &FsLoader) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", file.display());
             return ExitCode::from(2);
         }
     };
-    for d in &checked.diagnostics {
-        let place = d
-            .primary
-            .as_ref()
-            .map(|l| {
-                let ((line, col), _) = checked.sources.line_cols(l.file, l.span);
-                format!("{}:{line}:{col}: ", checked.sources.get(l.file).display)
-            })
-            .unwrap_or_default();
-        eprintln!("{place}{}[{}]: {}", d.severity.as_str(), d.code, d.message);
-        if let Some(h) = &d.help {
-            eprintln!("  help: {h}");
+    let ok = checked.ok();
+    match format {
+        Format::Json => {
+            let report = checked.report();
+            let text = serde_json::to_string_pretty(&report).expect("the report serialises");
+            println!("{text}");
+        }
+        Format::Human => {
+            let choice = match color {
+                Color::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                    ColorChoice::Auto
+                }
+                Color::Auto | Color::Never => ColorChoice::Never,
+                Color::Always => ColorChoice::Always,
+            };
+            let mut err = StandardStream::stderr(choice);
+            let _ = render::diagnostics(&mut err, &checked);
+            if let Some(s) = render::summary(&checked) {
+                let _ = std::io::stdout().write_all(s.as_bytes());
+            }
+            let errors = checked.diagnostics.iter().filter(|d| d.is_error()).count();
+            if errors > 0 {
+                eprintln!(
+                    "{} has {errors} error{}",
+                    file.display(),
+                    if errors == 1 { "" } else { "s" }
+                );
+            }
         }
     }
-    match &checked.spec {
-        Some(spec) => {
-            println!(
-                "plan ok: {} GPUs of {}, model {} ({} layers, hidden {})",
-                spec.cluster.world_size(),
-                spec.cluster.groups[0].gpu.name,
-                spec.model.name,
-                spec.model.layers,
-                spec.model.hidden
-            );
-            println!("(cost model in progress)");
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn explain(code: Option<String>) -> ExitCode {
+    match code {
+        None => {
+            for c in planc_lang::codes::ALL {
+                println!("{}  {:<7}  {}", c.id, c.severity.as_str(), c.title);
+            }
             ExitCode::SUCCESS
         }
-        None => ExitCode::from(1),
+        Some(id) => match planc_lang::codes::lookup(&id) {
+            Some(c) => {
+                println!(
+                    "{} ({}): {}\n\n{}",
+                    c.id,
+                    c.severity.as_str(),
+                    c.title,
+                    c.explanation
+                );
+                ExitCode::SUCCESS
+            }
+            None => {
+                eprintln!("error: no diagnostic code `{id}`; `planc explain` lists them");
+                ExitCode::from(2)
+            }
+        },
     }
 }

@@ -1,0 +1,165 @@
+//! Human output: diagnostics with source snippets (codespan-reporting) and the summary.
+
+use codespan_reporting::diagnostic::{
+    Diagnostic as CsDiagnostic, Label, LabelStyle, Severity as CsSeverity,
+};
+use codespan_reporting::files::SimpleFiles;
+use codespan_reporting::term::{self, termcolor::WriteColor};
+
+use planc_compiler::check::Checked;
+use planc_lang::units::{format_quantity, Dimension};
+use planc_lang::{Diagnostic, Severity};
+
+pub fn diagnostics(out: &mut dyn WriteColor, checked: &Checked) -> std::io::Result<()> {
+    let mut files = SimpleFiles::new();
+    for f in &checked.sources.files {
+        files.add(f.display.clone(), f.text.clone());
+    }
+    let config = term::Config::default();
+    for d in &checked.diagnostics {
+        let cs = to_codespan(d);
+        term::emit(out, &config, &files, &cs).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
+    let severity = match d.severity {
+        Severity::Error => CsSeverity::Error,
+        Severity::Warning => CsSeverity::Warning,
+        Severity::Note => CsSeverity::Note,
+    };
+    let mut labels = Vec::new();
+    if let Some(l) = &d.primary {
+        labels.push(
+            Label::new(LabelStyle::Primary, l.file.0 as usize, l.span.range())
+                .with_message(&l.message),
+        );
+    }
+    for l in &d.secondary {
+        labels.push(
+            Label::new(LabelStyle::Secondary, l.file.0 as usize, l.span.range())
+                .with_message(&l.message),
+        );
+    }
+    let mut notes: Vec<String> = d.notes.clone();
+    if let Some(h) = &d.help {
+        notes.push(format!("help: {h}"));
+    }
+    CsDiagnostic::new(severity)
+        .with_code(d.code)
+        .with_message(&d.message)
+        .with_labels(labels)
+        .with_notes(notes)
+}
+
+fn gib(x: f64) -> String {
+    format_quantity(x, Dimension::Bytes)
+}
+
+fn secs(x: f64) -> String {
+    format_quantity(x, Dimension::Time)
+}
+
+/// The compact summary of a costed plan.
+pub fn summary(checked: &Checked) -> Option<String> {
+    let plan = checked.plan.as_ref()?;
+    let e = checked.estimate.as_ref()?;
+    let p = &plan.parallel;
+    let m = &plan.model;
+    let mut s = String::new();
+    let gpus: Vec<String> = plan
+        .cluster
+        .groups
+        .iter()
+        .map(|g| format!("{}×{}", g.gpus(), g.gpu.name))
+        .collect();
+    s += &format!(
+        "plan     {} GPUs ({})  tp={} pp={} dp={} cp={} ep={}  vpp={}  {} schedule\n",
+        plan.cluster.world_size(),
+        gpus.join(" + "),
+        p.tp,
+        p.pp,
+        p.dp,
+        p.cp,
+        p.ep,
+        p.vpp,
+        p.schedule
+    );
+    s += &format!(
+        "         micro_batch={} × {} micro-batches × dp {} = global batch {}  zero={} recompute={} sp={}\n",
+        p.micro_batch, e.micro_batches, p.dp, plan.train.global_batch, p.zero, p.recompute, p.sequence_parallel
+    );
+    s += &format!(
+        "model    {}: {:.2} B parameters, {:.3e} FLOPs per step, {} {}\n",
+        m.name,
+        e.params / 1e9,
+        e.flops_per_step,
+        plan.train.precision,
+        plan.train.attention
+    );
+    s += "memory   stage  weights    grads      optimizer  activations  other      total      of\n";
+    let show: Vec<usize> = if e.stages.len() <= 4 {
+        (0..e.stages.len()).collect()
+    } else {
+        let mut v = vec![0, 1, e.stages.len() - 1];
+        if !v.contains(&e.peak_stage) {
+            v.push(e.peak_stage);
+        }
+        v.sort();
+        v
+    };
+    let mut last = None;
+    for i in show {
+        if let Some(l) = last {
+            if i > l + 1 {
+                s += "         ...\n";
+            }
+        }
+        last = Some(i);
+        let st = &e.stages[i];
+        let mm = &st.memory;
+        let pct = mm.total_bytes / st.capacity_bytes * 100.0;
+        s += &format!(
+            "         {:<6} {:<10} {:<10} {:<10} {:<12} {:<10} {:<10} {} ({:.0} %){}\n",
+            mm.stage,
+            gib(mm.weights_bytes),
+            gib(mm.gradients_bytes),
+            gib(mm.optimizer_bytes),
+            gib(mm.activations_bytes),
+            gib(mm.other_bytes),
+            gib(mm.total_bytes),
+            gib(st.capacity_bytes),
+            pct,
+            if i == e.peak_stage { "  ← peak" } else { "" }
+        );
+    }
+    let pct = |x: f64| x / e.step_s * 100.0;
+    s += &format!(
+        "time     step {}  = compute {} ({:.0} %) + exposed comm {} ({:.0} %) + bubble {} ({:.0} %)\n",
+        secs(e.step_s),
+        secs(e.compute_s),
+        pct(e.compute_s),
+        secs(e.exposed_comm_s),
+        pct(e.exposed_comm_s),
+        secs(e.bubble_s),
+        pct(e.bubble_s)
+    );
+    s += &format!(
+        "speed    {:.0} tokens/s  {:.2} samples/s  {:.1} model TFLOP/s per GPU ({:.1} hardware)  MFU {:.1} %\n",
+        e.tokens_per_s,
+        e.samples_per_s,
+        e.model_tflops_per_gpu,
+        e.hw_tflops_per_gpu,
+        e.mfu * 100.0
+    );
+    if let Some(tokens) = plan.train.tokens {
+        let t = tokens / e.tokens_per_s;
+        s += &format!(
+            "train    {:.3e} tokens in {:.1} days\n",
+            tokens,
+            t / 86400.0
+        );
+    }
+    Some(s)
+}
