@@ -1,1 +1,204 @@
-fn main() {}
+//! Accuracy benchmark: planc's predictions against published figures
+//! (shared/data/published.md). Prints a table and the mean absolute percentage error.
+//!
+//! Run: `cargo bench --bench accuracy`
+//!
+//! The plans are written as a user would write them; nothing here is fitted to the rows.
+//! The paper's runs predate fused (flash) attention, so the plans say
+//! `attention = standard`.
+
+use planc_compiler::check::check_source;
+
+struct Row {
+    name: &'static str,
+    heads: u64,
+    hidden: u64,
+    layers: u64,
+    tp: u64,
+    pp: u64,
+    vpp: u64,
+    gpus: u64,
+    batch: u64,
+    micro: u64,
+    full_s: f64,
+    selective_s: f64,
+    mfu: f64,
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        name: "22B",
+        heads: 64,
+        hidden: 6144,
+        layers: 48,
+        tp: 8,
+        pp: 1,
+        vpp: 1,
+        gpus: 8,
+        batch: 4,
+        micro: 4,
+        full_s: 1.42,
+        selective_s: 1.10,
+        mfu: 0.415,
+    },
+    Row {
+        name: "175B",
+        heads: 96,
+        hidden: 12288,
+        layers: 96,
+        tp: 8,
+        pp: 8,
+        vpp: 3,
+        gpus: 64,
+        batch: 64,
+        micro: 1,
+        full_s: 18.13,
+        selective_s: 13.75,
+        mfu: 0.514,
+    },
+    Row {
+        name: "530B",
+        heads: 128,
+        hidden: 20480,
+        layers: 105,
+        tp: 8,
+        pp: 35,
+        vpp: 3,
+        gpus: 280,
+        batch: 280,
+        micro: 1,
+        full_s: 49.05,
+        selective_s: 37.83,
+        mfu: 0.560,
+    },
+    Row {
+        name: "1T",
+        heads: 160,
+        hidden: 25600,
+        layers: 128,
+        tp: 8,
+        pp: 64,
+        vpp: 1,
+        gpus: 512,
+        batch: 512,
+        micro: 1,
+        full_s: 94.42,
+        selective_s: 71.49,
+        mfu: 0.563,
+    },
+];
+
+fn plan_text(r: &Row, recompute: &str, sp: bool) -> String {
+    let schedule = if r.vpp > 1 { "interleaved" } else { "1f1b" };
+    format!(
+        "cluster dgx {{
+    nodes = {nodes}
+    gpus_per_node = 8
+    gpu = A100_SXM_80GB
+    inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us }}
+}}
+model {{ layers = {l}, hidden = {h}, heads = {a}, vocab = 51200, seq_len = 2048 }}
+train {{ global_batch = {b}, precision = fp16, optimizer = adam, attention = standard }}
+parallel {{
+    tp = {tp}
+    pp = {pp}
+    dp = 1
+    vpp = {vpp}
+    micro_batch = {mb}
+    schedule = {schedule}
+    sequence_parallel = {sp}
+    zero = 0
+    recompute = {recompute}
+}}
+",
+        nodes = r.gpus.div_ceil(8),
+        l = r.layers,
+        h = r.hidden,
+        a = r.heads,
+        b = r.batch,
+        tp = r.tp,
+        pp = r.pp,
+        vpp = r.vpp,
+        mb = r.micro,
+    )
+}
+
+/// Megatron-LM's theoretical_memory_usage.py: weights + gradients + optimizer of the most
+/// loaded GPU, 18 bytes per parameter without the distributed optimizer.
+fn megatron_state_bytes(r: &Row) -> f64 {
+    let (l, h, v) = (r.layers as f64, r.hidden as f64, 51200.0);
+    let transformer = 2.0 * l * h * h * (2.0 + 4.0 + 2.0 / h + 1.0 / (l * h));
+    let embedding = h * v;
+    let most_loaded = (transformer / r.pp as f64 + embedding) / r.tp as f64;
+    most_loaded * 18.0
+}
+
+fn main() {
+    println!("planc accuracy vs Korthikanti et al. 2022 (A100 80GB, DGX, dp = 1)\n");
+    println!(
+        "{:<6} {:<22} {:>10} {:>10} {:>8}",
+        "model", "setting", "published", "planc", "error"
+    );
+    let mut errors = Vec::new();
+    let mut tflops_errors = Vec::new();
+    let mut mem_errors = Vec::new();
+    for r in ROWS {
+        for (setting, recompute, sp, published) in [
+            ("full recompute", "full", false, r.full_s),
+            ("SP + selective", "selective", true, r.selective_s),
+        ] {
+            let text = plan_text(r, recompute, sp);
+            let c = check_source("bench.tp", &text);
+            let Some(e) = c.estimate.as_ref() else {
+                println!(
+                    "{:<6} {:<22} plan did not check: {:?}",
+                    r.name, setting, c.diagnostics
+                );
+                continue;
+            };
+            let err = (e.step_s - published) / published;
+            errors.push(err.abs());
+            println!(
+                "{:<6} {:<22} {:>9.2}s {:>9.2}s {:>+7.1}%",
+                r.name,
+                setting,
+                published,
+                e.step_s,
+                err * 100.0
+            );
+            if sp {
+                let published_tflops = r.mfu * 312.0;
+                let terr = (e.model_tflops_per_gpu - published_tflops) / published_tflops;
+                tflops_errors.push(terr.abs());
+                println!(
+                    "{:<6} {:<22} {:>7.1} TF {:>7.1} TF {:>+7.1}%   (model TFLOP/s per GPU; MFU {:.1}% vs {:.1}%)",
+                    "", "", published_tflops, e.model_tflops_per_gpu, terr * 100.0, e.mfu * 100.0, r.mfu * 100.0
+                );
+                let st = &e.stages[0].memory;
+                let ours = st.weights_bytes + st.gradients_bytes + st.optimizer_bytes;
+                let theirs = megatron_state_bytes(r);
+                let merr = (ours - theirs) / theirs;
+                mem_errors.push(merr.abs());
+                println!(
+                    "{:<6} {:<22} {:>7.2} GB {:>7.2} GB {:>+7.2}%   (weights+grads+optimizer vs Megatron formula)",
+                    "", "", theirs / 1e9, ours / 1e9, merr * 100.0
+                );
+            }
+        }
+    }
+    let mape = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64 * 100.0;
+    println!(
+        "\nstep time MAPE           {:.2}% over {} configurations (target ≤ 10%)",
+        mape(&errors),
+        errors.len()
+    );
+    println!(
+        "TFLOP/s per GPU MAPE     {:.2}% over {} configurations (target ≤ 10%)",
+        mape(&tflops_errors),
+        tflops_errors.len()
+    );
+    println!(
+        "state memory mean error  {:.2}% (target within 3%)",
+        mape(&mem_errors)
+    );
+}
