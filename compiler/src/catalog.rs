@@ -156,7 +156,9 @@ mod tests {
         }
         let v100 = c.gpu("V100_SXM_32GB").unwrap();
         assert!(v100.peak(Precision::Bf16).is_none());
-        assert_eq!(c.gpu("a100").unwrap().name, "A100_SXM_80GB");
+        assert_eq!(c.gpu("a100_80gb").unwrap().name, "A100_SXM_80GB");
+        // A bare family name is ambiguous between memory sizes: never guessed.
+        assert!(c.gpu("A100").is_none());
         assert_eq!(
             c.gpu("A100_SXM_80GB").unwrap().peak(Precision::Bf16),
             Some(312e12)

@@ -129,7 +129,7 @@ fn choose_layout(spec: &PlanSpec, diags: &mut Vec<Diagnostic>) -> Option<Paralle
         Hole::Fixed(d) => *d,
         _ => {
             let denom = tp * pp * cp;
-            if world % denom != 0 {
+            if !world.is_multiple_of(denom) {
                 let (f, s) = spec.origins.of("parallel", "tp").unwrap_or_default();
                 diags.push(
                     Diagnostic::new(codes::P0301, format!("tp × pp × cp = {denom} does not divide the {world} GPUs, so `dp = auto` has no value"))

@@ -112,7 +112,10 @@ impl<'a> Resolver<'a> {
                     "a `gpu` block needs a name",
                     file,
                     b.kind.span,
-                    "name it: `gpu MI300X { ... }`",
+                    "unnamed",
+                )
+                .with_help(
+                    "name it, and use that name as the cluster's `gpu`: `gpu MI300X { ... }`",
                 );
                 return;
             };
@@ -153,8 +156,12 @@ impl<'a> Resolver<'a> {
                     format!("a `{}` block needs a name", schema.kind),
                     file,
                     b.kind.span,
-                    "add a name before `{`",
-                );
+                    "unnamed",
+                )
+                .with_help(format!(
+                    "add a name before `{{`: `{} NAME {{ ... }}`",
+                    schema.kind
+                ));
             }
             (Naming::Forbidden, Some(n)) => {
                 self.report(
@@ -329,8 +336,10 @@ impl<'a> Resolver<'a> {
                 Value::List(out)
             }
             ExprKind::Binary { op, lhs, rhs } => {
-                let a = self.eval_expr(node, lhs)?;
-                let b = self.eval_expr(node, rhs)?;
+                // Only numbers and quantities take part in arithmetic, so a bare name here
+                // must be a reference: report it as one rather than as bad arithmetic.
+                let a = self.eval_operand(node, lhs)?;
+                let b = self.eval_operand(node, rhs)?;
                 let op = match op {
                     BinOp::Add => ArithOp::Add,
                     BinOp::Sub => ArithOp::Sub,
@@ -478,21 +487,29 @@ impl<'a> Resolver<'a> {
             span,
             format!("expected {expected}"),
         );
-        if let (Value::Number(n), true) = (found, expected.contains("e.g.")) {
-            d.help = Some(format!(
-                "add a unit, e.g. `{} {}`",
-                fmt_num(*n),
-                unit_hint(expected)
-            ));
-        }
+        d.help = Some(match found {
+            Value::Number(n) if expected.contains("e.g.") => {
+                format!("add a unit, e.g. `{} {}`", fmt_num(*n), unit_hint(expected))
+            }
+            Value::Quantity(_, planc_lang::units::Dimension::Bytes)
+                if expected.contains("bandwidth") =>
+            {
+                "a bandwidth is bytes or bits per second: write `GB/s` or `Gb/s`, not a size"
+                    .to_string()
+            }
+            Value::Str(t) if expected.contains("number") => {
+                format!("write the number without quotes, not \"{t}\"")
+            }
+            _ => format!("write {expected}"),
+        });
     }
 
     fn count(&mut self, node: usize, name: &str, min: u64) -> Option<u64> {
         let (v, span) = self.get(node, name)?;
-        self.to_count(node, span, name, &v, min)
+        self.read_count(node, span, name, &v, min)
     }
 
-    fn to_count(
+    fn read_count(
         &mut self,
         node: usize,
         span: Span,
@@ -520,7 +537,8 @@ impl<'a> Resolver<'a> {
                     file,
                     span,
                     format!("not {what}"),
-                );
+                )
+                .with_help(format!("set `{name}` to a whole number of at least {min}"));
                 None
             }
             other => {
@@ -603,10 +621,10 @@ impl<'a> Resolver<'a> {
 
     fn boolean(&mut self, node: usize, name: &str) -> Option<bool> {
         let (v, span) = self.get(node, name)?;
-        self.to_bool(node, span, name, &v)
+        self.read_bool(node, span, name, &v)
     }
 
-    fn to_bool(&mut self, node: usize, span: Span, name: &str, v: &Value) -> Option<bool> {
+    fn read_bool(&mut self, node: usize, span: Span, name: &str, v: &Value) -> Option<bool> {
         match v {
             Value::Bool(b) => Some(*b),
             other => {
@@ -635,10 +653,10 @@ impl<'a> Resolver<'a> {
         parse: fn(&str) -> Option<T>,
     ) -> Option<T> {
         let (v, span) = self.get(node, name)?;
-        self.to_enum(node, span, name, &v, names, parse)
+        self.read_enum(node, span, name, &v, names, parse)
     }
 
-    fn to_enum<T: Copy>(
+    fn read_enum<T: Copy>(
         &mut self,
         node: usize,
         span: Span,
@@ -665,9 +683,10 @@ impl<'a> Resolver<'a> {
             span,
             format!("expected one of {}", names.join(", ")),
         );
-        if let Some(s) = did_you_mean(&text, names.iter().copied()) {
-            d = d.help(format!("did you mean `{s}`?"));
-        }
+        d = match did_you_mean(&text, names.iter().copied()) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help(format!("`{name}` is one of {}", names.join(", "))),
+        };
         self.diagnostics.push(d);
         None
     }
@@ -841,6 +860,35 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    fn eval_operand(&mut self, node: usize, e: &Expr) -> Option<Value> {
+        let v = self.eval_expr(node, e)?;
+        let Value::Enum(name) = &v else {
+            return Some(v);
+        };
+        let file = self.nodes[node].file;
+        let path = self.nodes[node].path.clone();
+        let written: Vec<String> = self.nodes[node]
+            .block
+            .entries
+            .iter()
+            .filter_map(|en| match en {
+                planc_lang::syntax::Entry::Attr(a) => Some(a.name.text.clone()),
+                _ => None,
+            })
+            .collect();
+        let mut d = Diagnostic::new(
+            codes::P0210,
+            format!("`{name}` is not an attribute of `{path}`"),
+        )
+        .at(file, e.span, "unknown reference");
+        d = match did_you_mean(name, written.iter().map(String::as_str)) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help("arithmetic reads numbers, quantities and attributes of the same block (or `block.attribute` paths)"),
+        };
+        self.diagnostics.push(d);
+        None
+    }
+
     fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
         let (v, span) = self.get(n, "gpu")?;
         let name = match &v {
@@ -867,7 +915,23 @@ impl<'a> Resolver<'a> {
             span,
             "not in the catalog",
         );
+        // `A100` or `V100` alone is ambiguous (40 and 80 GB, 16 and 32 GB parts differ in
+        // memory and speed): list the variants instead of guessing one.
+        let upper = name.to_ascii_uppercase();
+        let variants: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.to_ascii_uppercase().starts_with(&upper))
+            .collect();
         d = match did_you_mean(&name, names.iter().copied()) {
+            _ if variants.len() > 1 => d.help(format!(
+                "`{name}` comes in several variants: {}",
+                variants
+                    .iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
             Some(s) => d.help(format!("did you mean `{s}`?")),
             None => d.help(format!(
                 "built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block",
@@ -1165,7 +1229,7 @@ impl<'a> Resolver<'a> {
 
     fn lower_parallel(&mut self, n: usize) -> Option<ParallelSpec> {
         let count = |min: u64, name: &'static str| {
-            move |r: &mut Self, span: Span, v: &Value| r.to_count(n, span, name, v, min)
+            move |r: &mut Self, span: Span, v: &Value| r.read_count(n, span, name, v, min)
         };
         let tp = self.hole(n, "tp", Hole::Fixed(1), count(1, "tp"));
         let pp = self.hole(n, "pp", Hole::Fixed(1), count(1, "pp"));
@@ -1175,7 +1239,7 @@ impl<'a> Resolver<'a> {
         let vpp = self.hole(n, "vpp", Hole::Fixed(1), count(1, "vpp"));
         let micro_batch = self.hole(n, "micro_batch", Hole::Fixed(1), count(1, "micro_batch"));
         let zero = self.hole(n, "zero", Hole::Fixed(0), |r, span, v| {
-            let z = r.to_count(n, span, "zero", v, 0)?;
+            let z = r.read_count(n, span, "zero", v, 0)?;
             if z > 3 {
                 let file = r.nodes[n].file;
                 r.report(
@@ -1193,20 +1257,20 @@ impl<'a> Resolver<'a> {
             n,
             "schedule",
             Hole::Fixed(Schedule::OneFOneB),
-            |r, span, v| r.to_enum(n, span, "schedule", v, Schedule::NAMES, Schedule::parse),
+            |r, span, v| r.read_enum(n, span, "schedule", v, Schedule::NAMES, Schedule::parse),
         );
         let sequence_parallel =
             self.hole(n, "sequence_parallel", Hole::Fixed(false), |r, span, v| {
-                r.to_bool(n, span, "sequence_parallel", v)
+                r.read_bool(n, span, "sequence_parallel", v)
             });
         let recompute = self.hole(
             n,
             "recompute",
             Hole::Fixed(Recompute::None),
-            |r, span, v| r.to_enum(n, span, "recompute", v, Recompute::NAMES, Recompute::parse),
+            |r, span, v| r.read_enum(n, span, "recompute", v, Recompute::NAMES, Recompute::parse),
         );
         let offload = self.hole(n, "offload", Hole::Fixed(Offload::None), |r, span, v| {
-            r.to_enum(n, span, "offload", v, Offload::NAMES, Offload::parse)
+            r.read_enum(n, span, "offload", v, Offload::NAMES, Offload::parse)
         });
         Some(ParallelSpec {
             tp: tp?,

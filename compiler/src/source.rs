@@ -176,7 +176,10 @@ fn visit(
         }
         match loader.load(&path) {
             Ok(text) => {
-                let (child, parse_diags) = map.add(path, imp.path.clone(), text);
+                // Shown as the path from where the user stands (the root's directory joined
+                // with the import), so that an editor can open it from the diagnostic.
+                let display = path.display().to_string();
+                let (child, parse_diags) = map.add(path, display, text);
                 diagnostics.extend(parse_diags);
                 stack.push(child);
                 visit(child, loader, map, stack, order, diagnostics);

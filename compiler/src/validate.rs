@@ -49,14 +49,14 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             "parallel",
             if spec.origins.written("parallel", "dp") { "dp" } else { "pp" },
             "does not match the world size",
-            if world % (p.tp * p.pp * p.cp) == 0 {
+            if world.is_multiple_of(p.tp * p.pp * p.cp) {
                 format!("set `dp = {}` (or `dp = auto`)", world / (p.tp * p.pp * p.cp))
             } else {
                 format!("tp × pp × cp = {} does not divide {world}: change tp, pp or cp, or the cluster size", p.tp * p.pp * p.cp)
             },
         );
     }
-    if p.ep > 1 && (p.dp * p.cp) % p.ep != 0 {
+    if p.ep > 1 && !(p.dp * p.cp).is_multiple_of(p.ep) {
         v.push(
             codes::P0302,
             format!("ep = {} does not divide dp × cp = {}", p.ep, p.dp * p.cp),
@@ -66,7 +66,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             "choose ep among the divisors of dp × cp".into(),
         );
     }
-    if m.experts % p.ep != 0 {
+    if !m.experts.is_multiple_of(p.ep) {
         v.push(
             codes::P0316,
             format!("ep = {} does not divide the {} experts", p.ep, m.experts),
@@ -89,7 +89,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             format!("set top_k ≤ {}", m.experts),
         );
     }
-    if m.heads % p.tp != 0 {
+    if !m.heads.is_multiple_of(p.tp) {
         v.push(
             codes::P0303,
             format!("tp = {} does not divide heads = {}", p.tp, m.heads),
@@ -102,7 +102,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             ),
         );
     }
-    if m.heads % m.kv_heads != 0 {
+    if !m.heads.is_multiple_of(m.kv_heads) {
         v.push(
             codes::P0313,
             format!(
@@ -114,7 +114,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             "not a divisor of heads",
             "kv_heads must divide heads".into(),
         );
-    } else if m.kv_heads % p.tp != 0 && m.heads % p.tp == 0 {
+    } else if !m.kv_heads.is_multiple_of(p.tp) && m.heads.is_multiple_of(p.tp) {
         v.push(
             codes::P0304,
             format!("tp = {} does not divide kv_heads = {}", p.tp, m.kv_heads),
@@ -125,7 +125,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
         );
     }
     let chunks = p.pp * p.vpp;
-    if m.layers % chunks != 0 {
+    if !m.layers.is_multiple_of(chunks) {
         let what = if p.vpp > 1 {
             format!("pp × vpp = {} × {} = {chunks}", p.pp, p.vpp)
         } else {
@@ -145,7 +145,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
         );
     }
     let per_step = p.dp * p.micro_batch;
-    if spec.train.global_batch % per_step != 0 {
+    if !spec.train.global_batch.is_multiple_of(per_step) {
         v.push(
             codes::P0306,
             format!(
@@ -199,7 +199,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
         );
     }
     let seq_div = 2 * p.cp * if p.sequence_parallel { p.tp } else { 1 };
-    if (p.cp > 1 || p.sequence_parallel) && m.seq_len % seq_div.max(1) != 0 {
+    if (p.cp > 1 || p.sequence_parallel) && !m.seq_len.is_multiple_of(seq_div.max(1)) {
         v.push(
             codes::P0312,
             format!("seq_len = {} is not divisible by {seq_div}", m.seq_len),
@@ -209,6 +209,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             format!("use a seq_len that is a multiple of {seq_div}"),
         );
     }
+    let mut tp_spans_reported: Vec<u64> = Vec::new();
     for g in &spec.cluster.groups {
         if g.gpu.peak(spec.train.precision).is_none() {
             let alt = [Precision::Bf16, Precision::Fp16]
@@ -224,7 +225,11 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
                 format!("use `precision = {alt}` on {}", g.gpu.name),
             );
         }
-        if p.tp > g.gpus_per_node && spec.cluster.nodes() > 1 {
+        if p.tp > g.gpus_per_node
+            && spec.cluster.nodes() > 1
+            && !tp_spans_reported.contains(&g.gpus_per_node)
+        {
+            tp_spans_reported.push(g.gpus_per_node);
             let (f, s) = v.at("parallel", "tp");
             v.out.push(
                 Diagnostic::new(
@@ -256,14 +261,34 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     }
     let stage_ranks = p.tp * p.cp * p.dp;
     if spec.cluster.is_mixed() {
-        for g in &spec.cluster.groups {
-            if g.gpus() % stage_ranks != 0 {
-                v.push(codes::P0315, format!("group `{}` has {} GPUs, not a multiple of tp × dp × cp = {stage_ranks}", g.name, g.gpus()), "parallel", "pp", "a pipeline stage would straddle two kinds of GPU", "choose tp × dp × cp dividing every group's GPU count, and pp to cover the groups".into());
-            }
+        let misfits: Vec<String> = spec
+            .cluster
+            .groups
+            .iter()
+            .filter(|g| !g.gpus().is_multiple_of(stage_ranks))
+            .map(|g| format!("`{}` has {}", g.name, g.gpus()))
+            .collect();
+        if !misfits.is_empty() {
+            v.push(
+                codes::P0315,
+                format!(
+                    "a pipeline stage needs tp × dp × cp = {stage_ranks} GPUs of one kind, but group {}",
+                    misfits.join(" and group ")
+                ),
+                "parallel",
+                "tp",
+                "a pipeline stage would straddle two kinds of GPU",
+                "choose tp × dp × cp dividing every group's GPU count, and pp to cover the groups"
+                    .into(),
+            );
         }
     }
     let m_count = p.grad_accum(spec.train.global_batch);
-    if p.pp > 1 && m_count < p.pp && per_step > 0 && spec.train.global_batch % per_step == 0 {
+    if p.pp > 1
+        && m_count < p.pp
+        && per_step > 0
+        && spec.train.global_batch.is_multiple_of(per_step)
+    {
         let (f, s) = v.at("train", "global_batch");
         v.out.push(
             Diagnostic::new(
@@ -309,7 +334,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
 
 fn divisors_upto(n: u64, limit: u64) -> String {
     let d: Vec<String> = (1..=n.min(limit))
-        .filter(|d| n % d == 0)
+        .filter(|d| n.is_multiple_of(*d))
         .map(|d| d.to_string())
         .collect();
     d.join(", ")

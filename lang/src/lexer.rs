@@ -308,6 +308,42 @@ impl<'a> Lexer<'a> {
             );
             return r;
         }
+        if after.as_ptr() != after_space.as_ptr() {
+            // `5 usec`: a spaced word that is nearly a unit was meant as one. Other names
+            // after a number (`4 hidden`) are left to the parser.
+            let (_, word) =
+                take_while::<_, _, nom::error::Error<&str>>(|c: char| is_ident_char(c) || c == '/')
+                    .parse(after_space)
+                    .unwrap_or((after_space, ""));
+            if let Some(s) = units::suggest_unit(word).filter(|_| !word.is_empty()) {
+                let word_start = self.offset(after_space);
+                let word_end = word_start + word.len();
+                self.out.diagnostics.push(
+                    Diagnostic::new(codes::P0003, format!("unknown unit `{word}`"))
+                        .at(self.file, Span::new(word_start, word_end), "not a unit")
+                        .help(format!("did you mean `{s}`?")),
+                );
+                self.push(TokenKind::Error, start, word_end);
+                return &after_space[word.len()..];
+            }
+        }
+        if matches!(after.as_bytes(), [b'e' | b'E', rest @ ..] if !rest.first().is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_'))
+        {
+            self.out.diagnostics.push(
+                Diagnostic::new(
+                    codes::P0004,
+                    format!("malformed number `{text}{}`", &after[..1]),
+                )
+                .at(
+                    self.file,
+                    Span::new(start, end + 1),
+                    "the exponent has no digits",
+                )
+                .help(format!("write the exponent's digits, e.g. `{text}e3`")),
+            );
+            self.push(TokenKind::Error, start, end + 1);
+            return &after[1..];
+        }
         if after.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
             let (r, word) =
                 take_while::<_, _, nom::error::Error<&str>>(|c: char| is_ident_char(c) || c == '/')

@@ -98,11 +98,16 @@ impl Parser {
     fn expected(&mut self, what: &str) -> &mut Diagnostic {
         let found = self.peek().describe();
         let span = self.span();
+        let help = match what {
+            "a value" => "a value is a number, a quantity (`80 GiB`), a \"string\", `true`, `false`, `auto`, a name, a path (`model.hidden`) or a list (`[4, 8]`)".to_string(),
+            _ => format!("the language reference (docs/language.md) shows the form; here planc needs {what}"),
+        };
         self.error(
             format!("expected {what}, found {found}"),
             span,
             format!("expected {what}"),
         )
+        .with_help(help)
     }
 
     /// Skips to the end of the current attribute or item, leaving a closing brace of the

@@ -112,6 +112,24 @@ pub fn unit(symbol: &str) -> Option<Unit> {
 /// The unit a mistyped symbol most likely meant (`Gib` → `GiB`, `gbps` → `Gbps`).
 pub fn suggest_unit(symbol: &str) -> Option<&'static str> {
     let lower = symbol.to_ascii_lowercase();
+    // Spellings people write for units planc knows under a shorter symbol.
+    const SPELLED: &[(&[&str], &str)] = &[
+        (&["nsec", "nanosecond", "nanoseconds"], "ns"),
+        (&["usec", "µs", "microsecond", "microseconds"], "us"),
+        (&["msec", "millisecond", "milliseconds"], "ms"),
+        (&["sec", "secs", "second", "seconds"], "s"),
+        (&["mins", "minute", "minutes"], "min"),
+        (&["hr", "hrs", "hour", "hours"], "h"),
+        (&["tflop/s", "tflop", "tflops"], "TFLOPS"),
+        (&["gbit/s", "gbits"], "Gb/s"),
+        (&["byte", "bytes"], "B"),
+    ];
+    if let Some((_, unit)) = SPELLED
+        .iter()
+        .find(|(names, _)| names.contains(&lower.as_str()))
+    {
+        return Some(unit);
+    }
     let mut same_letters: Vec<&Unit> = UNITS
         .iter()
         .filter(|u| u.symbol.to_ascii_lowercase() == lower)

@@ -1,0 +1,69 @@
+//! The command line as a user meets it: help, exit codes, missing files, `explain`.
+
+mod common;
+
+use common::planc;
+
+#[test]
+fn help_teaches_the_commands() {
+    let run = planc(&["--help"]);
+    assert_eq!(run.code, 0);
+    for word in ["check", "explain", "Usage"] {
+        assert!(run.stdout.contains(word), "{word}: {}", run.stdout);
+    }
+    let run = planc(&["check", "--help"]);
+    assert_eq!(run.code, 0);
+    assert!(run.stdout.contains("--format"), "{}", run.stdout);
+    assert!(run.stdout.contains("Exit status"), "{}", run.stdout);
+}
+
+#[test]
+fn a_missing_file_is_a_usage_error_not_a_panic() {
+    let run = planc(&["check", "no/such/plan.tp"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("cannot read `no/such/plan.tp`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"));
+}
+
+#[test]
+fn an_unknown_flag_is_a_usage_error() {
+    let run = planc(&["check", "examples/gpt3-175b.tp", "--fromat", "json"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("--format"),
+        "clap suggests the flag: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn json_goes_to_stdout_and_parses() {
+    let run = planc(&["check", "examples/gpt3-175b.tp", "--format", "json"]);
+    assert_eq!(run.code, 0);
+    let v: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["plan"]["dp"], 8);
+}
+
+#[test]
+fn explain_knows_every_code_it_lists() {
+    let list = planc(&["explain"]);
+    assert_eq!(list.code, 0);
+    let codes: Vec<&str> = list
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(codes.len() > 40);
+    for code in codes {
+        let one = planc(&["explain", code]);
+        assert_eq!(one.code, 0, "{code}");
+        assert!(one.stdout.starts_with(code), "{code}: {}", one.stdout);
+    }
+    let bad = planc(&["explain", "P9999"]);
+    assert_eq!(bad.code, 2);
+}
