@@ -176,3 +176,56 @@ pub fn estimate(plan: &Plan) -> Estimate {
         mfu: model_tflops_per_gpu * 1e12 / peak_per_gpu,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_source;
+
+    fn plan(schedule: &str, pp: u64, global_batch: u64) -> Plan {
+        // A tiny vocabulary keeps the first and last stages as heavy as the others, so
+        // the stages are uniform and the textbook bubble formulas are exact.
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ layers = 32, hidden = 4096, heads = 32, vocab = 128, seq_len = 2048 }}
+             train {{ global_batch = {global_batch}, precision = bf16, optimizer = adam }}
+             parallel {{ tp = 1, pp = {pp}, dp = auto, micro_batch = 1, schedule = {schedule} }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    #[test]
+    fn the_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
+        for (pp, m) in [(2, 8), (4, 16), (8, 8), (8, 64)] {
+            let e = estimate(&plan("1f1b", pp, m * 8 / pp));
+            let pipeline = e.step_s
+                - e.stages
+                    .iter()
+                    .map(|s| s.dp_exposed_s + s.optimizer_s)
+                    .fold(0.0, f64::max);
+            let fraction = e.bubble_s / pipeline;
+            let want = (pp - 1) as f64 / (m + pp - 1) as f64;
+            assert!(
+                (fraction - want).abs() < 0.01 * want,
+                "pp {pp} m {m}: {fraction} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn throughput_and_mfu_follow_from_the_step_time() {
+        let e = estimate(&plan("1f1b", 4, 32));
+        assert!((e.samples_per_s - 32.0 / e.step_s).abs() < 1e-9);
+        assert!((e.tokens_per_s - e.samples_per_s * 2048.0).abs() < 1e-6);
+        let peak = crate::catalog::Catalog::builtin()
+            .gpu("H100_SXM_80GB")
+            .and_then(|g| g.peak(crate::plan::Precision::Bf16))
+            .unwrap();
+        let mfu = e.flops_per_step / e.step_s / 8.0 / peak;
+        assert!((e.mfu - mfu).abs() < 1e-12);
+        assert!(e.mfu > 0.2 && e.mfu < 0.8, "{}", e.mfu);
+    }
+}

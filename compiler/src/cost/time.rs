@@ -314,3 +314,47 @@ pub fn optimizer_time(plan: &Plan, params: f64, dev: &Device) -> f64 {
     }
     dev.memory(local * bytes_per_param)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+
+    fn a100() -> Device<'static> {
+        Device {
+            gpu: Catalog::builtin().gpu("A100_SXM_80GB").unwrap(),
+            precision: Precision::Bf16,
+        }
+    }
+
+    #[test]
+    fn a_large_gemm_runs_at_the_achievable_matrix_rate() {
+        let d = a100();
+        let n = 8192.0;
+        let want = 2.0 * n * n * n / (312e12 * d.gpu.gemm_efficiency);
+        assert!((d.gemm(n, n, n) - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ragged_dimensions_pay_for_whole_tiles() {
+        let d = a100();
+        assert_eq!(d.gemm(129.0, 8192.0, 8192.0), d.gemm(256.0, 8192.0, 8192.0));
+        assert!(d.gemm(128.0, 8192.0, 8192.0) < d.gemm(129.0, 8192.0, 8192.0));
+    }
+
+    #[test]
+    fn a_matrix_vector_product_is_bound_by_memory() {
+        let d = a100();
+        // 8192×8192 bf16 weights read once: 134 MB at 2.0 TB/s × efficiency.
+        let bytes = 2.0 * (8192.0 * 8192.0 + 8192.0 + 1.0 * 8192.0);
+        let want = bytes / (d.gpu.hbm_bandwidth * d.gpu.memory_efficiency);
+        assert!((d.gemm(1.0, 8192.0, 8192.0) - want).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tiny_kernels_cost_a_launch() {
+        let d = a100();
+        assert_eq!(d.gemm(8.0, 8.0, 8.0), KERNEL_FLOOR_S);
+        assert_eq!(d.memory(16.0), KERNEL_FLOOR_S);
+    }
+}
