@@ -44,7 +44,10 @@ fn main() {
     examples.sort();
     let bin = env!("CARGO_BIN_EXE_planc");
     println!("planc check speed (median / p99); target: whole command < 10 ms\n");
-    println!("{:<32} {:>22} {:>24}", "example", "library check_file", "`planc check` process");
+    println!(
+        "{:<32} {:>22} {:>24}",
+        "example", "library check_file", "`planc check` process"
+    );
     let mut worst = Duration::ZERO;
     for path in &examples {
         let (lib50, lib99) = measure(200, || {
@@ -72,6 +75,10 @@ fn main() {
     println!(
         "\nworst p99 of the whole command: {} ({} the 10 ms target)",
         ms(worst),
-        if worst < Duration::from_millis(10) { "meets" } else { "MISSES" }
+        if worst < Duration::from_millis(10) {
+            "meets"
+        } else {
+            "MISSES"
+        }
     );
 }

@@ -18,7 +18,12 @@ use planc_compiler::source::FsLoader;
 /// layout of one training job. planc tells you, before any GPU is allocated, whether the
 /// plan is valid, how much memory each GPU needs, and how long a step takes.
 #[derive(Parser)]
-#[command(name = "planc", version, propagate_version = true)]
+#[command(
+    name = "planc",
+    version,
+    propagate_version = true,
+    after_help = "Start with an example:\n  planc check examples/gpt3-175b.tp\n  planc check examples/oom-llama3-70b-8xa100.tp   (a plan that does not fit)\n  planc explain P0401\n\nThe language: docs/language.md. Diagnostics carry codes; `planc explain` lists them."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
