@@ -75,13 +75,13 @@ impl PassTime {
         self.compute + self.comm
     }
 
-    fn add(&mut self, o: PassTime) {
+    pub fn add(&mut self, o: PassTime) {
         self.compute += o.compute;
         self.comm += o.comm;
         self.flops += o.flops;
     }
 
-    fn scale(self, k: f64) -> PassTime {
+    pub fn scale(self, k: f64) -> PassTime {
         PassTime {
             compute: self.compute * k,
             comm: self.comm * k,
@@ -183,9 +183,27 @@ impl StageTime {
     }
 }
 
-pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
+/// The pieces of one stage's work that a pipeline schedule arranges: one layer's passes,
+/// and the embedding and output layer at the ends. The closed form ([`stage_time`]) and the
+/// simulator build from the same pieces, so they differ only in how they compose them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Pieces {
+    pub layer_fwd: PassTime,
+    /// Input-gradient and weight-gradient work, recomputation included.
+    pub layer_bwd: PassTime,
+    /// The weight-gradient products inside `layer_bwd.compute` (zero-bubble schedules
+    /// defer them).
+    pub layer_wgrad: f64,
+    pub embedding_fwd: PassTime,
+    pub embedding_bwd: PassTime,
+    pub head_fwd: PassTime,
+    pub head_bwd: PassTime,
+    /// One micro-batch's activation (or its gradient) crossing a pipeline boundary.
+    pub p2p: f64,
+}
+
+pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let p = &plan.parallel;
-    let layers = (plan.model.layers / p.pp) as f64;
     let layer_ops = layer_forward(plan);
     let layer_fwd = time_ops(&layer_ops, dev, pl);
     // Backward runs two products per forward product and twice the memory traffic;
@@ -204,49 +222,70 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
             .collect();
         layer_bwd.add(time_ops(&attn, dev, pl).scale(0.5));
     }
+    let is_core = |o: &Op| {
+        matches!(
+            o.name,
+            "attention_scores" | "softmax_dropout" | "attention_values"
+        )
+    };
     match p.recompute {
         Recompute::Full => layer_bwd.add(layer_fwd),
         Recompute::Selective if plan.train.attention == Attention::Standard => {
-            let core: Vec<Op> = layer_ops
-                .iter()
-                .filter(|o| {
-                    matches!(
-                        o.name,
-                        "attention_scores" | "softmax_dropout" | "attention_values"
-                    )
-                })
-                .cloned()
-                .collect();
+            let core: Vec<Op> = layer_ops.iter().filter(|o| is_core(o)).cloned().collect();
             layer_bwd.add(time_ops(&core, dev, pl));
         }
         _ => {}
     }
-    let mut forward = layer_fwd.scale(layers);
-    let mut backward = layer_bwd.scale(layers);
-    if stage == 0 {
-        let emb = time_ops(&embedding_forward(plan), dev, pl);
-        forward.add(emb);
-        backward.add(emb);
-    }
-    if stage == p.pp - 1 {
-        let head = time_ops(&head_forward(plan), dev, pl);
-        forward.add(head);
-        backward.add(PassTime {
-            compute: 2.0 * head.compute,
-            comm: head.comm,
-            flops: 2.0 * head.flops,
-        });
-    }
+    // A weight gradient is one product of the same size as the forward product.
+    let weight_products: Vec<Op> = layer_ops
+        .iter()
+        .filter(|o| matches!(o.kind, OpKind::Gemm { .. }) && !is_core(o))
+        .cloned()
+        .collect();
+    let layer_wgrad = time_ops(&weight_products, dev, pl).compute;
+    let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
+    let head_fwd = time_ops(&head_forward(plan), dev, pl);
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         let sp = if p.sequence_parallel { p.tp } else { 1 };
         let bytes = (p.micro_batch * m.seq_len / p.cp * m.hidden / sp) as f64
             * plan.train.precision.bytes();
-        // One send forward and one backward per model chunk boundary.
-        2.0 * p.vpp as f64 * p2p_time(bytes, pl.pp_crosses_nodes, &pl.fabric)
+        p2p_time(bytes, pl.pp_crosses_nodes, &pl.fabric)
     } else {
         0.0
     };
+    Pieces {
+        layer_fwd,
+        layer_bwd,
+        layer_wgrad,
+        embedding_fwd,
+        embedding_bwd: embedding_fwd,
+        head_fwd,
+        head_bwd: PassTime {
+            compute: 2.0 * head_fwd.compute,
+            comm: head_fwd.comm,
+            flops: 2.0 * head_fwd.flops,
+        },
+        p2p,
+    }
+}
+
+pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
+    let p = &plan.parallel;
+    let layers = (plan.model.layers / p.pp) as f64;
+    let pc = pieces(plan, dev, pl);
+    let mut forward = pc.layer_fwd.scale(layers);
+    let mut backward = pc.layer_bwd.scale(layers);
+    if stage == 0 {
+        forward.add(pc.embedding_fwd);
+        backward.add(pc.embedding_bwd);
+    }
+    if stage == p.pp - 1 {
+        forward.add(pc.head_fwd);
+        backward.add(pc.head_bwd);
+    }
+    // One send forward and one backward per model chunk boundary.
+    let p2p = 2.0 * p.vpp as f64 * pc.p2p;
     StageTime {
         forward,
         backward,
