@@ -46,7 +46,11 @@ enumeration!(
     /// stores the s×s scores; `standard` materialises them (Megatron-LM before 2023).
     Attention { Flash = "flash", Standard = "standard" }
 );
-enumeration!(Schedule { Gpipe = "gpipe", OneFOneB = "1f1b", Interleaved = "interleaved" });
+enumeration!(
+    /// `zb_h1` (extension): zero-bubble ZB-H1, 1F1B with weight gradients deferred into the
+    /// cool-down (Qi et al. 2023).
+    Schedule { Gpipe = "gpipe", OneFOneB = "1f1b", Interleaved = "interleaved", ZeroBubble = "zb_h1" }
+);
 enumeration!(Recompute { None = "none", Selective = "selective", Full = "full" });
 enumeration!(Offload { None = "none", Optimizer = "optimizer", Params = "params" });
 enumeration!(Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch" });

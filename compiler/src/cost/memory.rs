@@ -119,7 +119,8 @@ pub fn in_flight(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
     let m = micro_batches as f64;
     match p.schedule {
         Schedule::Gpipe => m,
-        Schedule::OneFOneB => ((pp - stage) as f64).min(m),
+        // ZB-H1 holds what 1F1B holds (its deferred W passes keep only weight inputs).
+        Schedule::OneFOneB | Schedule::ZeroBubble => ((pp - stage) as f64).min(m),
         Schedule::Interleaved => {
             // Megatron's warm-up for rank i: (pp - i - 1)·2 + (vpp - 1)·pp chunks, plus one.
             let v = p.vpp as f64;

@@ -95,8 +95,12 @@ pub fn estimate(plan: &Plan) -> Estimate {
         .fold((0, 0.0), |acc, (i, t)| if t > acc.1 { (i, t) } else { acc });
     let fill: f64 = per_mb.iter().sum::<f64>() - t_max;
     let mb = micro_batches as f64;
-    let bubble_s = fill / p.vpp as f64;
     let b = &stages[bottleneck];
+    let bubble_s = match p.schedule {
+        // ZB-H1 fills the cool-down with deferred weight gradients: (p−1)(F+B−W).
+        crate::plan::Schedule::ZeroBubble => fill * (1.0 - b.time.weight_grad / t_max),
+        _ => fill / p.vpp as f64,
+    };
     let compute_per_mb = b.time.forward.compute + b.time.backward.compute;
     let comm_per_mb = b.time.forward.comm + b.time.backward.comm + b.time.p2p;
     // After the last backward each stage reduces gradients and steps its optimizer; the

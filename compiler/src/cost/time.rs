@@ -20,7 +20,7 @@ const TILE: f64 = 128.0;
 /// Fused attention kernels reach this fraction of the device's matrix-product rate.
 const FLASH_EFFICIENCY: f64 = 0.75;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
-const BUCKET_PARAMS: f64 = 40e6;
+pub const BUCKET_PARAMS: f64 = 40e6;
 
 pub struct Device<'a> {
     pub gpu: &'a Gpu,
@@ -175,6 +175,8 @@ pub struct StageTime {
     pub backward: PassTime,
     /// Pipeline send/receive per micro-batch (forward activations and backward gradients).
     pub p2p: f64,
+    /// The weight-gradient products inside `backward.compute`.
+    pub weight_grad: f64,
 }
 
 impl StageTime {
@@ -286,10 +288,15 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
     }
     // One send forward and one backward per model chunk boundary.
     let p2p = 2.0 * p.vpp as f64 * pc.p2p;
+    let mut weight_grad = pc.layer_wgrad * layers;
+    if stage == p.pp - 1 {
+        weight_grad += pc.head_fwd.compute;
+    }
     StageTime {
         forward,
         backward,
         p2p,
+        weight_grad,
     }
 }
 

@@ -1,0 +1,314 @@
+//! The step graph: a petgraph DAG of one training step. Nodes are tasks with a duration,
+//! the rank and lane (compute or communication stream) they run on, and the shared links
+//! they occupy; edges are "must finish before". Lane order is expressed as edges too, so
+//! the engine needs nothing but the graph.
+
+use std::collections::HashMap;
+
+use petgraph::graph::{DiGraph, NodeIndex};
+use serde::Serialize;
+
+use crate::program::{CollectiveOp, GroupKind, Instr, Message, Program, Rank};
+use crate::schedule::{Pass, Work};
+
+/// Durations of everything a program does, in seconds.
+#[derive(Clone, Debug, Default)]
+pub struct Costs {
+    /// Per virtual stage: forward compute, and its exposed in-layer communication
+    /// (tensor/sequence/context/expert-parallel collectives).
+    pub forward: Vec<(f64, f64)>,
+    /// Per virtual stage: backward compute (all of it), and its in-layer communication.
+    pub backward: Vec<(f64, f64)>,
+    /// Per virtual stage: the weight-gradient part of the backward compute.
+    pub weight_grad: Vec<f64>,
+    /// One pipeline message.
+    pub p2p: f64,
+    /// Per virtual stage: reducing that chunk's gradients over data parallelism, whole.
+    pub grad_reduce: Vec<f64>,
+    /// Per virtual stage: gathering that chunk's parameters (ZeRO).
+    pub param_gather: Vec<f64>,
+    pub embedding_sync: f64,
+    /// Per rank.
+    pub optimizer: Vec<f64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Lane {
+    Compute,
+    Comm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum TaskKind {
+    /// A pass (or a bucket-sized piece of one).
+    Pass(Work),
+    /// The in-layer collectives of a pass, serialized with it on the compute stream.
+    LayerComm(Work),
+    Transfer(Message),
+    Collective(CollectiveOp),
+    Optimizer,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Task {
+    pub rank: Rank,
+    pub lane: Lane,
+    pub kind: TaskKind,
+    pub duration: f64,
+    /// Shared links it occupies (indices into [`StepGraph::links`]); at most four.
+    #[serde(skip)]
+    pub links: [u32; 4],
+    #[serde(skip)]
+    pub link_count: u8,
+}
+
+impl Task {
+    pub fn links(&self) -> &[u32] {
+        &self.links[..self.link_count as usize]
+    }
+
+    pub fn is_comm(&self) -> bool {
+        !matches!(self.kind, TaskKind::Pass(_) | TaskKind::Optimizer)
+    }
+}
+
+pub struct StepGraph {
+    pub graph: DiGraph<Task, ()>,
+    pub ranks: u32,
+    /// Link names, e.g. `rank 3 send`.
+    pub links: Vec<String>,
+}
+
+fn tx(rank: Rank) -> u32 {
+    rank * 2
+}
+
+fn rx(rank: Rank) -> u32 {
+    rank * 2 + 1
+}
+
+struct Builder<'a> {
+    g: DiGraph<Task, ()>,
+    costs: &'a Costs,
+    ranks: u32,
+}
+
+impl Builder<'_> {
+    fn add(
+        &mut self,
+        rank: Rank,
+        lane: Lane,
+        kind: TaskKind,
+        duration: f64,
+        links: &[u32],
+    ) -> NodeIndex {
+        let mut l = [0u32; 4];
+        l[..links.len()].copy_from_slice(links);
+        self.g.add_node(Task {
+            rank,
+            lane,
+            kind,
+            duration,
+            links: l,
+            link_count: links.len() as u8,
+        })
+    }
+
+    fn edge(&mut self, a: Option<NodeIndex>, b: NodeIndex) {
+        if let Some(a) = a {
+            self.g.add_edge(a, b, ());
+        }
+    }
+
+    fn pass_costs(&self, work: Work, rank: Rank, split: bool) -> (f64, f64) {
+        let v = (work.chunk * self.ranks + rank) as usize;
+        let c = self.costs;
+        match work.pass {
+            Pass::Forward => c.forward[v],
+            Pass::Backward if split => (c.backward[v].0 - c.weight_grad[v], c.backward[v].1),
+            Pass::Backward => c.backward[v],
+            Pass::WeightGrad => (c.weight_grad[v], 0.0),
+        }
+    }
+}
+
+/// Builds the DAG of `program` with `costs`. Pipeline messages are matched in order per
+/// (sender, receiver) pair, as NCCL matches them; the deadlock checker has already made
+/// sure that order agrees on both sides.
+pub fn build(program: &Program, costs: &Costs) -> StepGraph {
+    let ranks = program.pipeline_ranks();
+    let split = program.schedule.splits_backward();
+    let mut b = Builder {
+        g: DiGraph::with_capacity(0, 0),
+        costs,
+        ranks,
+    };
+    // (from, to) → transfers in send order; receives waiting for them: (from, to) → runs.
+    let mut sends: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
+    let mut receivers: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
+    let mut shared: HashMap<(GroupKind, usize), (NodeIndex, NodeIndex)> = HashMap::new();
+    for (rank, instrs) in program.ranks.iter().enumerate() {
+        let rank = rank as Rank;
+        let mut last_compute: Option<NodeIndex> = None;
+        let mut last_comm: Option<NodeIndex> = None;
+        // What the next pass must wait for: blocking sends, gathers of its chunk.
+        let mut gates: Vec<NodeIndex> = Vec::new();
+        let mut gathers: HashMap<u32, NodeIndex> = HashMap::new();
+        let mut pending_recvs: Vec<(Rank, Rank)> = Vec::new();
+        // Pieces of the most recent pass, for bucketed gradient reduction.
+        let mut last_pieces: Vec<NodeIndex> = Vec::new();
+        let mut group_seen: HashMap<GroupKind, usize> = HashMap::new();
+        for (i, instr) in instrs.iter().enumerate() {
+            match *instr {
+                Instr::Run(work) => {
+                    let (compute, comm) = b.pass_costs(work, rank, split);
+                    // Split the pass when its gradients are reduced in buckets right after.
+                    let pieces = instrs[i + 1..]
+                        .iter()
+                        .find(|x| !matches!(x, Instr::Send { .. }))
+                        .map_or(1, |x| match x {
+                            Instr::Collective {
+                                op: CollectiveOp::GradReduce { buckets, .. },
+                                ..
+                            } => (*buckets).max(1),
+                            _ => 1,
+                        });
+                    last_pieces.clear();
+                    for p in 0..pieces {
+                        let n = b.add(
+                            rank,
+                            Lane::Compute,
+                            TaskKind::Pass(work),
+                            compute / pieces as f64,
+                            &[],
+                        );
+                        b.edge(last_compute, n);
+                        if p == 0 {
+                            for gate in gates.drain(..) {
+                                b.g.add_edge(gate, n, ());
+                            }
+                            if let Some(gather) = gathers.remove(&work.chunk) {
+                                b.g.add_edge(gather, n, ());
+                            }
+                            for key in pending_recvs.drain(..) {
+                                receivers.entry(key).or_default().push(n);
+                            }
+                        }
+                        last_compute = Some(n);
+                        last_pieces.push(n);
+                    }
+                    if comm > 0.0 {
+                        let n = b.add(rank, Lane::Compute, TaskKind::LayerComm(work), comm, &[]);
+                        b.edge(last_compute, n);
+                        last_compute = Some(n);
+                        if let Some(l) = last_pieces.last_mut() {
+                            *l = n;
+                        }
+                    }
+                }
+                Instr::Send { to, message } => {
+                    let n = b.add(
+                        rank,
+                        Lane::Comm,
+                        TaskKind::Transfer(message),
+                        costs.p2p,
+                        &[tx(rank), rx(to)],
+                    );
+                    b.edge(last_compute, n);
+                    sends.entry((rank, to)).or_default().push(n);
+                    // Megatron waits for its sends before the next pass.
+                    gates.push(n);
+                }
+                Instr::Recv { from, .. } => pending_recvs.push((from, rank)),
+                Instr::Collective { group, op } => {
+                    let index = group_seen.entry(group).or_insert(0);
+                    let key = (group, *index);
+                    *index += 1;
+                    let members = program.members(group);
+                    let links: Vec<u32> = members
+                        .iter()
+                        .flat_map(|&m| [tx(m), rx(m)])
+                        .take(4)
+                        .collect();
+                    let (n, tail) = *shared.entry(key).or_insert_with(|| {
+                        let d = match op {
+                            CollectiveOp::GradReduce { chunk, buckets } => {
+                                costs.grad_reduce[(chunk * ranks + rank) as usize]
+                                    / buckets.max(1) as f64
+                            }
+                            CollectiveOp::ParamGather { chunk } => {
+                                costs.param_gather[(chunk * ranks + rank) as usize]
+                            }
+                            CollectiveOp::EmbeddingSync => costs.embedding_sync,
+                        };
+                        let first = b.add(rank, Lane::Comm, TaskKind::Collective(op), d, &links);
+                        let mut prev = first;
+                        if let CollectiveOp::GradReduce { buckets, .. } = op {
+                            // One task per bucket, each after the piece of the pass that
+                            // produced its gradients; the first stands for the collective.
+                            for k in 1..buckets.max(1) as usize {
+                                let nk =
+                                    b.add(rank, Lane::Comm, TaskKind::Collective(op), d, &links);
+                                b.g.add_edge(prev, nk, ());
+                                if let Some(&piece) = last_pieces.get(k) {
+                                    b.g.add_edge(piece, nk, ());
+                                }
+                                prev = nk;
+                            }
+                        }
+                        (first, prev)
+                    });
+                    // The collective joins this member's lane order.
+                    b.edge(last_comm, n);
+                    match op {
+                        CollectiveOp::GradReduce { .. } => {
+                            if let Some(&piece) = last_pieces.first() {
+                                b.g.add_edge(piece, n, ());
+                            }
+                            // The lane continues after the last bucket.
+                            last_comm = Some(tail);
+                        }
+                        CollectiveOp::ParamGather { chunk } => {
+                            gathers.insert(chunk, n);
+                            last_comm = Some(n);
+                        }
+                        CollectiveOp::EmbeddingSync => {
+                            b.edge(last_compute, n);
+                            last_comm = Some(n);
+                        }
+                    }
+                }
+                Instr::Optimizer => {
+                    let n = b.add(
+                        rank,
+                        Lane::Compute,
+                        TaskKind::Optimizer,
+                        costs.optimizer[rank as usize],
+                        &[],
+                    );
+                    b.edge(last_compute, n);
+                    b.edge(last_comm, n);
+                    for gate in gates.drain(..) {
+                        b.g.add_edge(gate, n, ());
+                    }
+                    last_compute = Some(n);
+                }
+            }
+        }
+    }
+    for (key, transfers) in &sends {
+        if let Some(runs) = receivers.get(key) {
+            for (t, r) in transfers.iter().zip(runs) {
+                b.g.add_edge(*t, *r, ());
+            }
+        }
+    }
+    let links = (0..ranks)
+        .flat_map(|r| [format!("rank {r} send"), format!("rank {r} receive")])
+        .collect();
+    StepGraph {
+        graph: b.g,
+        ranks,
+        links,
+    }
+}

@@ -1,0 +1,110 @@
+//! From a plan to a program and its costs: the schedule and message flow come from the
+//! parallel layout, every duration from the compiler's cost model (`cost::time::pieces`),
+//! so the simulator and the closed form price the same work and differ only in how they
+//! compose it.
+
+use planc_compiler::cost::comm::{collective_time, p2p_time, Collective};
+use planc_compiler::cost::memory::stage_params;
+use planc_compiler::cost::stage_group;
+use planc_compiler::cost::time::{optimizer_time, pieces, placement, Device, BUCKET_PARAMS};
+use planc_compiler::plan::{Plan, Schedule};
+
+use crate::graph::Costs;
+use crate::program::{build, Program, StepOptions};
+use crate::schedule::ScheduleKind;
+
+/// Gradient buckets of one chunk are capped so that huge chunks do not make huge graphs;
+/// past a handful, more buckets change the exposed tail by less than a percent.
+const MAX_BUCKETS: u32 = 16;
+
+pub fn schedule_kind(plan: &Plan) -> ScheduleKind {
+    match plan.parallel.schedule {
+        Schedule::Gpipe => ScheduleKind::Gpipe,
+        Schedule::OneFOneB => ScheduleKind::OneFOneB,
+        Schedule::Interleaved => ScheduleKind::Interleaved {
+            vpp: plan.parallel.vpp as u32,
+        },
+        Schedule::ZeroBubble => ScheduleKind::ZeroBubbleH1,
+    }
+}
+
+pub fn lower(plan: &Plan) -> (Program, Costs) {
+    let p = &plan.parallel;
+    let m = &plan.model;
+    let ranks = p.pp as u32;
+    let kind = schedule_kind(plan);
+    let chunks = kind.chunks();
+    let stages = (ranks * chunks) as usize;
+    let micro_batches = p.grad_accum(plan.train.global_batch).max(1) as u32;
+    let layers_per_chunk = (m.layers / (p.pp * chunks as u64)) as f64;
+    let data_parallel = p.dp * p.cp > 1;
+
+    let mut costs = Costs {
+        forward: vec![(0.0, 0.0); stages],
+        backward: vec![(0.0, 0.0); stages],
+        weight_grad: vec![0.0; stages],
+        grad_reduce: vec![0.0; stages],
+        param_gather: vec![0.0; stages],
+        optimizer: vec![0.0; ranks as usize],
+        ..Costs::default()
+    };
+    let mut max_chunk_params: f64 = 0.0;
+    for rank in 0..ranks {
+        let group = stage_group(plan, rank as u64);
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let pl = placement(plan, group);
+        let pc = pieces(plan, &dev, &pl);
+        let params = stage_params(plan, rank as u64);
+        costs.optimizer[rank as usize] = optimizer_time(plan, params, &dev);
+        let chunk_params = params / chunks as f64;
+        max_chunk_params = max_chunk_params.max(chunk_params);
+        for chunk in 0..chunks {
+            let v = (chunk * ranks + rank) as usize;
+            let mut fwd = pc.layer_fwd.scale(layers_per_chunk);
+            let mut bwd = pc.layer_bwd.scale(layers_per_chunk);
+            let mut wgrad = pc.layer_wgrad * layers_per_chunk;
+            if v == 0 {
+                fwd.add(pc.embedding_fwd);
+                bwd.add(pc.embedding_bwd);
+            }
+            if v == stages - 1 {
+                fwd.add(pc.head_fwd);
+                bwd.add(pc.head_bwd);
+                wgrad += pc.head_fwd.compute;
+            }
+            costs.forward[v] = (fwd.compute, fwd.comm);
+            costs.backward[v] = (bwd.compute, bwd.comm);
+            costs.weight_grad[v] = wgrad;
+            if data_parallel {
+                let grad_bytes = chunk_params * 4.0;
+                let param_bytes = chunk_params * plan.train.precision.bytes();
+                costs.grad_reduce[v] = if p.zero >= 1 {
+                    collective_time(Collective::ReduceScatter, grad_bytes, pl.dp, &pl.fabric)
+                } else {
+                    collective_time(Collective::AllReduce, grad_bytes, pl.dp, &pl.fabric)
+                };
+                costs.param_gather[v] =
+                    collective_time(Collective::AllGather, param_bytes, pl.dp, &pl.fabric);
+            }
+        }
+        if rank == 0 {
+            costs.p2p = pc.p2p;
+            if m.tied_embeddings && ranks > 1 {
+                // Megatron all-reduces the tied embedding's gradient between the ends.
+                let bytes = (m.vocab * m.hidden) as f64 / p.tp as f64 * 4.0;
+                costs.embedding_sync = 2.0 * p2p_time(bytes / 2.0, pl.pp_crosses_nodes, &pl.fabric);
+            }
+        }
+    }
+    let buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).clamp(1, MAX_BUCKETS);
+    let opts = StepOptions {
+        zero: p.zero as u8,
+        data_parallel,
+        buckets,
+        tied_embedding: m.tied_embeddings,
+    };
+    (build(kind, ranks, micro_batches, opts), costs)
+}
