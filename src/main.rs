@@ -94,13 +94,14 @@ fn main() -> ExitCode {
 }
 
 fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
-    let checked = match check_file(&file, &FsLoader) {
+    let mut checked = match check_file(&file, &FsLoader) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: cannot read `{}`: {e}", file.display());
             return ExitCode::from(2);
         }
     };
+    planc_simulator::retime(&mut checked);
     let ok = checked.ok();
     match format {
         Format::Json => {

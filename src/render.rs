@@ -145,6 +145,13 @@ pub fn summary(checked: &Checked) -> Option<String> {
         secs(e.bubble_s),
         pct(e.bubble_s)
     );
+    if e.method == planc_compiler::cost::TimeMethod::Simulated {
+        s += &format!(
+            "         simulated event by event; the closed form says {} ({:+.1} %)\n",
+            secs(e.closed_form_step_s),
+            (e.closed_form_step_s / e.step_s - 1.0) * 100.0
+        );
+    }
     s += &format!(
         "speed    {:.0} tokens/s  {:.2} samples/s  {:.1} model TFLOP/s per GPU ({:.1} hardware)  MFU {:.1} %\n",
         e.tokens_per_s,

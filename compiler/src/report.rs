@@ -81,6 +81,10 @@ pub struct TimeSection {
     pub bubble_fraction: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_train_s: Option<f64>,
+    /// Extension: `simulated` (event-driven, the default of `planc check`) or `closed form`.
+    pub method: &'static str,
+    /// Extension: the closed-form step time, as a cross-check of the simulation.
+    pub closed_form_step_s: f64,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -201,6 +205,8 @@ pub fn build(
         bubble_s: e.bubble_s,
         bubble_fraction: e.bubble_s / e.step_s,
         time_to_train_s: plan.train.tokens.map(|t| t / e.tokens_per_s),
+        method: e.method.as_str(),
+        closed_form_step_s: e.closed_form_step_s,
     });
     r.throughput = Some(ThroughputSection {
         tokens_per_s: e.tokens_per_s,

@@ -148,6 +148,10 @@ codes! {
          (`search.memory_headroom`, 10 % by default) for fragmentation, NCCL buffers and the CUDA context.";
     P0501 Note "hole resolved"
         "`dp = auto` (or another hole) was filled; the note says with what.";
+    P0601 Error "the schedule would hang"
+        "Simulating the step found ranks that would wait for each other forever: a send without its \
+         receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
+         With NCCL this is a hang until the watchdog timeout, not an error.";
 }
 
 /// The code with this id (case-insensitive), for `planc explain`.

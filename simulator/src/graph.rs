@@ -79,6 +79,32 @@ pub struct StepGraph {
     pub links: Vec<String>,
 }
 
+/// A chunk's gradient reduction runs as at most this many tasks, so that huge chunks do
+/// not make huge graphs. The last task is always exactly one bucket (what is exposed
+/// after the backward pass ends); the others share the rest.
+const MAX_BUCKET_TASKS: u32 = 16;
+
+/// Fractions of a chunk's gradients in each reduction task, for `buckets` real buckets.
+fn bucket_fractions(buckets: u32) -> Vec<f64> {
+    let n = buckets.max(1);
+    let k = n.min(MAX_BUCKET_TASKS);
+    if k == 1 {
+        return vec![1.0];
+    }
+    let last = 1.0 / n as f64;
+    let mut f = vec![(1.0 - last) / (k - 1) as f64; k as usize - 1];
+    f.push(last);
+    f
+}
+
+/// Parameter gathers in the order the forward pass needs them: the first bucket is what
+/// the pass waits for before it can start, so it is one real bucket; the rest share.
+fn gather_fractions(buckets: u32) -> Vec<f64> {
+    let mut f = bucket_fractions(buckets);
+    f.reverse();
+    f
+}
+
 fn tx(rank: Rank) -> u32 {
     rank * 2
 }
@@ -146,14 +172,15 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
     // (from, to) → transfers in send order; receives waiting for them: (from, to) → runs.
     let mut sends: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
     let mut receivers: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
-    let mut shared: HashMap<(GroupKind, usize), (NodeIndex, NodeIndex)> = HashMap::new();
+    let mut shared: HashMap<(GroupKind, usize), Vec<NodeIndex>> = HashMap::new();
     for (rank, instrs) in program.ranks.iter().enumerate() {
         let rank = rank as Rank;
         let mut last_compute: Option<NodeIndex> = None;
         let mut last_comm: Option<NodeIndex> = None;
         // What the next pass must wait for: blocking sends, gathers of its chunk.
         let mut gates: Vec<NodeIndex> = Vec::new();
-        let mut gathers: HashMap<u32, NodeIndex> = HashMap::new();
+        // Gather tasks (in bucket order) the next pass of a chunk consumes.
+        let mut gathers: HashMap<u32, (Vec<NodeIndex>, Vec<f64>)> = HashMap::new();
         let mut pending_recvs: Vec<(Rank, Rank)> = Vec::new();
         // Pieces of the most recent pass, for bucketed gradient reduction.
         let mut last_pieces: Vec<NodeIndex> = Vec::new();
@@ -162,33 +189,46 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
             match *instr {
                 Instr::Run(work) => {
                     let (compute, comm) = b.pass_costs(work, rank, split);
-                    // Split the pass when its gradients are reduced in buckets right after.
-                    let pieces = instrs[i + 1..]
+                    // Split the pass when its gradients are reduced in buckets right after,
+                    // or when it consumes its parameters bucket by bucket as they arrive.
+                    let reduce_buckets = instrs[i + 1..]
                         .iter()
                         .find(|x| !matches!(x, Instr::Send { .. }))
                         .map_or(1, |x| match x {
                             Instr::Collective {
                                 op: CollectiveOp::GradReduce { buckets, .. },
                                 ..
-                            } => (*buckets).max(1),
+                            } => *buckets,
                             _ => 1,
                         });
+                    let (gather, gather_split) = gathers.remove(&work.chunk).unwrap_or_default();
+                    let fractions = if reduce_buckets > 1 || gather.len() <= 1 {
+                        bucket_fractions(reduce_buckets)
+                    } else {
+                        gather_split
+                    };
+                    let per_piece_gather = fractions.len() == gather.len() && gather.len() > 1;
                     last_pieces.clear();
-                    for p in 0..pieces {
+                    for (p, fraction) in fractions.iter().enumerate() {
                         let n = b.add(
                             rank,
                             Lane::Compute,
                             TaskKind::Pass(work),
-                            compute / pieces as f64,
+                            compute * fraction,
                             &[],
                         );
                         b.edge(last_compute, n);
+                        if per_piece_gather {
+                            b.g.add_edge(gather[p], n, ());
+                        }
                         if p == 0 {
                             for gate in gates.drain(..) {
                                 b.g.add_edge(gate, n, ());
                             }
-                            if let Some(gather) = gathers.remove(&work.chunk) {
-                                b.g.add_edge(gather, n, ());
+                            if !per_piece_gather {
+                                for &g in &gather {
+                                    b.g.add_edge(g, n, ());
+                                }
                             }
                             for key in pending_recvs.drain(..) {
                                 receivers.entry(key).or_default().push(n);
@@ -230,34 +270,53 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                         .flat_map(|&m| [tx(m), rx(m)])
                         .take(4)
                         .collect();
-                    let (n, tail) = *shared.entry(key).or_insert_with(|| {
-                        let d = match op {
-                            CollectiveOp::GradReduce { chunk, buckets } => {
-                                costs.grad_reduce[(chunk * ranks + rank) as usize]
-                                    / buckets.max(1) as f64
-                            }
-                            CollectiveOp::ParamGather { chunk } => {
-                                costs.param_gather[(chunk * ranks + rank) as usize]
-                            }
-                            CollectiveOp::EmbeddingSync => costs.embedding_sync,
+                    let chain = shared.entry(key).or_insert_with(|| {
+                        let (d, fractions) = match op {
+                            CollectiveOp::GradReduce { chunk, buckets } => (
+                                costs.grad_reduce[(chunk * ranks + rank) as usize],
+                                bucket_fractions(buckets),
+                            ),
+                            CollectiveOp::ParamGather { chunk, buckets } => (
+                                costs.param_gather[(chunk * ranks + rank) as usize],
+                                gather_fractions(buckets),
+                            ),
+                            CollectiveOp::EmbeddingSync => (costs.embedding_sync, vec![1.0]),
                         };
-                        let first = b.add(rank, Lane::Comm, TaskKind::Collective(op), d, &links);
+                        let first = b.add(
+                            rank,
+                            Lane::Comm,
+                            TaskKind::Collective(op),
+                            d * fractions[0],
+                            &links,
+                        );
+                        let mut chain = vec![first];
                         let mut prev = first;
-                        if let CollectiveOp::GradReduce { buckets, .. } = op {
-                            // One task per bucket, each after the piece of the pass that
-                            // produced its gradients; the first stands for the collective.
-                            for k in 1..buckets.max(1) as usize {
-                                let nk =
-                                    b.add(rank, Lane::Comm, TaskKind::Collective(op), d, &links);
+                        {
+                            // One task per bucket group; a reduction's bucket follows the
+                            // piece of the pass that produced its gradients.
+                            for (k, fraction) in fractions.iter().enumerate().skip(1) {
+                                let nk = b.add(
+                                    rank,
+                                    Lane::Comm,
+                                    TaskKind::Collective(op),
+                                    d * fraction,
+                                    &links,
+                                );
                                 b.g.add_edge(prev, nk, ());
-                                if let Some(&piece) = last_pieces.get(k) {
-                                    b.g.add_edge(piece, nk, ());
+                                if matches!(op, CollectiveOp::GradReduce { .. }) {
+                                    if let Some(&piece) = last_pieces.get(k) {
+                                        b.g.add_edge(piece, nk, ());
+                                    }
                                 }
+                                chain.push(nk);
                                 prev = nk;
                             }
                         }
-                        (first, prev)
+                        chain
                     });
+                    let n = chain[0];
+                    let tail = *chain.last().expect("a chain has a task");
+                    let chain = chain.clone();
                     // The collective joins this member's lane order.
                     b.edge(last_comm, n);
                     match op {
@@ -268,9 +327,9 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                             // The lane continues after the last bucket.
                             last_comm = Some(tail);
                         }
-                        CollectiveOp::ParamGather { chunk } => {
-                            gathers.insert(chunk, n);
-                            last_comm = Some(n);
+                        CollectiveOp::ParamGather { chunk, buckets } => {
+                            gathers.insert(chunk, (chain, gather_fractions(buckets)));
+                            last_comm = Some(tail);
                         }
                         CollectiveOp::EmbeddingSync => {
                             b.edge(last_compute, n);

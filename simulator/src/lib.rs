@@ -23,8 +23,10 @@ pub mod schedule;
 pub mod svg;
 pub mod trace;
 
+use planc_compiler::check::Checked;
 use planc_compiler::cost::stage_group;
 use planc_compiler::plan::Plan;
+use planc_lang::{codes, Diagnostic};
 
 pub use breakdown::Breakdown;
 pub use deadlock::Hang;
@@ -79,4 +81,38 @@ pub fn rank_names(plan: &Plan) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Retimes a checked plan with the simulator: the step time `planc check` reports. The
+/// closed-form time stays in the estimate as a cross-check. Returns the simulation for
+/// timelines; a hang becomes a P0601 error on the plan's `schedule`.
+pub fn retime(checked: &mut Checked) -> Option<Simulation> {
+    let plan = checked.plan.as_ref()?;
+    match simulate(plan) {
+        Ok(sim) => {
+            let b = sim.breakdown;
+            let est = checked.estimate.as_mut()?;
+            est.retime(b.step_s, b.compute_s, b.exposed_comm_s, b.bubble_s);
+            Some(sim)
+        }
+        Err(hangs) => {
+            let (file, span) = checked
+                .spec
+                .as_ref()
+                .and_then(|s| {
+                    s.origins
+                        .of("parallel", "schedule")
+                        .or(s.origins.of("parallel", "pp"))
+                })
+                .unwrap_or_default();
+            for h in hangs {
+                checked.diagnostics.push(
+                    Diagnostic::new(codes::P0601, h.message)
+                        .at(file, span, "this schedule")
+                        .help("use a built-in schedule (gpipe, 1f1b, interleaved, zb_h1)"),
+                );
+            }
+            None
+        }
+    }
 }

@@ -13,10 +13,6 @@ use crate::graph::Costs;
 use crate::program::{build, Program, StepOptions};
 use crate::schedule::ScheduleKind;
 
-/// Gradient buckets of one chunk are capped so that huge chunks do not make huge graphs;
-/// past a handful, more buckets change the exposed tail by less than a percent.
-const MAX_BUCKETS: u32 = 16;
-
 pub fn schedule_kind(plan: &Plan) -> ScheduleKind {
     match plan.parallel.schedule {
         Schedule::Gpipe => ScheduleKind::Gpipe,
@@ -99,7 +95,7 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
             }
         }
     }
-    let buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).clamp(1, MAX_BUCKETS);
+    let buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).max(1);
     let opts = StepOptions {
         zero: p.zero as u8,
         data_parallel,

@@ -44,8 +44,9 @@ pub enum CollectiveOp {
     /// Data-parallel gradient reduction of a chunk, in `buckets` pieces that start as the
     /// backward pass produces them.
     GradReduce { chunk: u32, buckets: u32 },
-    /// Data-parallel (ZeRO) parameter gather of a chunk, needed by its next pass.
-    ParamGather { chunk: u32 },
+    /// Data-parallel (ZeRO) parameter gather of a chunk, needed by its next pass, in
+    /// `buckets` pieces that the pass consumes in order.
+    ParamGather { chunk: u32, buckets: u32 },
     /// The all-reduce of tied embedding gradients between the first and last rank.
     EmbeddingSync,
 }
@@ -56,7 +57,9 @@ impl std::fmt::Display for CollectiveOp {
             CollectiveOp::GradReduce { chunk, .. } => {
                 write!(f, "gradient reduction of chunk {chunk}")
             }
-            CollectiveOp::ParamGather { chunk } => write!(f, "parameter gather of chunk {chunk}"),
+            CollectiveOp::ParamGather { chunk, .. } => {
+                write!(f, "parameter gather of chunk {chunk}")
+            }
             CollectiveOp::EmbeddingSync => f.write_str("embedding gradient all-reduce"),
         }
     }
@@ -140,7 +143,10 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
             for chunk in 0..chunks {
                 out.push(Instr::Collective {
                     group: dp,
-                    op: CollectiveOp::ParamGather { chunk },
+                    op: CollectiveOp::ParamGather {
+                        chunk,
+                        buckets: opts.buckets.max(1),
+                    },
                 });
             }
         }
@@ -164,7 +170,10 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
             if zero3 && work.pass != Pass::WeightGrad {
                 out.push(Instr::Collective {
                     group: dp,
-                    op: CollectiveOp::ParamGather { chunk: work.chunk },
+                    op: CollectiveOp::ParamGather {
+                        chunk: work.chunk,
+                        buckets: 1,
+                    },
                 });
             }
             match work.pass {

@@ -43,6 +43,49 @@ pub struct Estimate {
     pub mfu: f64,
     /// Index of the stage with the largest memory use.
     pub peak_stage: usize,
+    /// How `step_s` and its split were obtained.
+    pub method: TimeMethod,
+    /// The closed-form step time, kept as a cross-check when the simulator retimes.
+    pub closed_form_step_s: f64,
+    /// Average dense peak of the plan's GPUs at its precision (for MFU).
+    pub peak_flops_per_gpu: f64,
+    pub global_batch: u64,
+    pub seq_len: u64,
+    pub world_size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeMethod {
+    ClosedForm,
+    Simulated,
+}
+
+impl TimeMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeMethod::ClosedForm => "closed form",
+            TimeMethod::Simulated => "simulated",
+        }
+    }
+}
+
+impl Estimate {
+    /// Replaces the step time and its split (by a simulation of the same work) and
+    /// recomputes everything derived from it.
+    pub fn retime(&mut self, step_s: f64, compute_s: f64, exposed_comm_s: f64, bubble_s: f64) {
+        self.step_s = step_s;
+        self.compute_s = compute_s;
+        self.exposed_comm_s = exposed_comm_s;
+        self.bubble_s = bubble_s;
+        self.method = TimeMethod::Simulated;
+        let world = self.world_size as f64;
+        self.samples_per_s = self.global_batch as f64 / step_s;
+        self.tokens_per_s = self.samples_per_s * self.seq_len as f64;
+        self.model_tflops_per_gpu = self.flops_per_step / step_s / world / 1e12;
+        self.hw_tflops_per_gpu = self.hw_flops_per_step / step_s / world / 1e12;
+        self.mfu = self.model_tflops_per_gpu * 1e12 / self.peak_flops_per_gpu;
+    }
 }
 
 /// The node group that hosts pipeline stage `stage` (stages fill groups in order).
@@ -178,6 +221,12 @@ pub fn estimate(plan: &Plan) -> Estimate {
         model_tflops_per_gpu,
         hw_tflops_per_gpu,
         mfu: model_tflops_per_gpu * 1e12 / peak_per_gpu,
+        method: TimeMethod::ClosedForm,
+        closed_form_step_s: step_s,
+        peak_flops_per_gpu: peak_per_gpu,
+        global_batch: plan.train.global_batch,
+        seq_len: m.seq_len,
+        world_size: plan.cluster.world_size(),
     }
 }
 
