@@ -4,13 +4,14 @@
 //!     cargo bench --bench speed
 //!
 //! Two figures per example: the library call (`check_file`: parse, resolve, validate, cost)
-//! and the whole command as a user runs it (process start, catalog load, rendering).
+//! and the whole command as a user runs it (process start, catalog load, simulation,
+//! rendering). Then the simulator alone on two large plans (target < 50 ms each).
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use planc_compiler::check::check_file;
+use planc_compiler::check::{check_file, check_source};
 use planc_compiler::source::FsLoader;
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -81,4 +82,45 @@ fn main() {
             "MISSES"
         }
     );
+    simulator_speed();
+}
+
+const GPT3_1024: &str = "
+cluster c { nodes = 128, gpus_per_node = 8, gpu = A100_SXM_80GB
+    inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us } }
+model m { preset = \"gpt3-175b\" }
+train { global_batch = 1536, precision = bf16, optimizer = adam }
+parallel { tp = 8, pp = 16, dp = auto, micro_batch = 1, schedule = 1f1b, sequence_parallel = true, zero = 1, recompute = selective }
+";
+
+const GPT_1T_3072: &str = "
+cluster c { nodes = 384, gpus_per_node = 8, gpu = A100_SXM_80GB
+    inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us } }
+model m { preset = \"gpt-1t\" }
+train { global_batch = 3072, precision = bf16, optimizer = adam }
+parallel { tp = 8, pp = 64, dp = auto, micro_batch = 1, schedule = 1f1b, sequence_parallel = true, zero = 1, recompute = selective }
+";
+
+fn simulator_speed() {
+    println!("\nsimulator: one step, event by event (median / p99); target < 50 ms each\n");
+    for (name, text) in [
+        ("GPT-3 175B, 1024 A100, 192 micro-batches", GPT3_1024),
+        ("GPT 1T, 3072 A100, 512 micro-batches", GPT_1T_3072),
+    ] {
+        let checked = check_source("bench.tp", text);
+        let plan = checked
+            .plan
+            .unwrap_or_else(|| panic!("{name}: {:?}", checked.diagnostics));
+        let sim = planc_simulator::simulate(&plan).expect("no hang");
+        let tasks = sim.graph.graph.node_count();
+        let (p50, p99) = measure(20, || {
+            std::hint::black_box(planc_simulator::simulate(&plan).expect("no hang"));
+        });
+        println!(
+            "{name:<44} {tasks:>7} tasks  {} / {}  ({:.1} M tasks/s)",
+            ms(p50),
+            ms(p99),
+            tasks as f64 / p50.as_secs_f64() / 1e6
+        );
+    }
 }

@@ -1,6 +1,8 @@
 //! The `planc` command line.
 
+mod output;
 mod render;
+mod simulate;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -51,6 +53,32 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Simulate one training step event by event and draw its timeline.
+    ///
+    /// Every pass, pipeline send and gradient reduction of the plan runs on a model of the
+    /// cluster's compute streams and links; the output says where the step's time goes and
+    /// which rank is the busiest. Files are never overwritten unless --force is given.
+    ///
+    /// Examples:
+    ///   planc simulate examples/gpt3-175b.tp --svg gpt3.svg      (open it in a browser)
+    ///   planc simulate plan.tp --trace step.json                (ui.perfetto.dev)
+    #[command(verbatim_doc_comment)]
+    Simulate {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// Write a Chrome/Perfetto trace (JSON) of the step here.
+        #[arg(long, value_name = "PATH")]
+        trace: Option<PathBuf>,
+        /// Write the pipeline timeline as SVG here.
+        #[arg(long, value_name = "PATH")]
+        svg: Option<PathBuf>,
+        /// Replace existing output files.
+        #[arg(long)]
+        force: bool,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
     /// Explain a diagnostic code, e.g. `planc explain P0301`.
     Explain {
         /// The code (P0001...).
@@ -89,6 +117,19 @@ fn main() -> ExitCode {
             format,
             color,
         } => check(file, format, color),
+        Command::Simulate {
+            file,
+            trace,
+            svg,
+            force,
+            color,
+        } => simulate::run(
+            &file,
+            trace.as_deref(),
+            svg.as_deref(),
+            force,
+            color_choice(color),
+        ),
         Command::Explain { code } => explain(code),
     }
 }
@@ -110,14 +151,7 @@ fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
             println!("{text}");
         }
         Format::Human => {
-            let choice = match color {
-                Color::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
-                    ColorChoice::Auto
-                }
-                Color::Auto | Color::Never => ColorChoice::Never,
-                Color::Always => ColorChoice::Always,
-            };
-            let mut err = StandardStream::stderr(choice);
+            let mut err = StandardStream::stderr(color_choice(color));
             let _ = render::diagnostics(&mut err, &checked);
             if let Some(s) = render::summary(&checked) {
                 let _ = std::io::stdout().write_all(s.as_bytes());
@@ -136,6 +170,14 @@ fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+fn color_choice(color: Color) -> ColorChoice {
+    match color {
+        Color::Auto if std::io::IsTerminal::is_terminal(&std::io::stderr()) => ColorChoice::Auto,
+        Color::Auto | Color::Never => ColorChoice::Never,
+        Color::Always => ColorChoice::Always,
     }
 }
 

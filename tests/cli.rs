@@ -67,3 +67,49 @@ fn explain_knows_every_code_it_lists() {
     let bad = planc(&["explain", "P9999"]);
     assert_eq!(bad.code, 2);
 }
+
+#[test]
+fn simulate_writes_a_trace_and_a_timeline_and_never_overwrites() {
+    let dir = std::env::temp_dir().join(format!("planc-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("step.svg");
+    let trace = dir.join("step.json");
+    let (svg_s, trace_s) = (svg.to_str().unwrap(), trace.to_str().unwrap());
+    let run = planc(&[
+        "simulate",
+        "examples/gpt3-175b.tp",
+        "--svg",
+        svg_s,
+        "--trace",
+        trace_s,
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("16 pipeline ranks (1024 GPUs by symmetry)"),
+        "{}",
+        run.stdout
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && picture.matches("<rect").count() > 1000);
+    let events: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert!(events["traceEvents"].as_array().unwrap().len() > 1000);
+
+    // A second run refuses to replace the files, before doing any work.
+    std::fs::write(&svg, "mine").unwrap();
+    let again = planc(&["simulate", "examples/gpt3-175b.tp", "--svg", svg_s]);
+    assert_eq!(again.code, 2);
+    assert!(again.stderr.contains("--force"), "{}", again.stderr);
+    assert_eq!(std::fs::read_to_string(&svg).unwrap(), "mine");
+    let forced = planc(&[
+        "simulate",
+        "examples/gpt3-175b.tp",
+        "--svg",
+        svg_s,
+        "--force",
+    ]);
+    assert_eq!(forced.code, 0);
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,7 +6,7 @@ use petgraph::Direction;
 use serde::Serialize;
 
 use crate::engine::Run;
-use crate::graph::{Lane, StepGraph, TaskKind};
+use crate::graph::{Lane, StepGraph};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Breakdown {
@@ -32,7 +32,7 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
         if t.lane == Lane::Compute {
             lanes[t.rank as usize].push(n);
             if !t.is_comm() {
-                compute[t.rank as usize] += t.duration;
+                compute[t.rank as usize] += t.duration - t.comm;
             }
         }
     }
@@ -61,9 +61,7 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
                 _ => bubble += gap,
             }
         }
-        if matches!(t.kind, TaskKind::LayerComm(_)) {
-            comm += t.duration;
-        }
+        comm += t.comm;
         cursor = cursor.max(run.end[n.index()]);
     }
     bubble += (run.step_s - cursor).max(0.0);

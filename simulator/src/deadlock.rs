@@ -37,17 +37,17 @@ fn ordinal(i: usize) -> String {
 /// Static checks of message and collective order.
 pub fn check_order(program: &Program) -> Vec<Hang> {
     let mut hangs = Vec::new();
-    let mut sent: HashMap<(Rank, Rank), Vec<Message>> = HashMap::new();
-    let mut received: HashMap<(Rank, Rank), Vec<Message>> = HashMap::new();
+    let ranks = program.pipeline_ranks();
+    let channel = |from: Rank, to: Rank| (from * ranks + to) as usize;
+    let mut sent: Vec<Vec<Message>> = vec![Vec::new(); (ranks * ranks) as usize];
+    let mut received: Vec<Vec<Message>> = vec![Vec::new(); (ranks * ranks) as usize];
     let mut collectives: HashMap<GroupKind, HashMap<Rank, Vec<CollectiveOp>>> = HashMap::new();
     for (rank, instrs) in program.ranks.iter().enumerate() {
         let rank = rank as Rank;
         for instr in instrs {
             match *instr {
-                Instr::Send { to, message } => sent.entry((rank, to)).or_default().push(message),
-                Instr::Recv { from, message } => {
-                    received.entry((from, rank)).or_default().push(message)
-                }
+                Instr::Send { to, message } => sent[channel(rank, to)].push(message),
+                Instr::Recv { from, message } => received[channel(from, rank)].push(message),
                 Instr::Collective { group, op } => collectives
                     .entry(group)
                     .or_default()
@@ -58,12 +58,10 @@ pub fn check_order(program: &Program) -> Vec<Hang> {
             }
         }
     }
-    let mut pairs: Vec<(Rank, Rank)> = sent.keys().chain(received.keys()).copied().collect();
-    pairs.sort();
-    pairs.dedup();
+    let pairs = (0..ranks).flat_map(|a| (0..ranks).map(move |b| (a, b)));
     for (a, b) in pairs {
-        let s = sent.get(&(a, b)).map(Vec::as_slice).unwrap_or(&[]);
-        let r = received.get(&(a, b)).map(Vec::as_slice).unwrap_or(&[]);
+        let s = &sent[channel(a, b)];
+        let r = &received[channel(a, b)];
         if let Some(i) = (0..s.len().min(r.len())).find(|&i| s[i] != r[i]) {
             hangs.push(Hang {
                 ranks: vec![a, b],
@@ -132,7 +130,7 @@ pub fn explain_stall(sg: &StepGraph, run: &Run) -> Hang {
     let describe = |n: NodeIndex| -> String {
         let t = &g[n];
         match t.kind {
-            TaskKind::Pass(w) | TaskKind::LayerComm(w) => format!("rank {} {w}", t.rank),
+            TaskKind::Pass(w) => format!("rank {} {w}", t.rank),
             TaskKind::Transfer(m) => format!("rank {}'s send of the {m}", t.rank),
             TaskKind::Collective(c) => format!("rank {}'s {c}", t.rank),
             TaskKind::Optimizer => format!("rank {}'s optimizer step", t.rank),

@@ -14,10 +14,24 @@ use petgraph::Direction;
 
 use crate::graph::StepGraph;
 
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+/// Seconds, totally ordered (durations are never NaN; `total_cmp` keeps the heap sound
+/// even if one were).
+#[derive(Clone, Copy, Debug)]
 struct Time(f64);
 
+impl PartialEq for Time {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+
 impl Eq for Time {}
+
+impl PartialOrd for Time {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl Ord for Time {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {

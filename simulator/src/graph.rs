@@ -40,10 +40,10 @@ pub enum Lane {
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum TaskKind {
-    /// A pass (or a bucket-sized piece of one).
+    /// A pass (or a bucket-sized piece of one). Its in-layer collectives (tensor-,
+    /// context-, expert-parallel) are serialized with it on the compute stream, so they
+    /// are part of the task: the last `comm` seconds of its duration.
     Pass(Work),
-    /// The in-layer collectives of a pass, serialized with it on the compute stream.
-    LayerComm(Work),
     Transfer(Message),
     Collective(CollectiveOp),
     Optimizer,
@@ -55,6 +55,8 @@ pub struct Task {
     pub lane: Lane,
     pub kind: TaskKind,
     pub duration: f64,
+    /// Of `duration`, the in-layer communication at its end (passes only).
+    pub comm: f64,
     /// Shared links it occupies (indices into [`StepGraph::links`]); at most four.
     #[serde(skip)]
     pub links: [u32; 4],
@@ -135,6 +137,7 @@ impl Builder<'_> {
             lane,
             kind,
             duration,
+            comm: 0.0,
             links: l,
             link_count: links.len() as u8,
         })
@@ -170,8 +173,11 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
         ranks,
     };
     // (from, to) → transfers in send order; receives waiting for them: (from, to) → runs.
-    let mut sends: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
-    let mut receivers: HashMap<(Rank, Rank), Vec<NodeIndex>> = HashMap::new();
+    // Indexed by from · ranks + to: pipeline channels are dense and hashing them per
+    // message was a tenth of the simulation's time.
+    let channel = |from: Rank, to: Rank| (from * ranks + to) as usize;
+    let mut sends: Vec<Vec<NodeIndex>> = vec![Vec::new(); (ranks * ranks) as usize];
+    let mut receivers: Vec<Vec<NodeIndex>> = vec![Vec::new(); (ranks * ranks) as usize];
     let mut shared: HashMap<(GroupKind, usize), Vec<NodeIndex>> = HashMap::new();
     for (rank, instrs) in program.ranks.iter().enumerate() {
         let rank = rank as Rank;
@@ -180,8 +186,9 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
         // What the next pass must wait for: blocking sends, gathers of its chunk.
         let mut gates: Vec<NodeIndex> = Vec::new();
         // Gather tasks (in bucket order) the next pass of a chunk consumes.
-        let mut gathers: HashMap<u32, (Vec<NodeIndex>, Vec<f64>)> = HashMap::new();
-        let mut pending_recvs: Vec<(Rank, Rank)> = Vec::new();
+        let mut gathers: Vec<(Vec<NodeIndex>, Vec<f64>)> =
+            vec![(Vec::new(), Vec::new()); program.chunks() as usize];
+        let mut pending_recvs: Vec<usize> = Vec::new();
         // Pieces of the most recent pass, for bucketed gradient reduction.
         let mut last_pieces: Vec<NodeIndex> = Vec::new();
         let mut group_seen: HashMap<GroupKind, usize> = HashMap::new();
@@ -201,7 +208,7 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                             } => *buckets,
                             _ => 1,
                         });
-                    let (gather, gather_split) = gathers.remove(&work.chunk).unwrap_or_default();
+                    let (gather, gather_split) = std::mem::take(&mut gathers[work.chunk as usize]);
                     let fractions = if reduce_buckets > 1 || gather.len() <= 1 {
                         bucket_fractions(reduce_buckets)
                     } else {
@@ -231,19 +238,15 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                                 }
                             }
                             for key in pending_recvs.drain(..) {
-                                receivers.entry(key).or_default().push(n);
+                                receivers[key].push(n);
                             }
                         }
                         last_compute = Some(n);
                         last_pieces.push(n);
                     }
-                    if comm > 0.0 {
-                        let n = b.add(rank, Lane::Compute, TaskKind::LayerComm(work), comm, &[]);
-                        b.edge(last_compute, n);
-                        last_compute = Some(n);
-                        if let Some(l) = last_pieces.last_mut() {
-                            *l = n;
-                        }
+                    if let Some(&last) = last_pieces.last() {
+                        b.g[last].duration += comm;
+                        b.g[last].comm = comm;
                     }
                 }
                 Instr::Send { to, message } => {
@@ -255,11 +258,11 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                         &[tx(rank), rx(to)],
                     );
                     b.edge(last_compute, n);
-                    sends.entry((rank, to)).or_default().push(n);
+                    sends[channel(rank, to)].push(n);
                     // Megatron waits for its sends before the next pass.
                     gates.push(n);
                 }
-                Instr::Recv { from, .. } => pending_recvs.push((from, rank)),
+                Instr::Recv { from, .. } => pending_recvs.push(channel(from, rank)),
                 Instr::Collective { group, op } => {
                     let index = group_seen.entry(group).or_insert(0);
                     let key = (group, *index);
@@ -328,7 +331,7 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                             last_comm = Some(tail);
                         }
                         CollectiveOp::ParamGather { chunk, buckets } => {
-                            gathers.insert(chunk, (chain, gather_fractions(buckets)));
+                            gathers[chunk as usize] = (chain, gather_fractions(buckets));
                             last_comm = Some(tail);
                         }
                         CollectiveOp::EmbeddingSync => {
@@ -355,11 +358,9 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
             }
         }
     }
-    for (key, transfers) in &sends {
-        if let Some(runs) = receivers.get(key) {
-            for (t, r) in transfers.iter().zip(runs) {
-                b.g.add_edge(*t, *r, ());
-            }
+    for (transfers, runs) in sends.iter().zip(&receivers) {
+        for (t, r) in transfers.iter().zip(runs) {
+            b.g.add_edge(*t, *r, ());
         }
     }
     let links = (0..ranks)

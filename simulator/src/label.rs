@@ -7,7 +7,6 @@ use crate::schedule::Pass;
 pub fn label(kind: &TaskKind) -> String {
     match kind {
         TaskKind::Pass(w) => w.to_string(),
-        TaskKind::LayerComm(w) => format!("{w} tp/cp/ep comm"),
         TaskKind::Transfer(m) => {
             let what = if m.payload == Payload::Activation {
                 "act"
@@ -28,7 +27,6 @@ pub fn category(kind: &TaskKind) -> &'static str {
             Pass::Backward => "backward",
             Pass::WeightGrad => "weight-grad",
         },
-        TaskKind::LayerComm(_) => "layer-comm",
         TaskKind::Transfer(_) => "p2p",
         TaskKind::Collective(CollectiveOp::ParamGather { .. }) => "param-gather",
         TaskKind::Collective(_) => "grad-reduce",

@@ -138,7 +138,17 @@ pub fn timeline_svg(
             Lane::Comm => (TOP + row * t.rank as f64 + COMPUTE_H, COMM_H),
         };
         let x0 = x(run.start[n.index()]);
-        let w = (x(run.end[n.index()]) - x0).max(0.3);
+        // Compute passes stay visible however short; communication is drawn to scale, so
+        // that thousands of small sends do not paint the lane solid.
+        let w = x(run.end[n.index()]) - x0;
+        let w = if t.lane == Lane::Compute {
+            w.max(0.3)
+        } else {
+            w
+        };
+        if w < 0.05 {
+            continue;
+        }
         let name = label(&t.kind);
         let _ = writeln!(
             s,
@@ -147,6 +157,15 @@ pub fn timeline_svg(
             escape(&name),
             t.duration * 1e3
         );
+        if t.comm > 0.0 {
+            let c0 = x(run.end[n.index()] - t.comm);
+            let _ = writeln!(
+                s,
+                r#"<rect x="{c0:.2}" y="{y:.1}" width="{:.2}" height="{h}" fill="{}"/>"#,
+                (x(run.end[n.index()]) - c0).max(0.2),
+                colour("layer-comm")
+            );
+        }
         if let TaskKind::Pass(work) = t.kind {
             if w > 16.0 && t.lane == Lane::Compute {
                 let _ = writeln!(

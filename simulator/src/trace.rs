@@ -34,8 +34,19 @@ pub fn chrome_trace(sg: &StepGraph, run: &Run, rank_names: &[String]) -> Value {
             "pid": t.rank,
             "tid": if t.lane == Lane::Compute { 0 } else { 1 },
             "ts": run.start[n.index()] * 1e6,
-            "dur": t.duration * 1e6,
+            "dur": (t.duration - t.comm) * 1e6,
         }));
+        if t.comm > 0.0 {
+            events.push(json!({
+                "ph": "X",
+                "name": format!("{} tp/cp/ep comm", label(&t.kind)),
+                "cat": "layer-comm",
+                "pid": t.rank,
+                "tid": 0,
+                "ts": (run.end[n.index()] - t.comm) * 1e6,
+                "dur": t.comm * 1e6,
+            }));
+        }
     }
     json!({ "traceEvents": events, "displayTimeUnit": "ms" })
 }

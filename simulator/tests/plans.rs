@@ -1,0 +1,109 @@
+//! The simulator on real plans, against the compiler's closed form where that is exact.
+
+use planc_compiler::check::check_source;
+use planc_compiler::plan::Plan;
+
+fn plan(parallel: &str, vocab: u64, nodes: u64) -> Plan {
+    let inter = if nodes > 1 {
+        "inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }"
+    } else {
+        ""
+    };
+    let text = format!(
+        "cluster c {{ nodes = {nodes}, gpus_per_node = 8, gpu = H100_SXM_80GB
+             {inter} }}
+         model m {{ layers = 32, hidden = 4096, heads = 32, vocab = {vocab}, seq_len = 4096, tied_embeddings = false }}
+         train {{ global_batch = 64, precision = bf16, optimizer = adam }}
+         parallel {{ dp = auto, micro_batch = 1, {parallel} }}"
+    );
+    let checked = check_source("t.tp", &text);
+    checked
+        .plan
+        .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+}
+
+fn both(p: &Plan) -> (f64, f64) {
+    let closed = planc_compiler::cost::estimate(p).step_s;
+    let sim = planc_simulator::simulate(p).expect("no hang");
+    (closed, sim.breakdown.step_s)
+}
+
+#[test]
+fn closed_form_and_simulation_agree_on_uniform_gpipe_and_1f1b() {
+    // A tiny vocabulary makes the end stages as heavy as the others; one node keeps the
+    // pipeline sends on NVLink, where they are small next to the passes.
+    for schedule in ["gpipe", "1f1b"] {
+        for pp in [2, 4, 8] {
+            let p = plan(&format!("tp = 1, pp = {pp}, schedule = {schedule}"), 8, 1);
+            let (closed, sim) = both(&p);
+            let diff = (sim - closed).abs() / closed;
+            assert!(
+                diff < 0.01,
+                "{schedule} pp {pp}: closed {closed} vs simulated {sim}"
+            );
+        }
+    }
+}
+
+#[test]
+fn interleaving_shrinks_the_simulated_bubble() {
+    let flat = planc_simulator::simulate(&plan("tp = 2, pp = 4, schedule = 1f1b", 8, 1)).unwrap();
+    let inter = planc_simulator::simulate(&plan(
+        "tp = 2, pp = 4, schedule = interleaved, vpp = 2",
+        8,
+        1,
+    ))
+    .unwrap();
+    assert!(inter.breakdown.bubble_s < 0.6 * flat.breakdown.bubble_s);
+    let zb = planc_simulator::simulate(&plan("tp = 2, pp = 4, schedule = zb_h1", 8, 1)).unwrap();
+    assert!(zb.breakdown.bubble_s < flat.breakdown.bubble_s);
+}
+
+#[test]
+fn the_end_stages_carry_the_embedding_and_the_logits() {
+    // With a real vocabulary the last stage is the slowest, and the simulation accounts
+    // for it exactly where the closed form approximates.
+    let p = plan("tp = 1, pp = 4, schedule = 1f1b", 128_256, 1);
+    let sim = planc_simulator::simulate(&p).unwrap();
+    assert_eq!(sim.breakdown.rank, 3);
+    let (closed, simulated) = both(&p);
+    assert!(
+        (simulated - closed).abs() / closed < 0.05,
+        "{closed} vs {simulated}"
+    );
+}
+
+#[test]
+fn data_parallel_reduction_is_simulated_across_nodes() {
+    let p = plan("tp = 8, pp = 1, zero = 0", 32_000, 4);
+    let sim = planc_simulator::simulate(&p).unwrap();
+    // dp = 4 across nodes: some of the last bucket's all-reduce shows after the backward.
+    assert!(sim.breakdown.exposed_comm_s > 0.0);
+    let (closed, simulated) = both(&p);
+    assert!(
+        (simulated - closed).abs() / closed < 0.03,
+        "{closed} vs {simulated}"
+    );
+}
+
+#[test]
+fn every_example_simulates_without_a_hang() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let checked =
+            planc_compiler::check::check_file(&path, &planc_compiler::source::FsLoader).unwrap();
+        if let Some(p) = &checked.plan {
+            let sim = planc_simulator::simulate(p)
+                .unwrap_or_else(|h| panic!("{}: {h:?}", path.display()));
+            let closed = checked.estimate.as_ref().unwrap().step_s;
+            let diff = (sim.breakdown.step_s - closed).abs() / closed;
+            assert!(
+                diff < 0.05,
+                "{}: closed {closed} vs simulated {}",
+                path.display(),
+                sim.breakdown.step_s
+            );
+        }
+    }
+}

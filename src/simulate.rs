@@ -1,0 +1,107 @@
+//! `planc simulate`: the event-driven step, its breakdown, and the timeline files.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+
+use planc_compiler::check::check_file;
+use planc_compiler::source::FsLoader;
+
+use crate::output::write_new;
+use crate::render;
+
+pub fn run(
+    file: &Path,
+    trace: Option<&Path>,
+    svg: Option<&Path>,
+    force: bool,
+    color: ColorChoice,
+) -> ExitCode {
+    // Refuse before the work, not after it.
+    for p in [trace, svg].into_iter().flatten() {
+        if p.exists() && !force {
+            eprintln!(
+                "error: `{}` exists; pass --force to replace it",
+                p.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let mut checked = match check_file(file, &FsLoader) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let started = Instant::now();
+    let sim = planc_simulator::retime(&mut checked);
+    let elapsed = started.elapsed();
+    let mut err = StandardStream::stderr(color);
+    let _ = render::diagnostics(&mut err, &checked);
+    let (Some(sim), Some(plan), Some(est)) = (sim, &checked.plan, &checked.estimate) else {
+        eprintln!(
+            "{}: nothing to simulate until the plan checks",
+            file.display()
+        );
+        return ExitCode::from(1);
+    };
+    let b = sim.breakdown;
+    let names = planc_simulator::rank_names(plan);
+    println!(
+        "simulated {} tasks on {} pipeline ranks ({} GPUs by symmetry) in {:.1} ms",
+        sim.graph.graph.node_count(),
+        sim.graph.ranks,
+        plan.cluster.world_size(),
+        elapsed.as_secs_f64() * 1e3
+    );
+    println!(
+        "step     {:.3} s on {} (the busiest): compute {:.1} %, exposed communication {:.1} %, bubble {:.1} %",
+        b.step_s,
+        names[b.rank as usize],
+        100.0 * b.compute_s / b.step_s,
+        100.0 * b.exposed_comm_s / b.step_s,
+        100.0 * b.bubble_s / b.step_s
+    );
+    println!(
+        "check    closed form {:.3} s ({:+.1} % from the simulation); MFU {:.1} %",
+        est.closed_form_step_s,
+        (est.closed_form_step_s / b.step_s - 1.0) * 100.0,
+        est.mfu * 100.0
+    );
+    let title = format!(
+        "{}: {} {} schedule, pp {} × {} micro-batches",
+        file.display(),
+        plan.model.name,
+        plan.parallel.schedule,
+        plan.parallel.pp,
+        est.micro_batches
+    );
+    if let Some(path) = trace {
+        let json = planc_simulator::trace::chrome_trace(&sim.graph, &sim.run, &names);
+        let text = serde_json::to_vec(&json).expect("a trace serialises");
+        if let Err(e) = write_new(path, &text, force) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        println!(
+            "wrote    {} (open at ui.perfetto.dev or chrome://tracing)",
+            path.display()
+        );
+    }
+    if let Some(path) = svg {
+        let text = planc_simulator::svg::timeline_svg(&sim.graph, &sim.run, &names, &title, &b);
+        if let Err(e) = write_new(path, text.as_bytes(), force) {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        println!("wrote    {} (open it in a browser)", path.display());
+    }
+    if checked.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
