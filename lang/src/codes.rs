@@ -148,6 +148,13 @@ codes! {
          (`search.memory_headroom`, 10 % by default) for fragmentation, NCCL buffers and the CUDA context.";
     P0501 Note "hole resolved"
         "`dp = auto` (or another hole) was filled; the note says with what.";
+    P0502 Note "holes filled by planc solve"
+        "The plan has `auto` or candidate-list attributes; `check` (and `emit`) filled them with the \
+         best layout `planc solve` finds, and say which. Run `planc solve` to see the alternatives.";
+    P0801 Error "no layout satisfies the plan"
+        "`planc solve` found no layout in the space of the plan's holes that passes every rule and fits in \
+         memory. The labels show the rules that conflict (a minimal unsatisfiable core found by z3), and \
+         the help lines the smallest changes that make a layout valid.";
     P0601 Error "the schedule would hang"
         "Simulating the step found ranks that would wait for each other forever: a send without its \
          receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
