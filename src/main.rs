@@ -3,6 +3,7 @@
 mod output;
 mod render;
 mod simulate;
+mod solve;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,6 +80,31 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Fill the plan's holes (`auto`, candidate lists) with the best layout, and rank the rest.
+    ///
+    /// Every layout of the space is checked against the rules `check` applies and the
+    /// device memory (with `search.memory_headroom`), the valid ones are costed, and the
+    /// best few are simulated. When no layout is valid, planc names the conflicting rules
+    /// (from z3's unsat core) and the smallest changes that make one valid.
+    ///
+    /// Examples:
+    ///   planc solve examples/llama3-70b-solve.tp
+    ///   planc solve plan.tp --top 10 --format json | jq .best.plan
+    #[command(verbatim_doc_comment)]
+    Solve {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// `human`: a ranked table, the Pareto front and the best plan; `json`: `best` (the
+        /// check report of the best plan), `candidates`, `pareto` and `search`.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// How many layouts to show (default: `search.top` of the plan, else 5).
+        #[arg(long)]
+        top: Option<usize>,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
     /// Explain a diagnostic code, e.g. `planc explain P0301`.
     Explain {
         /// The code (P0001...).
@@ -130,6 +156,12 @@ fn main() -> ExitCode {
             force,
             color_choice(color),
         ),
+        Command::Solve {
+            file,
+            format,
+            top,
+            color,
+        } => solve::run(&file, format == Format::Json, top, color_choice(color)),
         Command::Explain { code } => explain(code),
     }
 }

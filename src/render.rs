@@ -42,10 +42,13 @@ fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
                 .with_message(&l.message),
         );
     }
-    let mut notes: Vec<String> = d.notes.clone();
+    // Context notes, then the help, then alternatives to the help ("or: ...").
+    let (alternatives, mut notes): (Vec<String>, Vec<String>) =
+        d.notes.iter().cloned().partition(|n| n.starts_with("or: "));
     if let Some(h) = &d.help {
         notes.push(format!("help: {h}"));
     }
+    notes.extend(alternatives);
     CsDiagnostic::new(severity)
         .with_code(d.code)
         .with_message(&d.message)

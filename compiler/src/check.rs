@@ -12,6 +12,7 @@ use planc_lang::{Diagnostic, Severity};
 use crate::cost::{estimate, Estimate};
 use crate::plan::{Hole, Parallel, Plan, PlanSpec, Recompute};
 use crate::report::{self, Report};
+use crate::solve::{self, Solution};
 use crate::source::{load_plan, FileLoader, MemoryLoader, SourceMap};
 use crate::validate::validate;
 
@@ -21,11 +22,42 @@ pub struct Checked {
     pub plan: Option<Plan>,
     pub estimate: Option<Estimate>,
     pub diagnostics: Vec<Diagnostic>,
+    /// When the plan had holes: the search that filled them (ranked candidates).
+    pub solution: Option<Solution>,
 }
 
 impl Checked {
     pub fn ok(&self) -> bool {
         !self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+
+    /// Replaces the filled-in layout with `parallel` (another candidate of the solution,
+    /// chosen after simulation) and redoes what depends on it: validation, cost, memory
+    /// checks and the note that says what the holes were filled with.
+    pub fn adopt(&mut self, parallel: Parallel) {
+        let Some(spec) = &self.spec else { return };
+        self.diagnostics.retain(|d| {
+            !(d.code.starts_with("P03") || d.code.starts_with("P04") || d.code == codes::P0502.id)
+        });
+        let plan = Plan {
+            cluster: spec.cluster.clone(),
+            model: spec.model.clone(),
+            train: spec.train.clone(),
+            parallel: parallel.clone(),
+        };
+        self.diagnostics.extend(validate(spec, &parallel));
+        let est = estimate(&plan);
+        self.diagnostics.extend(memory_checks(spec, &plan, &est));
+        let open = holes(spec);
+        if !open.is_empty() {
+            let valid = self.solution.as_ref().map_or(1, |s| s.ranked.len());
+            self.diagnostics
+                .push(holes_note(spec, &open, &parallel, valid));
+        }
+        self.plan = Some(plan);
+        self.estimate = Some(est);
+        self.diagnostics
+            .sort_by_key(|d| std::cmp::Reverse(d.severity));
     }
 
     pub fn report(&self) -> Report {
@@ -39,6 +71,15 @@ impl Checked {
 
 /// Checks the plan at `path`. `Err` only when the root file cannot be read.
 pub fn check_file(path: &Path, loader: &dyn FileLoader) -> std::io::Result<Checked> {
+    check_file_with_progress(path, loader, &|_, _| {})
+}
+
+/// [`check_file`], reporting the progress of a hole search as (done, total) layouts.
+pub fn check_file_with_progress(
+    path: &Path,
+    loader: &dyn FileLoader,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> std::io::Result<Checked> {
     let mut sources = SourceMap::default();
     let (order, mut diagnostics) = load_plan(path, loader, &mut sources)?;
     let (spec, resolve_diags) = crate::resolve::resolve(&sources, &order);
@@ -49,12 +90,18 @@ pub fn check_file(path: &Path, loader: &dyn FileLoader) -> std::io::Result<Check
         plan: None,
         estimate: None,
         diagnostics,
+        solution: None,
     };
     if checked.diagnostics.iter().any(Diagnostic::is_error) {
         return Ok(checked);
     }
     let Some(spec) = spec else { return Ok(checked) };
-    if let Some(parallel) = choose_layout(&spec, &mut checked.diagnostics) {
+    if let Some(parallel) = choose_layout(
+        &spec,
+        &mut checked.diagnostics,
+        &mut checked.solution,
+        progress,
+    ) {
         let layout_diags = validate(&spec, &parallel);
         let layout_ok = !layout_diags.iter().any(Diagnostic::is_error);
         checked.diagnostics.extend(layout_diags);
@@ -88,39 +135,16 @@ pub fn check_source(name: &str, text: &str) -> Checked {
 }
 
 /// Fills `dp = auto` from the world size; other holes are for `planc solve`.
-fn choose_layout(spec: &PlanSpec, diags: &mut Vec<Diagnostic>) -> Option<Parallel> {
+fn choose_layout(
+    spec: &PlanSpec,
+    diags: &mut Vec<Diagnostic>,
+    solution: &mut Option<Solution>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Option<Parallel> {
     let ps = &spec.parallel;
-    let holes: Vec<&str> = [
-        ("tp", ps.tp.is_hole()),
-        ("pp", ps.pp.is_hole()),
-        ("cp", ps.cp.is_hole()),
-        ("ep", ps.ep.is_hole()),
-        ("vpp", ps.vpp.is_hole()),
-        ("micro_batch", ps.micro_batch.is_hole()),
-        ("schedule", ps.schedule.is_hole()),
-        ("sequence_parallel", ps.sequence_parallel.is_hole()),
-        ("zero", ps.zero.is_hole()),
-        ("recompute", ps.recompute.is_hole()),
-        ("offload", ps.offload.is_hole()),
-        ("dp", matches!(ps.dp, Hole::Candidates(_))),
-    ]
-    .into_iter()
-    .filter(|(_, h)| *h)
-    .map(|(n, _)| n)
-    .collect();
+    let holes = holes(spec);
     if !holes.is_empty() {
-        for h in &holes {
-            let (f, s) = spec.origins.of("parallel", h).unwrap_or_default();
-            diags.push(
-                Diagnostic::new(
-                    codes::P0314,
-                    format!("`{h}` is a hole that `planc check` does not fill"),
-                )
-                .at(f, s, "auto or candidates")
-                .help("run `planc solve` on this file to choose it, or give a single value"),
-            );
-        }
-        return None;
+        return fill_holes(spec, &holes, diags, solution, progress);
     }
     let fixed = |h: &Hole<u64>| h.fixed().expect("no holes left");
     let (tp, pp, cp) = (fixed(&ps.tp), fixed(&ps.pp), fixed(&ps.cp));
@@ -164,6 +188,139 @@ fn choose_layout(spec: &PlanSpec, diags: &mut Vec<Diagnostic>) -> Option<Paralle
         recompute: ps.recompute.fixed().expect("no holes left"),
         offload: ps.offload.fixed().expect("no holes left"),
     })
+}
+
+/// Fills `auto` and candidate lists with the best layout of `planc solve`, and says so
+/// where the first hole is written; explains with P0801 when no layout is valid.
+fn fill_holes(
+    spec: &PlanSpec,
+    holes: &[&str],
+    diags: &mut Vec<Diagnostic>,
+    solution: &mut Option<Solution>,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Option<Parallel> {
+    let found = solve::solve(spec, progress);
+    let best = found.best().map(|c| c.plan.parallel.clone());
+    match &best {
+        Some(p) => diags.push(holes_note(spec, holes, p, found.ranked.len())),
+        None => {
+            if let Some(e) = &found.explanation {
+                diags.push(no_layout(spec, e));
+            }
+        }
+    }
+    *solution = Some(found);
+    best
+}
+
+/// The `parallel` attributes the plan leaves open (`auto` or candidates; `dp = auto`
+/// alone is derived, not searched).
+pub fn holes(spec: &PlanSpec) -> Vec<&'static str> {
+    let ps = &spec.parallel;
+    let mut out: Vec<&'static str> = [
+        ("tp", ps.tp.is_hole()),
+        ("pp", ps.pp.is_hole()),
+        ("cp", ps.cp.is_hole()),
+        ("ep", ps.ep.is_hole()),
+        ("vpp", ps.vpp.is_hole()),
+        ("micro_batch", ps.micro_batch.is_hole()),
+        ("schedule", ps.schedule.is_hole()),
+        ("sequence_parallel", ps.sequence_parallel.is_hole()),
+        ("zero", ps.zero.is_hole()),
+        ("recompute", ps.recompute.is_hole()),
+        ("offload", ps.offload.is_hole()),
+        ("dp", matches!(ps.dp, Hole::Candidates(_))),
+    ]
+    .into_iter()
+    .filter(|(_, h)| *h)
+    .map(|(n, _)| n)
+    .collect();
+    if !out.is_empty() && ps.dp == Hole::Auto && !out.contains(&"dp") {
+        let after = out
+            .iter()
+            .take_while(|h| **h == "tp" || **h == "pp")
+            .count();
+        out.insert(after, "dp");
+    }
+    out
+}
+
+/// The P0502 note naming what the holes were filled with.
+pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -> Diagnostic {
+    let value = |h: &str| -> String {
+        match h {
+            "tp" => p.tp.to_string(),
+            "pp" => p.pp.to_string(),
+            "dp" => p.dp.to_string(),
+            "cp" => p.cp.to_string(),
+            "ep" => p.ep.to_string(),
+            "vpp" => p.vpp.to_string(),
+            "micro_batch" => p.micro_batch.to_string(),
+            "schedule" => p.schedule.to_string(),
+            "sequence_parallel" => p.sequence_parallel.to_string(),
+            "zero" => p.zero.to_string(),
+            "recompute" => p.recompute.to_string(),
+            _ => p.offload.to_string(),
+        }
+    };
+    let filled: Vec<String> = holes
+        .iter()
+        .map(|h| format!("{h} = {}", value(h)))
+        .collect();
+    let (f, s) = spec.origins.of("parallel", holes[0]).unwrap_or_default();
+    let mut d = Diagnostic::new(
+        codes::P0502,
+        format!("holes filled by planc solve: {}", filled.join(", ")),
+    )
+    .at(f, s, format!("{} = {}", holes[0], value(holes[0])))
+    .severity(Severity::Note)
+    .note(format!(
+        "the best of {valid} valid layouts; `planc solve` ranks the alternatives"
+    ));
+    for h in &holes[1..] {
+        let (f, s) = spec.origins.of("parallel", h).unwrap_or_default();
+        d = d.also(f, s, format!("{h} = {}", value(h)));
+    }
+    d
+}
+
+/// P0801: the conflicting rules as labels, the smallest fixes as help.
+pub fn no_layout(spec: &PlanSpec, e: &solve::explain::Explanation) -> Diagnostic {
+    let sentences: Vec<&str> = e.conflicts.iter().map(|c| c.sentence.as_str()).collect();
+    let mut d = Diagnostic::new(
+        codes::P0801,
+        format!("no layout satisfies this plan: {}", sentences.join("; ")),
+    );
+    let mut first = true;
+    for c in &e.conflicts {
+        for (k, &(f, s)) in c.places.iter().enumerate() {
+            // The sentence once per conflict; its other places are only underlined.
+            let label = if k == 0 {
+                c.sentence.clone()
+            } else {
+                String::new()
+            };
+            d = if first {
+                first = false;
+                d.at(f, s, label)
+            } else {
+                d.also(f, s, label)
+            };
+        }
+    }
+    if first {
+        let (f, s) = spec.origins.of("parallel", "").unwrap_or_default();
+        d = d.at(f, s, "no valid layout");
+    }
+    let mut suggestions = e.suggestions.iter();
+    d = match suggestions.next() {
+        Some(s) => d.help(s.clone()),
+        None => d.help("give the solver more room: more GPUs, `recompute = full`, a smaller micro_batch, or `auto` for a fixed attribute"),
+    };
+    for s in suggestions {
+        d = d.note(format!("or: {s}"));
+    }
+    d
 }
 
 /// Over capacity is an error; inside the headroom a warning. The help names the change

@@ -12,6 +12,7 @@ pub mod plan;
 pub mod report;
 pub mod resolve;
 pub mod schema;
+pub mod solve;
 pub mod source;
 pub mod validate;
 pub mod value;

@@ -302,12 +302,15 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             )),
         );
     }
-    if p.zero == 3 && p.pp > 1 {
+    if p.zero >= 2 && p.pp > 1 {
         let (f, s) = v.at("parallel", "zero");
         v.out.push(
-            Diagnostic::new(codes::P0317, "ZeRO-3 with pipeline parallelism")
-                .at(f, s, "zero = 3 and pp > 1")
-                .help("use zero = 1 or 2 with pp > 1"),
+            Diagnostic::new(
+                codes::P0317,
+                format!("ZeRO-{} with pipeline parallelism (pp = {})", p.zero, p.pp),
+            )
+            .at(f, s, format!("zero = {} and pp > 1", p.zero))
+            .help("use zero = 1 (Megatron's distributed optimizer) with pp > 1, or pp = 1"),
         );
     }
     match p.offload {

@@ -124,16 +124,17 @@ codes! {
     P0313 Error "heads not divisible by kv_heads"
         "Grouped-query attention shares each key/value head among heads / kv_heads query heads.";
     P0314 Error "holes need planc solve"
-        "The parallel block has `auto` or candidate lists that only `planc solve` fills. `dp = auto` \
-         alone is derived from the world size.";
+        "Retired: `planc check` now fills `auto` and candidate lists itself (see P0502 and P0801). The \
+         code is kept so that its number is not reused.";
     P0315 Error "mixed cluster does not map"
         "In a cluster of groups, each group must hold whole pipeline stages: every group's GPU count must be \
          a multiple of tp × dp × cp.";
     P0316 Error "experts not divisible by ep"
         "Expert parallelism places experts / ep experts on each rank.";
-    P0317 Warning "ZeRO-3 with pipeline parallelism"
-        "ZeRO-3 gathers parameters for every micro-batch of every stage; DeepSpeed refuses it with pp > 1 and \
-         Megatron has no such mode. Use zero = 1 or 2 with pipeline parallelism.";
+    P0317 Error "ZeRO-2/3 with pipeline parallelism"
+        "ZeRO-2 and ZeRO-3 shard gradients (and parameters) per micro-batch; DeepSpeed's pipeline engine \
+         refuses them and Megatron-LM has no such mode (its distributed optimizer is ZeRO-1). Use zero = 1 \
+         with pipeline parallelism, or pp = 1.";
     P0318 Error "offload needs ZeRO"
         "`offload = optimizer` needs zero ≥ 1 and `offload = params` needs zero = 3, as in DeepSpeed.";
     P0319 Error "top_k larger than experts"
@@ -159,6 +160,42 @@ codes! {
         "Simulating the step found ranks that would wait for each other forever: a send without its \
          receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
          With NCCL this is a hang until the watchdog timeout, not an error.";
+    P0701 Warning "unknown environment variable"
+        "A `job.env` variable that NCCL and PyTorch do not read (NCCL_TIMEOUT, say: the NCCL timeout is \
+         set in `init_process_group(timeout=...)`). It has no effect; the help names the closest real one. \
+         planc's table of variables is `compiler/catalog/env.toml`.";
+    P0702 Warning "removed environment variable"
+        "A `job.env` variable that NCCL or PyTorch once read and no longer does; the help says what \
+         replaced it, if anything.";
+    P0703 Warning "renamed environment variable"
+        "A `job.env` variable under its old name: PyTorch moved its NCCL settings to `TORCH_NCCL_*` \
+         (NCCL_ASYNC_ERROR_HANDLING is now TORCH_NCCL_ASYNC_ERROR_HANDLING). The old name may stop \
+         working in a later release; use the new one.";
+    P0704 Warning "invalid environment variable value"
+        "The variable takes one of a fixed set of values (NCCL_DEBUG, NCCL_P2P_LEVEL, NCCL_PROTO, ...) \
+         or a number, and this value is not one of them; NCCL ignores it or falls back to its default.";
+    P0705 Error "emit refuses a plan with errors"
+        "`planc emit` writes launch artifacts only for a plan that `planc check` accepts: fix the \
+         errors it reports first.";
+    P0706 Error "the target cannot express the plan"
+        "The launcher or framework of `--target` has no way to run part of the layout (a ZB-H1 \
+         schedule under Megatron-LM, pipeline parallelism in a DeepSpeed config, node groups with \
+         different GPU counts under torchrun). Change the plan or choose another target.";
+    P0707 Error "the target needs a job attribute"
+        "The target cannot be written without an attribute of the `job` block, such as `image` for \
+         a Kubernetes PyTorchJob.";
+    P0708 Error "template error"
+        "A template of `planc emit` (the embedded one or a copy given with `--templates`) failed to \
+         parse or render; the message says where.";
+    P0709 Error "cannot read templates"
+        "The `--templates` folder, or a template file in it, could not be read.";
+    P0710 Error "artifact exists"
+        "`planc emit` never overwrites a file unless given `--force`. It checks every file before \
+         writing any, so nothing was written.";
+    P0711 Error "cannot write artifact"
+        "Writing an artifact (a temporary file in the output folder, then renamed) failed.";
+    P0712 Error "unknown target"
+        "`--target` takes megatron, deepspeed, torchrun, slurm or k8s.";
 }
 
 /// The code with this id (case-insensitive), for `planc explain`.

@@ -25,7 +25,8 @@ pub mod trace;
 
 use planc_compiler::check::Checked;
 use planc_compiler::cost::stage_group;
-use planc_compiler::plan::Plan;
+use planc_compiler::plan::{Plan, PlanSpec};
+use planc_compiler::solve::{self, Solution};
 use planc_lang::{codes, Diagnostic};
 
 pub use breakdown::Breakdown;
@@ -83,10 +84,39 @@ pub fn rank_names(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
+/// How many of the solver's best candidates (by the closed form) are simulated before the
+/// best is chosen. The closed form is within a few percent of the simulation, so the true
+/// best is among the first few; eight leaves margin at a few milliseconds each.
+pub const RERANK: usize = 8;
+
+/// Simulates the first `k` candidates of a solution and ranks them by the simulated step.
+pub fn rerank(spec: &PlanSpec, solution: &mut Solution, k: usize) {
+    let n = solution.ranked.len().min(k);
+    for c in &mut solution.ranked[..n] {
+        if let Ok(sim) = simulate(&c.plan) {
+            let b = sim.breakdown;
+            c.estimate
+                .retime(b.step_s, b.compute_s, b.exposed_comm_s, b.bubble_s);
+            solve::reclassify(c, spec.search.memory_headroom);
+        }
+    }
+    solve::rank(spec, &mut solution.ranked[..n]);
+    solution.pareto = solve::pareto_front(&solution.ranked);
+}
+
 /// Retimes a checked plan with the simulator: the step time `planc check` reports. The
 /// closed-form time stays in the estimate as a cross-check. Returns the simulation for
 /// timelines; a hang becomes a P0601 error on the plan's `schedule`.
 pub fn retime(checked: &mut Checked) -> Option<Simulation> {
+    if let (Some(spec), Some(solution)) = (&checked.spec, checked.solution.as_mut()) {
+        rerank(spec, solution, RERANK);
+        let best = solution.best().map(|c| c.plan.parallel.clone());
+        if let Some(best) = best {
+            if checked.plan.as_ref().map(|p| &p.parallel) != Some(&best) {
+                checked.adopt(best);
+            }
+        }
+    }
     let plan = checked.plan.as_ref()?;
     match simulate(plan) {
         Ok(sim) => {

@@ -172,7 +172,7 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
                     group: dp,
                     op: CollectiveOp::ParamGather {
                         chunk: work.chunk,
-                        buckets: 1,
+                        buckets: opts.buckets.max(1),
                     },
                 });
             }
@@ -232,11 +232,7 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
             if opts.data_parallel && work.pass == grad_pass {
                 let per_micro_batch = opts.zero >= 2;
                 if per_micro_batch || last_grad_work[work.chunk as usize] == Some(i) {
-                    let buckets = if per_micro_batch {
-                        1
-                    } else {
-                        opts.buckets.max(1)
-                    };
+                    let buckets = opts.buckets.max(1);
                     out.push(Instr::Collective {
                         group: dp,
                         op: CollectiveOp::GradReduce {

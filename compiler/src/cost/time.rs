@@ -321,18 +321,22 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
         )
     };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
-    let exposed_reduce = if p.zero >= 2 {
-        // ZeRO-2/3 reduce every micro-batch, each overlapped with that backward pass.
-        m * (reduce - st.backward.compute).max(reduce / buckets)
-    } else {
-        (reduce - st.backward.compute).max(reduce / buckets)
-    };
-    let exposed_gather = if p.zero >= 3 {
-        // Parameters are gathered for every forward and backward of every micro-batch.
-        2.0 * m * (gather - st.forward.compute).max(gather / buckets)
-    } else {
-        (gather - st.forward.compute).max(gather / buckets)
-    };
+    if p.zero >= 2 {
+        // ZeRO-2 reduces gradients after every backward, ZeRO-3 also gathers parameters
+        // before every forward and backward: per micro-batch the link carries all of it
+        // while the passes compute, one bucket at a time.
+        let link = reduce + if p.zero >= 3 { 2.0 * gather } else { 0.0 };
+        let compute = st.forward.compute + st.backward.compute;
+        let per_micro_batch = (link - compute).max(link / buckets);
+        let final_gather = if p.zero >= 3 {
+            0.0
+        } else {
+            (gather - st.forward.compute).max(gather / buckets)
+        };
+        return m * per_micro_batch + final_gather;
+    }
+    let exposed_reduce = (reduce - st.backward.compute).max(reduce / buckets);
+    let exposed_gather = (gather - st.forward.compute).max(gather / buckets);
     exposed_reduce + exposed_gather
 }
 

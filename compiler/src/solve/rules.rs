@@ -1,0 +1,310 @@
+//! The rules a layout must satisfy, each written once with its sentence, the attributes it
+//! is about (for spans), a predicate (for enumeration) and a z3 encoding (for explaining
+//! an empty space with an unsat core). A test checks that the predicates agree with
+//! `validate`, so `check` and `solve` accept exactly the same layouts.
+
+use z3::ast::{Ast, Bool, Int};
+
+use crate::plan::{Offload, Parallel, PlanSpec, Recompute, Schedule};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rule {
+    WorldSize,
+    HeadsByTp,
+    KvHeadsByTp,
+    LayersByStages,
+    BatchByDp,
+    ExpertsByEp,
+    EpWithinDp,
+    SequenceParallelNeedsTp,
+    SequenceSplits,
+    InterleavedNeedsVpp,
+    InterleavedNeedsPp,
+    GroupsHoldStages,
+    PrecisionSupported,
+    OffloadNeedsZero,
+    ZeroShardsWithoutPipeline,
+    MemoryFits,
+}
+
+pub const ALL: &[Rule] = &[
+    Rule::WorldSize,
+    Rule::HeadsByTp,
+    Rule::KvHeadsByTp,
+    Rule::LayersByStages,
+    Rule::BatchByDp,
+    Rule::ExpertsByEp,
+    Rule::EpWithinDp,
+    Rule::SequenceParallelNeedsTp,
+    Rule::SequenceSplits,
+    Rule::InterleavedNeedsVpp,
+    Rule::InterleavedNeedsPp,
+    Rule::GroupsHoldStages,
+    Rule::PrecisionSupported,
+    Rule::OffloadNeedsZero,
+    Rule::ZeroShardsWithoutPipeline,
+];
+
+impl Rule {
+    /// The rule in words, with the plan's numbers.
+    pub fn sentence(self, spec: &PlanSpec) -> String {
+        let m = &spec.model;
+        let world = spec.cluster.world_size();
+        match self {
+            Rule::WorldSize => format!("tp × pp × cp × dp must equal the {world} GPUs"),
+            Rule::HeadsByTp => format!("tp must divide heads = {}", m.heads),
+            Rule::KvHeadsByTp => format!("tp must divide kv_heads = {}", m.kv_heads),
+            Rule::LayersByStages => format!("pp × vpp must divide layers = {}", m.layers),
+            Rule::BatchByDp => format!(
+                "dp × micro_batch must divide global_batch = {}",
+                spec.train.global_batch
+            ),
+            Rule::ExpertsByEp => format!("ep must divide experts = {}", m.experts),
+            Rule::EpWithinDp => "ep must divide dp × cp".into(),
+            Rule::SequenceParallelNeedsTp => "sequence parallelism needs tp > 1".into(),
+            Rule::SequenceSplits => format!(
+                "seq_len = {} must split evenly over 2 × cp (× tp with sequence parallelism)",
+                m.seq_len
+            ),
+            Rule::InterleavedNeedsVpp => "the interleaved schedule needs vpp > 1, and vpp > 1 needs it".into(),
+            Rule::InterleavedNeedsPp => "the interleaved schedule needs pp > 1".into(),
+            Rule::GroupsHoldStages => "every group's GPU count must be a multiple of tp × dp × cp".into(),
+            Rule::PrecisionSupported => format!(
+                "every GPU of the cluster must support precision = {}",
+                spec.train.precision
+            ),
+            Rule::OffloadNeedsZero => "optimizer offload needs zero ≥ 1, parameter offload zero = 3".into(),
+            Rule::ZeroShardsWithoutPipeline => "zero = 2 or 3 needs pp = 1 (Megatron-LM and DeepSpeed's pipeline engine shard only the optimizer state under pipeline parallelism)".into(),
+            Rule::MemoryFits => {
+                let g = &spec.cluster.groups[0].gpu;
+                format!(
+                    "the peak memory per GPU must fit {} with {:.0} % headroom",
+                    g.name,
+                    spec.search.memory_headroom * 100.0
+                )
+            }
+        }
+    }
+
+    /// The `parallel` attributes (or other `block.attribute`) the rule is about, for spans.
+    pub fn attrs(self) -> &'static [&'static str] {
+        match self {
+            Rule::WorldSize => &["tp", "pp", "cp", "dp"],
+            Rule::HeadsByTp | Rule::KvHeadsByTp => &["tp"],
+            Rule::LayersByStages => &["pp", "vpp"],
+            Rule::BatchByDp => &["dp", "micro_batch"],
+            Rule::ExpertsByEp | Rule::EpWithinDp => &["ep"],
+            Rule::SequenceParallelNeedsTp => &["sequence_parallel", "tp"],
+            Rule::SequenceSplits => &["cp", "sequence_parallel"],
+            Rule::InterleavedNeedsVpp | Rule::InterleavedNeedsPp => &["schedule", "vpp"],
+            Rule::GroupsHoldStages => &["tp", "dp", "cp"],
+            Rule::PrecisionSupported => &[],
+            Rule::OffloadNeedsZero => &["offload", "zero"],
+            Rule::ZeroShardsWithoutPipeline => &["zero", "pp"],
+            Rule::MemoryFits => &["tp", "pp"],
+        }
+    }
+
+    pub fn holds(self, spec: &PlanSpec, p: &Parallel) -> bool {
+        let m = &spec.model;
+        match self {
+            Rule::WorldSize => p.tp * p.pp * p.cp * p.dp == spec.cluster.world_size(),
+            Rule::HeadsByTp => m.heads.is_multiple_of(p.tp),
+            Rule::KvHeadsByTp => m.kv_heads.is_multiple_of(p.tp),
+            Rule::LayersByStages => m.layers.is_multiple_of(p.pp * p.vpp),
+            Rule::BatchByDp => spec.train.global_batch.is_multiple_of(p.dp * p.micro_batch),
+            Rule::ExpertsByEp => m.experts.is_multiple_of(p.ep),
+            Rule::EpWithinDp => p.ep == 1 || (p.dp * p.cp).is_multiple_of(p.ep),
+            Rule::SequenceParallelNeedsTp => !p.sequence_parallel || p.tp > 1,
+            Rule::SequenceSplits => {
+                let div = 2 * p.cp * if p.sequence_parallel { p.tp } else { 1 };
+                !(p.cp > 1 || p.sequence_parallel) || m.seq_len.is_multiple_of(div)
+            }
+            Rule::InterleavedNeedsVpp => (p.schedule == Schedule::Interleaved) == (p.vpp > 1),
+            Rule::InterleavedNeedsPp => p.schedule != Schedule::Interleaved || p.pp > 1,
+            Rule::GroupsHoldStages => {
+                !spec.cluster.is_mixed()
+                    || spec
+                        .cluster
+                        .groups
+                        .iter()
+                        .all(|g| g.gpus().is_multiple_of(p.tp * p.dp * p.cp))
+            }
+            Rule::PrecisionSupported => spec
+                .cluster
+                .groups
+                .iter()
+                .all(|g| g.gpu.peak(spec.train.precision).is_some()),
+            Rule::OffloadNeedsZero => match p.offload {
+                Offload::None => true,
+                Offload::Optimizer => p.zero >= 1,
+                Offload::Params => p.zero == 3,
+            },
+            Rule::ZeroShardsWithoutPipeline => p.zero < 2 || p.pp == 1,
+            Rule::MemoryFits => true, // decided by the cost model, per candidate
+        }
+    }
+}
+
+/// The layout's variables as z3 integers (booleans as 0/1, enumerations as small ints).
+pub struct Vars<'c> {
+    pub tp: Int<'c>,
+    pub pp: Int<'c>,
+    pub cp: Int<'c>,
+    pub dp: Int<'c>,
+    pub ep: Int<'c>,
+    pub vpp: Int<'c>,
+    pub micro_batch: Int<'c>,
+    pub sequence_parallel: Bool<'c>,
+    pub interleaved: Bool<'c>,
+    pub zero: Int<'c>,
+    /// 0 none, 1 optimizer, 2 params.
+    pub offload: Int<'c>,
+    /// 0 none, 1 selective, 2 full.
+    pub recompute: Int<'c>,
+}
+
+impl<'c> Vars<'c> {
+    pub fn new(ctx: &'c z3::Context) -> Self {
+        let i = |n: &str| Int::new_const(ctx, n);
+        Vars {
+            tp: i("tp"),
+            pp: i("pp"),
+            cp: i("cp"),
+            dp: i("dp"),
+            ep: i("ep"),
+            vpp: i("vpp"),
+            micro_batch: i("micro_batch"),
+            sequence_parallel: Bool::new_const(ctx, "sequence_parallel"),
+            interleaved: Bool::new_const(ctx, "interleaved"),
+            zero: i("zero"),
+            offload: i("offload"),
+            recompute: i("recompute"),
+        }
+    }
+
+    pub fn int(&self, name: &str) -> Option<&Int<'c>> {
+        Some(match name {
+            "tp" => &self.tp,
+            "pp" => &self.pp,
+            "cp" => &self.cp,
+            "dp" => &self.dp,
+            "ep" => &self.ep,
+            "vpp" => &self.vpp,
+            "micro_batch" => &self.micro_batch,
+            "zero" => &self.zero,
+            "offload" => &self.offload,
+            "recompute" => &self.recompute,
+            _ => return None,
+        })
+    }
+}
+
+pub fn recompute_index(r: Recompute) -> i64 {
+    match r {
+        Recompute::None => 0,
+        Recompute::Selective => 1,
+        Recompute::Full => 2,
+    }
+}
+
+pub fn offload_index(o: Offload) -> i64 {
+    match o {
+        Offload::None => 0,
+        Offload::Optimizer => 1,
+        Offload::Params => 2,
+    }
+}
+
+fn divides<'c>(ctx: &'c z3::Context, d: &Int<'c>, n: i64) -> Bool<'c> {
+    Int::from_i64(ctx, n).modulo(d)._eq(&Int::from_i64(ctx, 0))
+}
+
+fn divides_expr<'c>(ctx: &'c z3::Context, d: &Int<'c>, n: &Int<'c>) -> Bool<'c> {
+    n.modulo(d)._eq(&Int::from_i64(ctx, 0))
+}
+
+/// The rule as a z3 formula over `v`. `MemoryFits` is encoded by the caller, which knows
+/// which (tp, pp) pairs can fit.
+pub fn encode<'c>(rule: Rule, ctx: &'c z3::Context, spec: &PlanSpec, v: &Vars<'c>) -> Bool<'c> {
+    let m = &spec.model;
+    let k = |x: u64| Int::from_i64(ctx, x as i64);
+    let one = k(1);
+    match rule {
+        Rule::WorldSize => {
+            Int::mul(ctx, &[&v.tp, &v.pp, &v.cp, &v.dp])._eq(&k(spec.cluster.world_size()))
+        }
+        Rule::HeadsByTp => divides(ctx, &v.tp, m.heads as i64),
+        Rule::KvHeadsByTp => divides(ctx, &v.tp, m.kv_heads as i64),
+        Rule::LayersByStages => divides(ctx, &Int::mul(ctx, &[&v.pp, &v.vpp]), m.layers as i64),
+        Rule::BatchByDp => divides(
+            ctx,
+            &Int::mul(ctx, &[&v.dp, &v.micro_batch]),
+            spec.train.global_batch as i64,
+        ),
+        Rule::ExpertsByEp => divides(ctx, &v.ep, m.experts as i64),
+        Rule::EpWithinDp => Bool::or(
+            ctx,
+            &[
+                &v.ep._eq(&one),
+                &divides_expr(ctx, &v.ep, &Int::mul(ctx, &[&v.dp, &v.cp])),
+            ],
+        ),
+        Rule::SequenceParallelNeedsTp => v.sequence_parallel.implies(&v.tp.gt(&one)),
+        Rule::SequenceSplits => {
+            let two_cp = Int::mul(ctx, &[&k(2), &v.cp]);
+            let with_tp = Int::mul(ctx, &[&two_cp, &v.tp]);
+            let div = v.sequence_parallel.ite(&with_tp, &two_cp);
+            let active = Bool::or(ctx, &[&v.cp.gt(&one), &v.sequence_parallel]);
+            active.implies(&divides(ctx, &div, m.seq_len as i64))
+        }
+        Rule::InterleavedNeedsVpp => v.interleaved._eq(&v.vpp.gt(&one)),
+        Rule::InterleavedNeedsPp => v.interleaved.implies(&v.pp.gt(&one)),
+        Rule::GroupsHoldStages => {
+            if !spec.cluster.is_mixed() {
+                return Bool::from_bool(ctx, true);
+            }
+            let stage = Int::mul(ctx, &[&v.tp, &v.dp, &v.cp]);
+            let all: Vec<Bool> = spec
+                .cluster
+                .groups
+                .iter()
+                .map(|g| divides(ctx, &stage, g.gpus() as i64))
+                .collect();
+            Bool::and(ctx, &all.iter().collect::<Vec<_>>())
+        }
+        Rule::PrecisionSupported => Bool::from_bool(
+            ctx,
+            Rule::PrecisionSupported.holds(spec, &Parallel::default_for_rules()),
+        ),
+        Rule::OffloadNeedsZero => Bool::and(
+            ctx,
+            &[
+                &v.offload._eq(&k(1)).implies(&v.zero.ge(&one)),
+                &v.offload._eq(&k(2)).implies(&v.zero._eq(&k(3))),
+            ],
+        ),
+        Rule::ZeroShardsWithoutPipeline => v.zero.ge(&k(2)).implies(&v.pp._eq(&one)),
+        Rule::MemoryFits => Bool::from_bool(ctx, true),
+    }
+}
+
+impl Parallel {
+    /// A neutral layout for rules that do not depend on it.
+    fn default_for_rules() -> Parallel {
+        Parallel {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            cp: 1,
+            ep: 1,
+            vpp: 1,
+            micro_batch: 1,
+            schedule: Schedule::OneFOneB,
+            sequence_parallel: false,
+            zero: 0,
+            recompute: Recompute::None,
+            offload: Offload::None,
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! `planc solve`: the ranked layouts for a plan's holes, the Pareto front, and the best
+//! plan's report; or, when nothing is valid, the conflicting rules and the fixes.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use planc_compiler::check::{check_file_with_progress, holes, Checked};
+use planc_compiler::cost::TimeMethod;
+use planc_compiler::solve::{Candidate, Solution};
+use planc_compiler::source::FsLoader;
+
+use crate::render;
+
+/// A progress bar that appears only when the search outlives half a second.
+struct Progress {
+    started: Instant,
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            started: Instant::now(),
+            bar: Mutex::new(None),
+        }
+    }
+
+    fn update(&self, done: usize, total: usize) {
+        if self.started.elapsed() < Duration::from_millis(500) {
+            return;
+        }
+        let mut bar = self.bar.lock().expect("progress lock");
+        let b = bar.get_or_insert_with(|| {
+            let b = ProgressBar::new(total as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "costing layouts {bar:40} {pos}/{len} ({per_sec}, {eta} left)",
+                )
+                .expect("a valid template"),
+            );
+            b
+        });
+        b.set_position(done as u64);
+    }
+
+    fn finish(&self) {
+        if let Some(b) = self.bar.lock().expect("progress lock").take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+fn layout(c: &Candidate) -> String {
+    let p = &c.plan.parallel;
+    format!(
+        "{:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}",
+        p.tp,
+        p.pp,
+        p.dp,
+        p.cp,
+        p.ep,
+        p.vpp,
+        p.micro_batch,
+        p.schedule.to_string(),
+        p.zero,
+        p.recompute.to_string(),
+        p.sequence_parallel
+    )
+}
+
+fn gib(b: f64) -> f64 {
+    b / (1u64 << 30) as f64
+}
+
+fn peak_bytes(c: &Candidate) -> f64 {
+    c.estimate.stages[c.estimate.peak_stage].memory.total_bytes
+}
+
+fn candidate_json(rank: usize, c: &Candidate) -> serde_json::Value {
+    let p = &c.plan.parallel;
+    json!({
+        "rank": rank,
+        "plan": {
+            "tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "vpp": p.vpp,
+            "micro_batch": p.micro_batch, "schedule": p.schedule.to_string(),
+            "sequence_parallel": p.sequence_parallel, "zero": p.zero,
+            "recompute": p.recompute.to_string(), "offload": p.offload.to_string(),
+        },
+        "peak_memory_bytes": peak_bytes(c).round() as u64,
+        "memory_fraction": c.memory_fraction,
+        "step_s": c.estimate.step_s,
+        "time_method": c.estimate.method.as_str(),
+        "tokens_per_s": c.estimate.tokens_per_s,
+        "mfu": c.estimate.mfu,
+        "limited_by": c.limiter.as_str(),
+    })
+}
+
+fn search_line(s: &Solution) -> String {
+    let rejected: usize = s.rejected.iter().map(|(_, n)| *n).sum();
+    let rate = s.layouts as f64 / s.elapsed.as_secs_f64().max(1e-9);
+    format!(
+        "searched {} layouts (space {}) in {:.1} ms: {} break a rule, {} do not fit, {} valid ({:.0} layouts/s)",
+        s.layouts,
+        s.space_size,
+        s.elapsed.as_secs_f64() * 1e3,
+        rejected,
+        s.over_memory,
+        s.ranked.len(),
+        rate
+    )
+}
+
+pub fn run(file: &Path, json_out: bool, top: Option<usize>, color: ColorChoice) -> ExitCode {
+    let progress = Progress::new();
+    let checked = check_file_with_progress(file, &FsLoader, &|d, t| progress.update(d, t));
+    progress.finish();
+    let mut checked: Checked = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    planc_simulator::retime(&mut checked);
+    let ok = checked.ok();
+    let top = top
+        .or(checked.spec.as_ref().map(|s| s.search.top as usize))
+        .unwrap_or(5)
+        .max(1);
+    if json_out {
+        let mut out = json!({ "best": checked.report() });
+        if let Some(s) = &checked.solution {
+            out["candidates"] = s
+                .ranked
+                .iter()
+                .take(top)
+                .enumerate()
+                .map(|(i, c)| candidate_json(i + 1, c))
+                .collect();
+            out["pareto"] = s
+                .pareto
+                .iter()
+                .map(|&i| candidate_json(i + 1, &s.ranked[i]))
+                .collect();
+            let rejected: serde_json::Map<String, serde_json::Value> = s
+                .rejected
+                .iter()
+                .map(|(r, n)| (format!("{r:?}"), json!(n)))
+                .collect();
+            out["search"] = json!({
+                "space": s.space_size,
+                "layouts": s.layouts,
+                "rejected_by_rule": rejected,
+                "over_memory": s.over_memory,
+                "valid": s.ranked.len(),
+                "elapsed_s": s.elapsed.as_secs_f64(),
+            });
+        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialisable")
+        );
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+    }
+    let mut err = StandardStream::stderr(color);
+    let _ = render::diagnostics(&mut err, &checked);
+    let Some(solution) = &checked.solution else {
+        if checked.spec.as_ref().is_some_and(|s| holes(s).is_empty()) {
+            println!(
+                "{} has no holes (`auto` or candidate lists) to fill; this is its check:\n",
+                file.display()
+            );
+            if let Some(s) = render::summary(&checked) {
+                print!("{s}");
+            }
+        }
+        return if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+    };
+    println!("{}", search_line(solution));
+    if solution.ranked.is_empty() {
+        eprintln!("{}: no valid layout (see P0801 above)", file.display());
+        return ExitCode::from(1);
+    }
+    println!(
+        "\nrank  {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}  {:>18}  {:>10}  {:>6}  limited by",
+        "tp", "pp", "dp", "cp", "ep", "vpp", "mb", "schedule", "zero", "recompute", "sp", "memory", "step", "MFU"
+    );
+    let mut any_closed = false;
+    for (i, c) in solution.ranked.iter().take(top).enumerate() {
+        let simulated = c.estimate.method == TimeMethod::Simulated;
+        any_closed |= !simulated;
+        println!(
+            "{:<5} {}  {:>9.1} GiB {:>3.0} %  {:>8.3} s{}  {:>5.1} %  {}",
+            i + 1,
+            layout(c),
+            gib(peak_bytes(c)),
+            c.memory_fraction * 100.0,
+            c.estimate.step_s,
+            if simulated { " " } else { "†" },
+            c.estimate.mfu * 100.0,
+            c.limiter.as_str()
+        );
+    }
+    if any_closed {
+        println!("† closed form; the others are simulated event by event");
+    }
+    println!("\nPareto front, least memory first (no other layout is both smaller and faster):");
+    for &i in &solution.pareto {
+        let c = &solution.ranked[i];
+        println!(
+            "  #{:<4} {}  {:>7.1} GiB {:>3.0} %  {:>8.3} s",
+            i + 1,
+            layout(c),
+            gib(peak_bytes(c)),
+            c.memory_fraction * 100.0,
+            c.estimate.step_s
+        );
+    }
+    println!("\nthe best plan, as `planc check` reports it:");
+    if let Some(s) = render::summary(&checked) {
+        print!("{s}");
+    }
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
