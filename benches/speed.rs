@@ -83,6 +83,7 @@ fn main() {
         }
     );
     simulator_speed();
+    solver_speed();
 }
 
 const GPT3_1024: &str = "
@@ -122,5 +123,64 @@ fn simulator_speed() {
             ms(p99),
             tasks as f64 / p50.as_secs_f64() / 1e6
         );
+    }
+}
+
+const GPT_1T_3072_HOLES: &str = "
+cluster c { nodes = 384, gpus_per_node = 8, gpu = A100_SXM_80GB
+    inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us } }
+model m { preset = \"gpt-1t\" }
+train { global_batch = 3072, precision = bf16, optimizer = adam }
+parallel { tp = auto, pp = auto, dp = auto, cp = auto, vpp = auto, micro_batch = auto, schedule = auto, sequence_parallel = auto, zero = auto, recompute = auto }
+";
+
+const LLAMA3_405B_16384_HOLES: &str = "
+cluster c { nodes = 2048, gpus_per_node = 8, gpu = H100_SXM_80GB
+    inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us } }
+model m { preset = \"llama3-405b\" }
+train { global_batch = 2048, precision = bf16, optimizer = adamw }
+parallel { tp = auto, pp = auto, dp = auto, cp = auto, vpp = auto, micro_batch = auto, schedule = auto, sequence_parallel = auto, zero = auto, recompute = auto }
+";
+
+fn solver_speed() {
+    println!("\nsolver: the whole space of every hole (median of 5); target < 1 s each\n");
+    for (name, text) in [
+        ("GPT 1T on 3072 A100", GPT_1T_3072_HOLES),
+        ("Llama-3 405B on 16384 H100", LLAMA3_405B_16384_HOLES),
+    ] {
+        let mut times = Vec::new();
+        let mut last = None;
+        for _ in 0..5 {
+            let t = Instant::now();
+            let mut checked = check_source("bench.tp", text);
+            planc_simulator::retime(&mut checked);
+            times.push(t.elapsed());
+            last = Some(checked);
+        }
+        times.sort();
+        let checked = last.expect("ran");
+        let s = checked.solution.as_ref().expect("a search ran");
+        let best =
+            checked
+                .plan
+                .as_ref()
+                .map(|p| {
+                    let q = &p.parallel;
+                    format!(
+                    "tp={} pp={} dp={} cp={} vpp={} mb={} {} zero={} recompute={}, step {:.2} s",
+                    q.tp, q.pp, q.dp, q.cp, q.vpp, q.micro_batch, q.schedule, q.zero, q.recompute,
+                    checked.estimate.as_ref().map_or(0.0, |e| e.step_s)
+                )
+                })
+                .unwrap_or_else(|| "no valid layout".into());
+        println!(
+            "{name:<28} space {:>8}, {:>6} tile the cluster, {:>5} valid; {} total ({:.0} layouts/s in the search)",
+            s.space_size,
+            s.layouts,
+            s.ranked.len(),
+            ms(times[times.len() / 2]),
+            s.layouts as f64 / s.elapsed.as_secs_f64()
+        );
+        println!("{:<28} best: {best}", "");
     }
 }

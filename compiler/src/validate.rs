@@ -344,5 +344,6 @@ fn divisors_upto(n: u64, limit: u64) -> String {
 }
 
 fn round_up(x: u64, m: u64) -> u64 {
+    let m = m.max(1);
     x.div_ceil(m) * m
 }
