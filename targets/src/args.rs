@@ -1,0 +1,349 @@
+//! What the plan implies for each framework: Megatron-LM's command-line flags and DeepSpeed's
+//! configuration. Templates lay these out; they are computed here so that the shell script,
+//! the sbatch script and the PyTorchJob carry exactly the same flags.
+//!
+//! Megatron-LM flag names are those of `megatron/training/arguments.py` (and the config
+//! dataclasses it turns into flags) in current Megatron-LM (core_r0.13 and later).
+
+use planc_compiler::plan::{
+    Attention, Framework, Mlp, Norm, Offload, Optimizer, Plan, Position, Precision, Recompute,
+    Schedule,
+};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::{EmitError, Target};
+
+/// One command-line argument: a flag planc writes, and an optional value. A value that is a
+/// number stays a number (written bare); a string is always quoted.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Arg {
+    pub flag: &'static str,
+    pub value: Option<Value>,
+}
+
+impl Arg {
+    fn switch(flag: &'static str) -> Arg {
+        Arg { flag, value: None }
+    }
+
+    fn num(flag: &'static str, v: u64) -> Arg {
+        Arg {
+            flag,
+            value: Some(json!(v)),
+        }
+    }
+
+    fn text(flag: &'static str, v: impl Into<String>) -> Arg {
+        Arg {
+            flag,
+            value: Some(Value::String(v.into())),
+        }
+    }
+}
+
+/// Checkpoints are written every this many iterations when the job names a checkpoint folder
+/// (Megatron-LM refuses `--save` without `--save-interval`).
+pub const SAVE_INTERVAL: u64 = 1000;
+
+/// The Megatron-LM arguments of the plan, grouped as the launch script prints them:
+/// (group name, arguments).
+pub fn megatron(
+    plan: &Plan,
+    checkpoint_dir: Option<&str>,
+    notes: &mut Vec<String>,
+) -> Result<Vec<(&'static str, Vec<Arg>)>, EmitError> {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let t = &plan.train;
+    let unsupported = |reason: String| EmitError::Unsupported {
+        target: Target::Megatron,
+        reason,
+    };
+
+    let mut model = vec![
+        Arg::num("--num-layers", m.layers),
+        Arg::num("--hidden-size", m.hidden),
+        Arg::num("--ffn-hidden-size", m.ffn_hidden),
+        Arg::num("--num-attention-heads", m.heads),
+    ];
+    if m.kv_heads < m.heads {
+        model.push(Arg::switch("--group-query-attention"));
+        model.push(Arg::num("--num-query-groups", m.kv_heads));
+    }
+    model.push(Arg::num("--seq-length", m.seq_len));
+    model.push(Arg::num("--max-position-embeddings", m.seq_len));
+    if m.mlp == Mlp::Swiglu {
+        model.push(Arg::switch("--swiglu"));
+    }
+    model.push(Arg::text(
+        "--position-embedding-type",
+        match m.position {
+            Position::Rope => "rope",
+            Position::Learned => "learned_absolute",
+        },
+    ));
+    model.push(Arg::text(
+        "--normalization",
+        match m.norm {
+            Norm::Rmsnorm => "RMSNorm",
+            Norm::Layernorm => "LayerNorm",
+        },
+    ));
+    if !m.bias {
+        model.push(Arg::switch("--disable-bias-linear"));
+    }
+    if !m.tied_embeddings {
+        model.push(Arg::switch("--untie-embeddings-and-output-weights"));
+    }
+    if m.experts > 1 {
+        model.push(Arg::num("--num-experts", m.experts));
+        model.push(Arg::num("--moe-router-topk", m.top_k));
+    }
+    if t.attention == Attention::Standard {
+        model.push(Arg::text("--attention-backend", "unfused"));
+    }
+
+    let mut parallel = vec![
+        Arg::num("--tensor-model-parallel-size", p.tp),
+        Arg::num("--pipeline-model-parallel-size", p.pp),
+        Arg::num("--context-parallel-size", p.cp),
+    ];
+    if m.experts > 1 || p.ep > 1 {
+        parallel.push(Arg::num("--expert-model-parallel-size", p.ep));
+    }
+    match p.schedule {
+        Schedule::Interleaved if p.vpp > 1 => {
+            let per_stage = m.layers / (p.pp * p.vpp).max(1);
+            parallel.push(Arg::num(
+                "--num-layers-per-virtual-pipeline-stage",
+                per_stage,
+            ));
+        }
+        Schedule::Gpipe if p.pp > 1 => notes.push(
+            "Megatron-LM has no GPipe schedule: it runs 1F1B, with the same bubble and fewer \
+             micro-batches in flight"
+                .into(),
+        ),
+        Schedule::ZeroBubble if p.pp > 1 => {
+            return Err(unsupported(
+                "Megatron-LM has no ZB-H1 schedule; use `schedule = 1f1b` or `interleaved`".into(),
+            ))
+        }
+        _ => {}
+    }
+    if p.sequence_parallel && p.tp > 1 {
+        parallel.push(Arg::switch("--sequence-parallel"));
+    }
+    match p.zero {
+        0 => {}
+        1 => parallel.push(Arg::switch("--use-distributed-optimizer")),
+        z => {
+            parallel.push(Arg::switch("--use-megatron-fsdp"));
+            parallel.push(Arg::text(
+                "--data-parallel-sharding-strategy",
+                if z == 2 {
+                    "optim_grads"
+                } else {
+                    "optim_grads_params"
+                },
+            ));
+            parallel.push(Arg::text("--ckpt-format", "fsdp_dtensor"));
+        }
+    }
+    if p.dp > 1 && p.zero <= 1 {
+        parallel.push(Arg::switch("--overlap-grad-reduce"));
+        if p.zero == 1 {
+            parallel.push(Arg::switch("--overlap-param-gather"));
+        }
+    }
+    match p.recompute {
+        Recompute::None => {}
+        Recompute::Selective => parallel.push(Arg::text("--recompute-granularity", "selective")),
+        Recompute::Full => {
+            parallel.push(Arg::text("--recompute-granularity", "full"));
+            parallel.push(Arg::text("--recompute-method", "uniform"));
+            parallel.push(Arg::num("--recompute-num-layers", 1));
+        }
+    }
+    match p.offload {
+        Offload::None => {}
+        Offload::Optimizer => {
+            parallel.push(Arg::switch("--optimizer-cpu-offload"));
+            parallel.push(Arg::switch("--use-precision-aware-optimizer"));
+        }
+        Offload::Params => {
+            return Err(unsupported(
+                "Megatron-LM cannot offload parameters; use `offload = optimizer` or the \
+                 deepspeed target"
+                    .into(),
+            ))
+        }
+    }
+
+    let mut training = vec![
+        Arg::num("--micro-batch-size", p.micro_batch),
+        Arg::num("--global-batch-size", t.global_batch),
+    ];
+    match t.precision {
+        Precision::Bf16 => training.push(Arg::switch("--bf16")),
+        Precision::Fp16 => training.push(Arg::switch("--fp16")),
+        Precision::Fp8 => {
+            training.push(Arg::switch("--bf16"));
+            training.push(Arg::text("--fp8-format", "hybrid"));
+        }
+        Precision::Fp32 => {}
+    }
+    training.push(Arg::text(
+        "--optimizer",
+        match t.optimizer {
+            Optimizer::Adam | Optimizer::Adamw => "adam",
+            Optimizer::Sgd => "sgd",
+        },
+    ));
+    if let Some(iters) = train_iters(plan) {
+        training.push(Arg::num("--train-iters", iters));
+    }
+    if let Some(dir) = checkpoint_dir {
+        training.push(Arg::text("--save", dir));
+        training.push(Arg::text("--load", dir));
+        training.push(Arg::num("--save-interval", SAVE_INTERVAL));
+    }
+
+    let data = vec![
+        Arg::switch("--mock-data"),
+        Arg::text("--tokenizer-type", "NullTokenizer"),
+        Arg::num("--vocab-size", m.vocab),
+    ];
+
+    Ok(vec![
+        ("model", model),
+        ("parallel", parallel),
+        ("training", training),
+        ("data", data),
+    ])
+}
+
+/// Optimizer steps for `train.tokens`, when given.
+pub fn train_iters(plan: &Plan) -> Option<u64> {
+    let tokens = plan.train.tokens?;
+    let per_step = (plan.train.global_batch * plan.model.seq_len) as f64;
+    if !(tokens > 0.0) || per_step <= 0.0 {
+        return None;
+    }
+    Some((tokens / per_step).ceil().max(1.0) as u64)
+}
+
+/// DeepSpeed's `ds_config.json` for the plan. DeepSpeed expresses data parallelism, ZeRO and
+/// offload in its config; pipeline, context and expert parallelism live in the model code,
+/// so a plan that needs them is refused here rather than silently run without them.
+pub fn deepspeed_config(plan: &Plan, target: Target) -> Result<Value, EmitError> {
+    let p = &plan.parallel;
+    let t = &plan.train;
+    let refuse = |what: &str| {
+        Err(EmitError::Unsupported {
+            target,
+            reason: format!(
+                "{what}: DeepSpeed's config cannot express it (the model code must); use the \
+                 megatron framework or set it to 1"
+            ),
+        })
+    };
+    if p.pp > 1 {
+        return refuse(&format!("pp = {}", p.pp));
+    }
+    if p.cp > 1 {
+        return refuse(&format!("cp = {}", p.cp));
+    }
+    if p.ep > 1 {
+        return refuse(&format!("ep = {}", p.ep));
+    }
+    if t.precision == Precision::Fp8 {
+        return Err(EmitError::Unsupported {
+            target,
+            reason: "DeepSpeed's config has no fp8 training; use bf16".into(),
+        });
+    }
+    let grad_accum = p.grad_accum(t.global_batch);
+    let mut zero = json!({
+        "stage": p.zero,
+        "overlap_comm": true,
+        "contiguous_gradients": true,
+    });
+    if p.zero >= 2 {
+        zero["reduce_scatter"] = json!(true);
+    }
+    if matches!(p.offload, Offload::Optimizer | Offload::Params) {
+        zero["offload_optimizer"] = json!({ "device": "cpu", "pin_memory": true });
+    }
+    if p.offload == Offload::Params {
+        zero["offload_param"] = json!({ "device": "cpu", "pin_memory": true });
+    }
+    let mut cfg = json!({
+        "train_batch_size": t.global_batch,
+        "train_micro_batch_size_per_gpu": p.micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "gradient_clipping": 1.0,
+        "zero_optimization": zero,
+        "optimizer": match t.optimizer {
+            Optimizer::Adamw => json!({ "type": "AdamW", "params": {} }),
+            Optimizer::Adam => json!({ "type": "Adam", "params": { "adam_w_mode": false } }),
+            Optimizer::Sgd => json!({ "type": "SGD", "params": {} }),
+        },
+        "steps_per_print": 100,
+        "wall_clock_breakdown": false,
+    });
+    match t.precision {
+        Precision::Bf16 => cfg["bf16"] = json!({ "enabled": true }),
+        Precision::Fp16 => {
+            cfg["fp16"] = json!({
+                "enabled": true,
+                "loss_scale": 0,
+                "initial_scale_power": 16,
+                "loss_scale_window": 1000,
+                "hysteresis": 2,
+                "min_loss_scale": 1
+            })
+        }
+        Precision::Fp32 | Precision::Fp8 => {}
+    }
+    if p.tp > 1 {
+        // AutoTP training (DeepSpeed ≥ 0.16.4).
+        cfg["tensor_parallel"] = json!({ "autotp_size": p.tp });
+    }
+    if p.recompute != Recompute::None {
+        cfg["activation_checkpointing"] = json!({
+            "partition_activations": p.tp > 1,
+            "cpu_checkpointing": p.offload == Offload::Params,
+            "contiguous_memory_optimization": false,
+            "number_checkpoints": Value::Null,
+            "synchronize_checkpoint_boundary": false,
+            "profile": false
+        });
+    }
+    Ok(cfg)
+}
+
+/// The program every rank runs, and its arguments, for the job's framework.
+pub fn program(
+    framework: Framework,
+    entrypoint: Option<&str>,
+    megatron_args: Option<&[(&'static str, Vec<Arg>)]>,
+) -> (String, Vec<Arg>) {
+    match framework {
+        Framework::Megatron => (
+            entrypoint.unwrap_or("pretrain_gpt.py").to_string(),
+            megatron_args
+                .map(|g| g.iter().flat_map(|(_, a)| a.iter().cloned()).collect())
+                .unwrap_or_default(),
+        ),
+        Framework::Deepspeed => (
+            entrypoint.unwrap_or("train.py").to_string(),
+            vec![
+                Arg::switch("--deepspeed"),
+                Arg::text("--deepspeed_config", "ds_config.json"),
+            ],
+        ),
+        Framework::Torch => (entrypoint.unwrap_or("train.py").to_string(), Vec::new()),
+    }
+}

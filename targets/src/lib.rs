@@ -1,0 +1,712 @@
+//! `planc emit`: launch artifacts from a checked plan.
+//!
+//! [`render`] fills minijinja templates (embedded from `targets/templates/`, one per
+//! artifact, overridable by file name from a user directory) with a context built from the
+//! plan: the chosen layout, the model, the cluster and the `job` block. [`write_artifacts`]
+//! puts them on disk atomically and never overwrites a file unless asked to.
+//!
+//! What the plan implies for a framework (Megatron-LM's flags, DeepSpeed's config) is
+//! computed in [`args`], so that every artifact carries the same flags; templates only lay
+//! them out. Every string from the plan reaches an artifact through a quoting filter
+//! ([`quote`]): `shell` in scripts, `yaml` in manifests, `json` in JSON.
+
+pub mod args;
+pub mod quote;
+mod templates;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use planc_compiler::check::Checked;
+use planc_compiler::plan::{Framework, Job, Plan, PlanSpec, Scheduler};
+use planc_lang::codes::{self, Code};
+use planc_lang::Diagnostic;
+use serde::Serialize;
+
+use crate::args::Arg;
+
+/// A launcher planc writes artifacts for; the names are those of `--target`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    Megatron,
+    Deepspeed,
+    Torchrun,
+    Slurm,
+    K8s,
+}
+
+impl Target {
+    pub const ALL: &'static [Target] = &[
+        Target::Megatron,
+        Target::Deepspeed,
+        Target::Torchrun,
+        Target::Slurm,
+        Target::K8s,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Megatron => "megatron",
+            Target::Deepspeed => "deepspeed",
+            Target::Torchrun => "torchrun",
+            Target::Slurm => "slurm",
+            Target::K8s => "k8s",
+        }
+    }
+
+    /// `planc-out/<target>`, where `planc emit` writes without `-o`.
+    pub fn default_dir(self) -> PathBuf {
+        Path::new("planc-out").join(self.as_str())
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Target {
+    type Err = EmitError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Target::ALL
+            .iter()
+            .copied()
+            .find(|t| t.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| EmitError::UnknownTarget(s.to_string()))
+    }
+}
+
+/// One file to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Artifact {
+    /// Relative to the output folder.
+    pub path: PathBuf,
+    pub contents: String,
+    pub executable: bool,
+}
+
+#[derive(Debug)]
+pub enum EmitError {
+    /// The plan has errors (P0705); the diagnostics say which.
+    PlanErrors(Vec<Diagnostic>),
+    /// The target cannot express part of the plan (P0706).
+    Unsupported { target: Target, reason: String },
+    /// The target needs a `job` attribute the plan does not set (P0707).
+    MissingJobAttribute {
+        target: Target,
+        attribute: &'static str,
+    },
+    /// A template failed to parse or render (P0708).
+    Template { name: String, message: String },
+    /// The `--templates` folder or a file in it could not be read (P0709).
+    TemplateDir {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// Files already exist and `force` was not given (P0710); nothing was written.
+    Exists(Vec<PathBuf>),
+    /// Writing an artifact failed (P0711).
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// `--target` names no target (P0712).
+    UnknownTarget(String),
+}
+
+impl EmitError {
+    pub fn code(&self) -> Code {
+        match self {
+            EmitError::PlanErrors(_) => codes::P0705,
+            EmitError::Unsupported { .. } => codes::P0706,
+            EmitError::MissingJobAttribute { .. } => codes::P0707,
+            EmitError::Template { .. } => codes::P0708,
+            EmitError::TemplateDir { .. } => codes::P0709,
+            EmitError::Exists(_) => codes::P0710,
+            EmitError::Io { .. } => codes::P0711,
+            EmitError::UnknownTarget(_) => codes::P0712,
+        }
+    }
+}
+
+impl fmt::Display for EmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EmitError::PlanErrors(d) => {
+                let errors = d.iter().filter(|d| d.is_error()).count();
+                write!(
+                    f,
+                    "the plan has {errors} error{}; fix {} before emitting",
+                    if errors == 1 { "" } else { "s" },
+                    if errors == 1 { "it" } else { "them" }
+                )?;
+                if let Some(first) = d.iter().find(|d| d.is_error()) {
+                    write!(f, " (first: {} {})", first.code, first.message)?;
+                }
+                Ok(())
+            }
+            EmitError::Unsupported { target, reason } => {
+                write!(f, "the {target} target cannot express this plan: {reason}")
+            }
+            EmitError::MissingJobAttribute { target, attribute } => write!(
+                f,
+                "the {target} target needs `job {{ {attribute} = ... }}` in the plan"
+            ),
+            EmitError::Template { name, message } => write!(f, "template `{name}`: {message}"),
+            EmitError::TemplateDir { path, error } => {
+                write!(f, "cannot read templates from {}: {error}", path.display())
+            }
+            EmitError::Exists(paths) => {
+                let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+                write!(
+                    f,
+                    "refusing to overwrite {} (use --force); nothing was written",
+                    list.join(", ")
+                )
+            }
+            EmitError::Io { path, error } => write!(f, "cannot write {}: {error}", path.display()),
+            EmitError::UnknownTarget(s) => write!(
+                f,
+                "unknown target `{s}`; targets: {}",
+                Target::ALL
+                    .iter()
+                    .map(|t| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EmitError {}
+
+/// [`render`] for the result of `planc_compiler::check`: refuses when it has any error
+/// (including out-of-memory), else renders its plan.
+pub fn render_checked(
+    target: Target,
+    checked: &Checked,
+    templates: Option<&Path>,
+) -> Result<Vec<Artifact>, EmitError> {
+    match (&checked.spec, &checked.plan) {
+        (Some(spec), Some(plan)) if checked.ok() => render(target, spec, plan, templates),
+        _ => Err(EmitError::PlanErrors(
+            checked
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .cloned()
+                .collect(),
+        )),
+    }
+}
+
+/// The artifacts of `target` for a plan. Refuses a layout that breaks the rules of
+/// `planc check` (the layout is validated again here, so no caller can skip it).
+pub fn render(
+    target: Target,
+    spec: &PlanSpec,
+    plan: &Plan,
+    templates: Option<&Path>,
+) -> Result<Vec<Artifact>, EmitError> {
+    let errors: Vec<Diagnostic> = planc_compiler::validate::validate(spec, &plan.parallel)
+        .into_iter()
+        .filter(Diagnostic::is_error)
+        .collect();
+    if !errors.is_empty() {
+        return Err(EmitError::PlanErrors(errors));
+    }
+    let ctx = context(target, spec, plan)?;
+    let sources = templates::sources(templates)?;
+    let env = environment(&sources)?;
+    let framework = ctx.job.framework;
+    let mut out = Vec::new();
+    for spec in templates::artifacts(target, framework, !ctx.env.is_empty()) {
+        let tmpl = env
+            .get_template(spec.template)
+            .map_err(|e| template_error(spec.template, e))?;
+        let contents = tmpl
+            .render(&ctx)
+            .map_err(|e| template_error(spec.template, e))?;
+        out.push(Artifact {
+            path: PathBuf::from(spec.output),
+            contents,
+            executable: spec.executable,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes `artifacts` under `dir` (created if missing). Refuses before writing anything if
+/// any file exists and `force` is false. Each file is written to a temporary file in the
+/// same folder and renamed over its name, so a reader never sees half a file. Returns the
+/// paths written.
+pub fn write_artifacts(
+    dir: &Path,
+    artifacts: &[Artifact],
+    force: bool,
+) -> Result<Vec<PathBuf>, EmitError> {
+    let targets: Vec<PathBuf> = artifacts.iter().map(|a| dir.join(&a.path)).collect();
+    if !force {
+        let existing: Vec<PathBuf> = targets
+            .iter()
+            .filter(|p| p.symlink_metadata().is_ok())
+            .cloned()
+            .collect();
+        if !existing.is_empty() {
+            return Err(EmitError::Exists(existing));
+        }
+    }
+    for (a, path) in artifacts.iter().zip(&targets) {
+        let parent = path.parent().unwrap_or(dir);
+        std::fs::create_dir_all(parent).map_err(|error| EmitError::Io {
+            path: parent.to_path_buf(),
+            error,
+        })?;
+        write_atomically(path, a).map_err(|error| EmitError::Io {
+            path: path.clone(),
+            error,
+        })?;
+    }
+    Ok(targets)
+}
+
+fn write_atomically(path: &Path, a: &Artifact) -> std::io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut n = 0u32;
+    let (tmp, mut file) = loop {
+        let tmp = parent.join(format!(".{name}.planc-tmp-{}-{n}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+        {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 100 => n += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let result = (|| {
+        file.write_all(a.contents.as_bytes())?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = if a.executable { 0o755 } else { 0o644 };
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        }
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn template_error(name: &str, e: minijinja::Error) -> EmitError {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    EmitError::Template {
+        name: name.to_string(),
+        message,
+    }
+}
+
+// ----- the template context ------------------------------------------------------------
+
+#[derive(Serialize)]
+struct Context<'a> {
+    target: &'static str,
+    planc_version: &'static str,
+    job: JobCtx,
+    cluster: ClusterCtx,
+    model: &'a planc_compiler::plan::Model,
+    train: &'a planc_compiler::plan::Train,
+    parallel: &'a planc_compiler::plan::Parallel,
+    derived: Derived,
+    /// `job.env`, in the order written.
+    env: Vec<EnvVar>,
+    /// Megatron-LM flags by group (model, parallel, training, data); empty unless the
+    /// framework (or target) is Megatron-LM.
+    megatron_args: Vec<ArgGroup>,
+    /// What every rank runs: the script and its arguments, for the job's framework.
+    program: Program,
+    /// DeepSpeed's config, when the framework (or target) is DeepSpeed.
+    ds_config: Option<serde_json::Value>,
+    /// Things the reader of an artifact should know (printed as comments).
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct JobCtx {
+    name: String,
+    /// `name` as a Kubernetes object name.
+    k8s_name: String,
+    /// `name` as a plain word (letters, digits, `._-`) for `#SBATCH` lines and file names.
+    word: String,
+    framework: Framework,
+    scheduler: Scheduler,
+    partition: Option<String>,
+    /// `partition` as a plain word for `#SBATCH`.
+    partition_word: Option<String>,
+    time_limit_s: Option<u64>,
+    /// `D-HH:MM:SS`, as sbatch's `--time` takes it.
+    slurm_time: Option<String>,
+    image: Option<String>,
+    checkpoint_dir: Option<String>,
+    retries: u64,
+    entrypoint: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ClusterCtx {
+    name: String,
+    nodes: u64,
+    gpus_per_node: u64,
+    world_size: u64,
+    gpu: String,
+}
+
+#[derive(Serialize)]
+struct Derived {
+    grad_accum: u64,
+    layers_per_virtual_stage: u64,
+    train_iters: Option<u64>,
+    master_port: u16,
+    save_interval: u64,
+}
+
+#[derive(Serialize)]
+struct EnvVar {
+    name: String,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct ArgGroup {
+    name: &'static str,
+    args: Vec<Arg>,
+}
+
+#[derive(Serialize)]
+struct Program {
+    entrypoint: String,
+    args: Vec<Arg>,
+}
+
+fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Context<'a>, EmitError> {
+    let default_job = Job {
+        name: None,
+        framework: match target {
+            Target::Deepspeed => Framework::Deepspeed,
+            _ => Framework::Megatron,
+        },
+        scheduler: Scheduler::None,
+        partition: None,
+        time_limit: None,
+        image: None,
+        checkpoint_dir: None,
+        retries: 0,
+        entrypoint: None,
+        env: Vec::new(),
+    };
+    let job = spec.job.as_ref().unwrap_or(&default_job);
+    // The megatron and deepspeed targets are those frameworks, whatever the job says.
+    let framework = match target {
+        Target::Megatron => Framework::Megatron,
+        Target::Deepspeed => Framework::Deepspeed,
+        _ => job.framework,
+    };
+    let cluster = &plan.cluster;
+    if cluster.is_mixed() {
+        let per_node: Vec<u64> = cluster.groups.iter().map(|g| g.gpus_per_node).collect();
+        if per_node.iter().any(|&n| n != per_node[0]) {
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!(
+                    "the node groups have different GPU counts per node ({per_node:?}); \
+                     torchrun starts the same number of processes on every node"
+                ),
+            });
+        }
+    }
+    if target == Target::K8s && job.image.is_none() {
+        return Err(EmitError::MissingJobAttribute {
+            target,
+            attribute: "image",
+        });
+    }
+    for (name, _) in &job.env {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!("`{name}` is not a valid environment variable name"),
+            });
+        }
+    }
+    if target == Target::Deepspeed {
+        // DeepSpeed's multi-node runner re-exports NCCL_* variables and those of
+        // .deepspeed_env to the other nodes inside double quotes (`export K="V";` through
+        // pdsh), where `$`, backquotes, `"` and `\` would still be interpreted.
+        if let Some((name, _)) = job
+            .env
+            .iter()
+            .find(|(_, v)| v.chars().any(|c| "$`\"\\\n\r".contains(c)))
+        {
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!(
+                    "the value of {name} contains $, `, \", \\ or a line break, which DeepSpeed's \
+                     launcher would interpret when it exports the variable to the other nodes"
+                ),
+            });
+        }
+    }
+
+    let mut notes = Vec::new();
+    let megatron_groups = if framework == Framework::Megatron {
+        Some(args::megatron(
+            plan,
+            job.checkpoint_dir.as_deref(),
+            &mut notes,
+        )?)
+    } else {
+        None
+    };
+    let ds_config = if framework == Framework::Deepspeed {
+        Some(args::deepspeed_config(plan, target)?)
+    } else {
+        None
+    };
+    let (entrypoint, mut prog_args) = args::program(
+        framework,
+        job.entrypoint.as_deref(),
+        megatron_groups.as_deref(),
+    );
+    if target == Target::K8s && framework == Framework::Deepspeed {
+        for a in &mut prog_args {
+            if a.flag == "--deepspeed_config" {
+                a.value = Some(serde_json::Value::String(
+                    "/etc/planc/ds_config.json".into(),
+                ));
+            }
+        }
+    }
+    if cluster.is_mixed() {
+        notes.push(format!(
+            "the cluster mixes {}: place the node groups in pipeline-stage order",
+            cluster
+                .groups
+                .iter()
+                .map(|g| format!("{}×{}", g.nodes * g.gpus_per_node, g.gpu.name))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+
+    let name = job.name.clone().unwrap_or_else(|| plan.model.name.clone());
+    let time_limit_s = job.time_limit.map(|t| t.max(60.0).ceil() as u64);
+    let p = &plan.parallel;
+    Ok(Context {
+        target: target.as_str(),
+        planc_version: env!("CARGO_PKG_VERSION"),
+        job: JobCtx {
+            k8s_name: quote::dns_label(&name),
+            word: quote::plain_word(&name),
+            name,
+            framework,
+            scheduler: job.scheduler,
+            partition_word: job.partition.as_deref().map(quote::plain_word),
+            partition: job.partition.clone(),
+            time_limit_s,
+            slurm_time: time_limit_s.map(slurm_time),
+            image: job.image.clone(),
+            checkpoint_dir: job.checkpoint_dir.clone(),
+            retries: job.retries,
+            entrypoint: job.entrypoint.clone(),
+        },
+        cluster: ClusterCtx {
+            name: cluster.name.clone(),
+            nodes: cluster.nodes(),
+            gpus_per_node: cluster.gpus_per_node(),
+            world_size: cluster.world_size(),
+            gpu: cluster
+                .groups
+                .iter()
+                .map(|g| g.gpu.name.clone())
+                .collect::<Vec<_>>()
+                .join("+"),
+        },
+        model: &plan.model,
+        train: &plan.train,
+        parallel: &plan.parallel,
+        derived: Derived {
+            grad_accum: p.grad_accum(plan.train.global_batch),
+            layers_per_virtual_stage: plan.model.layers / (p.pp * p.vpp).max(1),
+            train_iters: args::train_iters(plan),
+            master_port: 29500,
+            save_interval: args::SAVE_INTERVAL,
+        },
+        env: job
+            .env
+            .iter()
+            .map(|(name, value)| EnvVar {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        megatron_args: megatron_groups
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, args)| ArgGroup { name, args })
+            .collect(),
+        program: Program {
+            entrypoint,
+            args: prog_args,
+        },
+        ds_config,
+        notes,
+    })
+}
+
+/// Seconds as sbatch's `D-HH:MM:SS`.
+fn slurm_time(s: u64) -> String {
+    let (d, rest) = (s / 86_400, s % 86_400);
+    format!(
+        "{d}-{:02}:{:02}:{:02}",
+        rest / 3600,
+        (rest % 3600) / 60,
+        rest % 60
+    )
+}
+
+// ----- the template environment --------------------------------------------------------
+
+fn environment(sources: &BTreeMap<String, String>) -> Result<Environment<'_>, EmitError> {
+    let mut env = Environment::new();
+    env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_keep_trailing_newline(true);
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.add_filter("shell", filters::shell);
+    env.add_filter("shell_word", filters::shell_word);
+    env.add_filter("yaml", filters::yaml);
+    env.add_filter("json", filters::json);
+    for (name, text) in sources {
+        env.add_template(name, text)
+            .map_err(|e| template_error(name, e))?;
+    }
+    Ok(env)
+}
+
+mod filters {
+    use minijinja::value::{Value, ValueKind};
+    use minijinja::{Error, ErrorKind};
+
+    use crate::quote;
+
+    fn scalar(v: &Value) -> Option<String> {
+        match v.kind() {
+            ValueKind::Number | ValueKind::Bool => Some(v.to_string()),
+            _ => None,
+        }
+    }
+
+    /// Single-quotes a string for the shell; numbers and booleans stay bare.
+    pub fn shell(v: Value) -> Result<String, Error> {
+        if let Some(s) = scalar(&v) {
+            return Ok(s);
+        }
+        match v.as_str() {
+            Some(s) => Ok(quote::shell(s)),
+            None if v.is_none() || v.is_undefined() => Ok("''".into()),
+            None => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("`shell` quotes strings and numbers, not {}", v.kind()),
+            )),
+        }
+    }
+
+    /// Quotes a word only where the shell would read it differently (flags planc writes).
+    pub fn shell_word(v: Value) -> Result<String, Error> {
+        if let Some(s) = scalar(&v) {
+            return Ok(s);
+        }
+        match v.as_str() {
+            Some(s) => Ok(quote::shell_word(s)),
+            None => shell(v),
+        }
+    }
+
+    /// A YAML scalar: strings double-quoted with JSON escapes, numbers and booleans bare;
+    /// sequences and maps as JSON flow collections (JSON is YAML).
+    pub fn yaml(v: Value) -> Result<String, Error> {
+        if let Some(s) = scalar(&v) {
+            return Ok(s);
+        }
+        if let Some(s) = v.as_str() {
+            return Ok(quote::yaml(s));
+        }
+        json(v, None)
+    }
+
+    /// JSON text of any value; `json(2)` indents.
+    pub fn json(v: Value, indent: Option<usize>) -> Result<String, Error> {
+        let r = match indent {
+            Some(n) if n > 0 => {
+                let mut buf = Vec::new();
+                let ind = " ".repeat(n);
+                let fmt = serde_json::ser::PrettyFormatter::with_indent(ind.as_bytes());
+                let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+                serde::Serialize::serialize(&v, &mut ser)
+                    .map(|_| String::from_utf8(buf).unwrap_or_default())
+            }
+            _ => serde_json::to_string(&v),
+        };
+        r.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("json: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_print() {
+        for t in Target::ALL {
+            assert_eq!(t.as_str().parse::<Target>().unwrap(), *t);
+        }
+        let e = "slurmm".parse::<Target>().unwrap_err();
+        assert_eq!(e.code().id, "P0712");
+        assert!(e
+            .to_string()
+            .contains("megatron, deepspeed, torchrun, slurm, k8s"));
+    }
+
+    #[test]
+    fn slurm_times() {
+        assert_eq!(slurm_time(48 * 3600), "2-00:00:00");
+        assert_eq!(slurm_time(90 * 60), "0-01:30:00");
+        assert_eq!(slurm_time(61), "0-00:01:01");
+    }
+}
