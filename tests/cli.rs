@@ -113,3 +113,33 @@ fn simulate_writes_a_trace_and_a_timeline_and_never_overwrites() {
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn solve_ranks_layouts_and_reports_the_best_plan() {
+    let run = planc(&["solve", "examples/llama3-70b-solve.tp", "--top", "3"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.starts_with("searched "), "{}", run.stdout);
+    assert!(run.stdout.contains("Pareto front"), "{}", run.stdout);
+    let ranks = run.stdout.lines().filter(|l| l.starts_with(['1', '2', '3', '4'])).count();
+    assert_eq!(ranks, 3, "--top 3 shows three layouts: {}", run.stdout);
+    assert!(run.stdout.contains("the best plan, as `planc check` reports it"));
+
+    let json = planc(&["solve", "examples/llama3-70b-solve.tp", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["best"]["ok"], true);
+    assert_eq!(v["candidates"][0]["rank"], 1);
+    // `check` on the same file picks the same plan as `solve`.
+    let check = planc(&["check", "examples/llama3-70b-solve.tp", "--format", "json"]);
+    let c: serde_json::Value = serde_json::from_str(&check.stdout).unwrap();
+    assert_eq!(c["plan"]["tp"], v["candidates"][0]["plan"]["tp"]);
+    assert_eq!(c["plan"]["pp"], v["candidates"][0]["plan"]["pp"]);
+    assert_eq!(c["time"]["step_s"], v["candidates"][0]["step_s"]);
+}
+
+#[test]
+fn solve_explains_an_infeasible_plan_and_fails() {
+    let run = planc(&["solve", "examples/infeasible-llama2-13b-t4.tp"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("error[P0801]"), "{}", run.stderr);
+    assert!(run.stderr.contains("no valid layout"), "{}", run.stderr);
+}
