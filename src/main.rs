@@ -1,5 +1,6 @@
 //! The `planc` command line.
 
+mod emit;
 mod output;
 mod render;
 mod simulate;
@@ -101,6 +102,46 @@ enum Command {
         /// How many layouts to show (default: `search.top` of the plan, else 5).
         #[arg(long)]
         top: Option<usize>,
+        /// Also write the best plan's launch artifacts for this target (as `planc emit`).
+        #[arg(long, value_name = "TARGET")]
+        emit: Option<String>,
+        /// With --emit: the output folder (default: planc-out/<target>/).
+        #[arg(short = 'o', long = "out", value_name = "DIR", requires = "emit")]
+        out: Option<PathBuf>,
+        /// With --emit: replace existing files.
+        #[arg(long, requires = "emit")]
+        force: bool,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
+    /// Write the launch artifacts of a plan: Megatron-LM, DeepSpeed, torchrun, Slurm or
+    /// Kubernetes (Kubeflow PyTorchJob).
+    ///
+    /// The plan is checked first and refused if it has errors; holes are filled with the
+    /// best layout of `planc solve`. Every value from the plan is quoted for the shell or
+    /// YAML it lands in. Files are written atomically, never over existing ones unless
+    /// --force is given.
+    ///
+    /// Examples:
+    ///   planc emit examples/llama3-70b-64xh100.tp --target slurm
+    ///   planc emit plan.tp --target megatron -o launch/ --force
+    #[command(verbatim_doc_comment)]
+    Emit {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// megatron, deepspeed, torchrun, slurm or k8s.
+        #[arg(long, short = 't')]
+        target: String,
+        /// Output folder (default: planc-out/<target>/).
+        #[arg(short = 'o', long = "out", value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Replace existing files.
+        #[arg(long)]
+        force: bool,
+        /// A folder of your own copies of the templates (by file name) to use instead.
+        #[arg(long, value_name = "DIR")]
+        templates: Option<PathBuf>,
         /// When to colour diagnostics.
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
@@ -160,8 +201,42 @@ fn main() -> ExitCode {
             file,
             format,
             top,
+            emit,
+            out,
+            force,
             color,
-        } => solve::run(&file, format == Format::Json, top, color_choice(color)),
+        } => {
+            let args = emit.as_deref().map(|target| emit::EmitArgs {
+                target,
+                out: out.as_deref(),
+                force,
+                templates: None,
+            });
+            solve::run(
+                &file,
+                format == Format::Json,
+                top,
+                args.as_ref(),
+                color_choice(color),
+            )
+        }
+        Command::Emit {
+            file,
+            target,
+            out,
+            force,
+            templates,
+            color,
+        } => emit::run(
+            &file,
+            &emit::EmitArgs {
+                target: &target,
+                out: out.as_deref(),
+                force,
+                templates: templates.as_deref(),
+            },
+            color_choice(color),
+        ),
         Command::Explain { code } => explain(code),
     }
 }

@@ -117,7 +117,13 @@ fn search_line(s: &Solution) -> String {
     )
 }
 
-pub fn run(file: &Path, json_out: bool, top: Option<usize>, color: ColorChoice) -> ExitCode {
+pub fn run(
+    file: &Path,
+    json_out: bool,
+    top: Option<usize>,
+    emit: Option<&crate::emit::EmitArgs>,
+    color: ColorChoice,
+) -> ExitCode {
     let progress = Progress::new();
     let checked = check_file_with_progress(file, &FsLoader, &|d, t| progress.update(d, t));
     progress.finish();
@@ -234,6 +240,10 @@ pub fn run(file: &Path, json_out: bool, top: Option<usize>, color: ColorChoice) 
     println!("\nthe best plan, as `planc check` reports it:");
     if let Some(s) = render::summary(&checked) {
         print!("{s}");
+    }
+    if let (Some(args), true) = (emit, ok) {
+        println!();
+        return crate::emit::emit_checked(&checked, args);
     }
     if ok {
         ExitCode::SUCCESS

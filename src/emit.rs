@@ -1,0 +1,75 @@
+//! `planc emit`: the launch artifacts of a checked plan, written without overwriting.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+
+use planc_compiler::check::{check_file, Checked};
+use planc_compiler::source::FsLoader;
+use planc_targets::{render_checked, write_artifacts, EmitError, Target};
+
+use crate::render;
+
+pub struct EmitArgs<'a> {
+    pub target: &'a str,
+    pub out: Option<&'a Path>,
+    pub force: bool,
+    pub templates: Option<&'a Path>,
+}
+
+/// Renders and writes the artifacts of an already checked (and retimed) plan.
+pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
+    let target: Target = match args.target.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error[{}]: {e}", EmitError::code(&e).id);
+            return ExitCode::from(2);
+        }
+    };
+    let dir: PathBuf = args
+        .out
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| target.default_dir());
+    let artifacts = match render_checked(target, checked, args.templates) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error[{}]: {e}", e.code().id);
+            return ExitCode::from(1);
+        }
+    };
+    match write_artifacts(&dir, &artifacts, args.force) {
+        Ok(paths) => {
+            for p in paths {
+                println!("wrote    {}", p.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error[{}]: {e}", e.code().id);
+            ExitCode::from(if matches!(e, EmitError::Exists(_)) {
+                2
+            } else {
+                1
+            })
+        }
+    }
+}
+
+pub fn run(file: &Path, args: &EmitArgs, color: ColorChoice) -> ExitCode {
+    let mut checked = match check_file(file, &FsLoader) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    planc_simulator::retime(&mut checked);
+    let mut err = StandardStream::stderr(color);
+    let _ = render::diagnostics(&mut err, &checked);
+    if !checked.ok() {
+        eprintln!("{}: not emitting a plan with errors", file.display());
+        return ExitCode::from(1);
+    }
+    emit_checked(&checked, args)
+}
