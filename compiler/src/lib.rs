@@ -8,6 +8,7 @@
 pub mod catalog;
 pub mod check;
 pub mod cost;
+pub mod nccl_env;
 pub mod plan;
 pub mod report;
 pub mod resolve;

@@ -19,6 +19,10 @@ use crate::schema::{self, did_you_mean, Naming};
 use crate::source::SourceMap;
 use crate::value::{arith, fmt_num, ArithOp, Value};
 
+/// The [`Origins`] block under which the *names* of `job.env` variables are recorded (their
+/// values are under `job.env`), so that the env lint can point at a misspelt name.
+pub const ENV_NAME_ORIGIN: &str = "job.env:name";
+
 struct Node<'a> {
     file: FileId,
     block: &'a Block,
@@ -1293,6 +1297,9 @@ impl<'a> Resolver<'a> {
         if let Some(c) = self.child(n, "env") {
             let attrs = self.nodes[c].attrs.clone();
             for a in attrs {
+                let file = self.nodes[c].file;
+                self.origins
+                    .insert(ENV_NAME_ORIGIN, &a.name.text, file, a.name.span);
                 if let Some((v, span)) = self.get(c, &a.name.text) {
                     let text = match v {
                         Value::Str(s) | Value::Enum(s) => s,
