@@ -228,7 +228,7 @@ pub fn megatron(
 pub fn train_iters(plan: &Plan) -> Option<u64> {
     let tokens = plan.train.tokens?;
     let per_step = (plan.train.global_batch * plan.model.seq_len) as f64;
-    if !(tokens > 0.0) || per_step <= 0.0 {
+    if tokens.is_nan() || tokens <= 0.0 || per_step <= 0.0 {
         return None;
     }
     Some((tokens / per_step).ceil().max(1.0) as u64)

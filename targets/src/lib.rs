@@ -383,6 +383,8 @@ struct ClusterCtx {
 
 #[derive(Serialize)]
 struct Derived {
+    /// The schedule as written in plans (`1f1b`, not serde's `onefoneb`).
+    schedule: &'static str,
     grad_accum: u64,
     layers_per_virtual_stage: u64,
     train_iters: Option<u64>,
@@ -560,6 +562,7 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
         train: &plan.train,
         parallel: &plan.parallel,
         derived: Derived {
+            schedule: p.schedule.as_str(),
             grad_accum: p.grad_accum(plan.train.global_batch),
             layers_per_virtual_stage: plan.model.layers / (p.pp * p.vpp).max(1),
             train_iters: args::train_iters(plan),
