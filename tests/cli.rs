@@ -120,9 +120,15 @@ fn solve_ranks_layouts_and_reports_the_best_plan() {
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.starts_with("searched "), "{}", run.stdout);
     assert!(run.stdout.contains("Pareto front"), "{}", run.stdout);
-    let ranks = run.stdout.lines().filter(|l| l.starts_with(['1', '2', '3', '4'])).count();
+    let ranks = run
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with(['1', '2', '3', '4']))
+        .count();
     assert_eq!(ranks, 3, "--top 3 shows three layouts: {}", run.stdout);
-    assert!(run.stdout.contains("the best plan, as `planc check` reports it"));
+    assert!(run
+        .stdout
+        .contains("the best plan, as `planc check` reports it"));
 
     let json = planc(&["solve", "examples/llama3-70b-solve.tp", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
