@@ -1,0 +1,155 @@
+//! Conformance with a real Slurm: every sbatch script emitted for the examples is accepted by
+//! `sbatch --test-only` (a will-run query) against a local slurmctld with enough fake GPU
+//! nodes, started by `targets/tests/conformance/start-local-slurm.sh`.
+//!
+//! The controller's configuration is `$PLANC_SLURM_CONF` (default
+//! `/tmp/planc-slurm/slurm.conf`). Without `sbatch` on PATH, or without a controller that
+//! answers `scontrol ping`, the test prints a SKIPPED line and passes; with one, a script
+//! that sbatch refuses fails the test with sbatch's message.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use planc_targets::{render_checked, write_artifacts, EmitError, Target};
+
+const DEFAULT_CONF: &str = "/tmp/planc-slurm/slurm.conf";
+const START_SCRIPT: &str = "targets/tests/conformance/start-local-slurm.sh";
+
+fn skip(reason: &str) {
+    eprintln!("SKIPPED slurm conformance: {reason}; run {START_SCRIPT}");
+}
+
+fn slurm(cmd: &str, conf: &Path) -> Command {
+    let mut c = Command::new(cmd);
+    c.env("SLURM_CONF", conf);
+    c
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .trim()
+    .to_string()
+}
+
+/// The controller's configuration when sbatch exists and the controller answers, else why not.
+fn controller() -> Result<PathBuf, String> {
+    if let Err(e) = Command::new("sbatch").arg("--version").output() {
+        return Err(format!("sbatch not runnable ({e})"));
+    }
+    let conf = std::env::var_os("PLANC_SLURM_CONF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONF));
+    if !conf.is_file() {
+        return Err(format!("no Slurm configuration at {}", conf.display()));
+    }
+    let out = slurm("scontrol", &conf)
+        .arg("ping")
+        .output()
+        .map_err(|e| format!("scontrol not runnable ({e})"))?;
+    let answer = text(&out);
+    if !out.status.success() || !answer.contains("is UP") {
+        return Err(format!(
+            "no controller answers scontrol ping with SLURM_CONF={} ({})",
+            conf.display(),
+            answer.lines().next().unwrap_or("no output")
+        ));
+    }
+    Ok(conf)
+}
+
+/// The processor count of sbatch's "Job N to start at T using P processors on nodes ..." line.
+fn processors(answer: &str) -> Option<u64> {
+    let line = answer.lines().find(|l| l.contains(" to start at "))?;
+    let rest = &line[line.find(" using ")? + " using ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The `#SBATCH` lines of a script, for the failure message.
+fn sbatch_options(script: &Path) -> String {
+    std::fs::read_to_string(script)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("#SBATCH"))
+        .map(|l| format!("    {l}\n"))
+        .collect()
+}
+
+#[test]
+fn sbatch_test_only_accepts_every_example() {
+    let conf = match controller() {
+        Ok(conf) => conf,
+        Err(reason) => return skip(&reason),
+    };
+    let mut accepted = 0;
+    let mut rejected = Vec::new();
+    for (stem, checked) in common::valid_examples() {
+        let artifacts = match render_checked(Target::Slurm, &checked, None) {
+            Ok(a) => a,
+            Err(e @ EmitError::Unsupported { .. }) => {
+                eprintln!("{stem}: not rendered for slurm: {e}");
+                continue;
+            }
+            Err(e) => panic!("{stem}: slurm target failed to render: {e}"),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let paths = write_artifacts(dir.path(), &artifacts, false).unwrap();
+        let scripts: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "sbatch"))
+            .collect();
+        assert_eq!(scripts.len(), 1, "{stem}: artifacts {paths:?}");
+        let out = slurm("sbatch", &conf)
+            .arg("--test-only")
+            .arg(scripts[0])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let answer = text(&out);
+        eprintln!("{stem}: {answer}");
+        // A zero-node request (e.g. --nodes=0) is "accepted" with 0 processors: not a real run.
+        if out.status.success() && processors(&answer).is_some_and(|p| p > 0) {
+            accepted += 1;
+        } else {
+            rejected.push(format!(
+                "{stem} ({}): sbatch --test-only exited {}: {answer}\n{}",
+                scripts[0].file_name().unwrap().to_string_lossy(),
+                out.status,
+                sbatch_options(scripts[0])
+            ));
+        }
+    }
+    assert!(
+        rejected.is_empty(),
+        "Slurm refused {} emitted script(s):\n{}",
+        rejected.len(),
+        rejected.join("\n\n")
+    );
+    assert!(
+        accepted > 0,
+        "the controller is up but no example was checked"
+    );
+    eprintln!(
+        "slurm conformance: sbatch --test-only accepted {accepted} script(s) (SLURM_CONF={})",
+        conf.display()
+    );
+}
+
+#[test]
+fn processors_parses_the_will_run_answer() {
+    let a = "sbatch: Job 2 to start at 2026-11-22T22:25:39 using 512 processors on nodes gpu[0001-0008] in partition h100";
+    assert_eq!(processors(a), Some(512));
+    assert_eq!(
+        processors("sbatch: Job 7 to start at 2026-11-22T22:25:43 using 0 processors on nodes  in partition h100"),
+        Some(0)
+    );
+    assert_eq!(
+        processors("allocation failure: Invalid partition name specified"),
+        None
+    );
+}
