@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -166,10 +167,25 @@ fn deepspeed_loads_every_ds_config() {
                 .current_dir(dir.path()),
             &format!("{name}: ds_config.json"),
         );
-        eprintln!("{name}: {}", out.trim());
+        eprintln!("{name}: {}", out.lines().last().unwrap_or("").trim());
         accepted += 1;
     }
     assert!(accepted >= 4, "only {accepted} DeepSpeed configs checked");
+
+    // Not a rubber stamp: the same config on one more data-parallel rank breaks
+    // train_batch_size = micro x accumulation x dp, which DeepSpeed refuses.
+    let (_, checked) = extra_plans().remove(0);
+    let dir = tempfile::tempdir().unwrap();
+    emit(Target::Deepspeed, &checked, dir.path()).unwrap();
+    let dp = checked.plan.as_ref().unwrap().parallel.dp;
+    let out = Command::new(python())
+        .arg(script("ds_config.py"))
+        .arg(dir.path().join("ds_config.json"))
+        .arg((dp + 1).to_string())
+        .arg("1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "DeepSpeed accepted dp + 1");
 }
 
 /// Compute capability, which `validate_args` asks the GPU for (bf16 and FP8 checks).
@@ -200,50 +216,66 @@ fn megatron_accepts_every_launch_script() {
     let mut accepted = 0;
     for (name, checked) in all_plans() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(artifacts) = emit(Target::Megatron, &checked, dir.path()) else {
+        let Some(mut launch) = megatron_launch(&checked, dir.path(), &megatron) else {
             continue;
         };
-        let plan = checked.plan.as_ref().unwrap();
-        let launch = artifacts
-            .iter()
-            .find(|a| a.path.extension().is_some_and(|e| e == "sh"))
-            .expect("a launch script");
-        // The launch script ends in `exec torchrun ... pretrain_gpt.py ARGS`; this torchrun
-        // hands the arguments to Megatron-LM's parser instead of starting processes.
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let stub = bin.join("torchrun");
-        std::fs::write(
-            &stub,
-            format!(
-                "#!/bin/bash\nexec {} {} {} {} \"$@\"\n",
-                python(),
-                script("megatron_args.py").display(),
-                plan.cluster.world_size(),
-                compute_capability(&plan.cluster.groups[0].gpu.name),
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let path = format!(
-            "{}:{}",
-            bin.display(),
-            std::env::var("PATH").unwrap_or_default()
-        );
-        let out = run(
-            Command::new("bash")
-                .arg(dir.path().join(&launch.path))
-                .env("PATH", path)
-                .env("PYTHONPATH", &megatron)
-                .env("MEGATRON_LM", &megatron)
-                .env("MASTER_ADDR", "localhost"),
-            &format!("{name}: {}", launch.path.display()),
-        );
+        let out = run(&mut launch, &format!("{name}: launch-megatron.sh"));
         eprintln!("{name}: {}", out.lines().last().unwrap_or("").trim());
         accepted += 1;
     }
     assert!(accepted >= 8, "only {accepted} Megatron-LM scripts checked");
+
+    // Not a rubber stamp: a tensor-parallel size that does not divide the world is refused.
+    let (_, checked) = extra_plans().remove(3);
+    let dir = tempfile::tempdir().unwrap();
+    let mut launch = megatron_launch(&checked, dir.path(), &megatron).unwrap();
+    let out = launch
+        .args(["--tensor-model-parallel-size", "3"])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "Megatron-LM accepted tp = 3 on 16 GPUs"
+    );
+}
+
+/// The plan's Megatron-LM launch script, as a command whose `torchrun` hands the arguments to
+/// Megatron-LM's parser instead of starting processes. Extra arguments given to the command
+/// land after the plan's (the script appends `"$@"`).
+fn megatron_launch(checked: &Checked, dir: &Path, megatron: &Path) -> Option<Command> {
+    let artifacts = emit(Target::Megatron, checked, dir)?;
+    let plan = checked.plan.as_ref().unwrap();
+    let launch = artifacts
+        .iter()
+        .find(|a| a.path.extension().is_some_and(|e| e == "sh"))
+        .expect("a launch script");
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let stub = bin.join("torchrun");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/bash\nexec {} {} {} {} \"$@\"\n",
+            python(),
+            script("megatron_args.py").display(),
+            plan.cluster.world_size(),
+            compute_capability(&plan.cluster.groups[0].gpu.name),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut cmd = Command::new("bash");
+    cmd.arg(dir.join(&launch.path))
+        .env("PATH", path)
+        .env("PYTHONPATH", megatron)
+        .env("MEGATRON_LM", megatron)
+        .env("MASTER_ADDR", "localhost");
+    Some(cmd)
 }
 
 #[test]
@@ -263,15 +295,15 @@ fn kubernetes_and_kubeflow_accept_every_pytorchjob() {
                 .arg(dir.path().join("pytorchjob.yaml")),
             &format!("{name}: pytorchjob.yaml"),
         );
-        eprintln!("{name}: {}", out.trim());
+        eprintln!("{name}: {}", out.lines().last().unwrap_or("").trim());
         accepted += 1;
     }
     assert!(accepted >= 6, "only {accepted} PyTorchJobs checked");
 }
 
-/// The validators are not rubber stamps: each rejects an artifact with a planted mistake.
+/// The schema check is not a rubber stamp: each planted mistake is refused.
 #[test]
-fn the_validators_reject_planted_mistakes() {
+fn kubernetes_validator_rejects_planted_mistakes() {
     if missing_modules("kubernetes_validate, kubeflow.training", None).is_some() {
         return skip("kubernetes", "validator modules missing");
     }
