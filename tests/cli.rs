@@ -149,3 +149,95 @@ fn solve_explains_an_infeasible_plan_and_fails() {
     assert!(run.stderr.contains("error[P0801]"), "{}", run.stderr);
     assert!(run.stderr.contains("no valid layout"), "{}", run.stderr);
 }
+
+#[test]
+fn emit_writes_artifacts_and_never_overwrites_or_emits_a_bad_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ds");
+    let out_s = out.to_str().unwrap();
+    let args = [
+        "emit",
+        "examples/t4-pcie-box.tp",
+        "--target",
+        "deepspeed",
+        "-o",
+        out_s,
+    ];
+    let run = planc(&args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for file in ["ds_config.json", "hostfile", "launch-deepspeed.sh"] {
+        assert!(out.join(file).is_file(), "{file}: {}", run.stdout);
+        assert!(run.stdout.contains(file), "{}", run.stdout);
+    }
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("ds_config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["train_batch_size"], 32);
+
+    // A second run writes nothing: not even the files that do not exist yet.
+    std::fs::write(out.join("hostfile"), "mine").unwrap();
+    std::fs::remove_file(out.join("ds_config.json")).unwrap();
+    let again = planc(&args);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("P0710"), "{}", again.stderr);
+    assert_eq!(
+        std::fs::read_to_string(out.join("hostfile")).unwrap(),
+        "mine"
+    );
+    assert!(!out.join("ds_config.json").exists());
+    let forced = planc(&[&args[..], &["--force"]].concat());
+    assert_eq!(forced.code, 0, "{}", forced.stderr);
+    assert_ne!(
+        std::fs::read_to_string(out.join("hostfile")).unwrap(),
+        "mine"
+    );
+
+    // A plan with errors is refused, and nothing is written.
+    let bad = dir.path().join("bad");
+    let run = planc(&[
+        "emit",
+        "examples/oom-llama3-70b-8xa100.tp",
+        "--target",
+        "megatron",
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("not emitting a plan with errors"));
+    assert!(!bad.exists());
+
+    // A target that cannot express the plan says which part and why.
+    let run = planc(&[
+        "emit",
+        "examples/gpt3-175b.tp",
+        "--target",
+        "deepspeed",
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("P0706") && run.stderr.contains("pp = 16"));
+}
+
+#[test]
+fn solve_emits_the_best_plan_in_one_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = planc(&[
+        "solve",
+        "examples/llama3-70b-solve.tp",
+        "--emit",
+        "megatron",
+        "-o",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let script = std::fs::read_to_string(dir.path().join("launch-megatron.sh")).unwrap();
+    // The layout solve chose (as check reports it) is the one in the script.
+    let check = planc(&["check", "examples/llama3-70b-solve.tp", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&check.stdout).unwrap();
+    let tp = v["plan"]["tp"].as_u64().expect("report has plan.tp");
+    assert!(
+        script.contains(&format!("--tensor-model-parallel-size {tp}\n")),
+        "tp {tp} not in {script}"
+    );
+}

@@ -96,6 +96,7 @@ pub fn check_file_with_progress(
         return Ok(checked);
     }
     let Some(spec) = spec else { return Ok(checked) };
+    checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     if let Some(parallel) = choose_layout(
         &spec,
         &mut checked.diagnostics,
