@@ -97,6 +97,12 @@ fn extra_plans() -> Vec<(String, Checked)> {
             "tp = 1, pp = 1, ep = 4, zero = 1",
             ", experts = 8, top_k = 2",
         ),
+        (
+            "zero3-gelu-learned",
+            "bf16",
+            "tp = 2, pp = 1, zero = 3, recompute = full",
+            ", mlp = gelu, position = learned, norm = layernorm",
+        ),
     ];
     variants
         .iter()
