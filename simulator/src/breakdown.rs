@@ -48,18 +48,19 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
         let t = &g[n];
         let gap = run.start[n.index()] - cursor;
         if gap > 0.0 {
-            // The predecessor that finished last is what this pass waited for.
+            // The predecessor that finished last is what this pass waited for. When it is
+            // communication, the rank waited on the network for as long as that transfer
+            // and the communication it queued behind (a chain of parameter-gather buckets,
+            // say) covered the gap; the rest was waiting for another rank's pass.
             let cause = g
                 .neighbors_directed(n, Direction::Incoming)
                 .max_by(|a, b| run.end[a.index()].total_cmp(&run.end[b.index()]));
-            match cause {
-                Some(c) if g[c].is_comm() => {
-                    let waited_on_link = gap.min(g[c].duration);
-                    comm += waited_on_link;
-                    bubble += gap - waited_on_link;
-                }
-                _ => bubble += gap,
-            }
+            let waited_on_link = match cause {
+                Some(c) if g[c].is_comm() => comm_cover(sg, run, c, cursor, run.start[n.index()]),
+                _ => 0.0,
+            };
+            comm += waited_on_link;
+            bubble += gap - waited_on_link;
         }
         comm += t.comm;
         cursor = cursor.max(run.end[n.index()]);
@@ -72,4 +73,33 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
         exposed_comm_s: comm,
         bubble_s: bubble,
     }
+}
+
+/// How much of `[from, to]` is covered by `last` and the communication tasks it waited for
+/// (its predecessors through communication only).
+fn comm_cover(sg: &StepGraph, run: &Run, last: NodeIndex, from: f64, to: f64) -> f64 {
+    let g = &sg.graph;
+    let mut intervals = Vec::new();
+    let mut stack = vec![last];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(c) = stack.pop() {
+        if !seen.insert(c) || run.end[c.index()] <= from {
+            continue;
+        }
+        intervals.push((run.start[c.index()].max(from), run.end[c.index()].min(to)));
+        stack.extend(
+            g.neighbors_directed(c, Direction::Incoming)
+                .filter(|&p| g[p].is_comm()),
+        );
+    }
+    intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut covered, mut reach) = (0.0, from);
+    for (start, end) in intervals {
+        let start = start.max(reach);
+        if end > start {
+            covered += end - start;
+            reach = end;
+        }
+    }
+    covered
 }

@@ -107,3 +107,27 @@ fn every_example_simulates_without_a_hang() {
         }
     }
 }
+
+#[test]
+fn without_a_pipeline_waiting_for_parameter_gathers_is_communication_not_bubble() {
+    // ZeRO-3 across 4 nodes: every pass waits for its parameters, gathered bucket by bucket
+    // behind each other on the network. With pp = 1 there is no other stage to wait for.
+    for zero in [1, 3] {
+        let p = plan(
+            &format!("tp = 1, pp = 1, zero = {zero}, recompute = full"),
+            32000,
+            4,
+        );
+        let b = planc_simulator::simulate(&p).unwrap().breakdown;
+        assert_eq!(b.bubble_s, 0.0, "zero {zero}: {b:?}");
+        let parts = b.compute_s + b.exposed_comm_s + b.bubble_s;
+        assert!(
+            (parts - b.step_s).abs() < 1e-9 * b.step_s,
+            "zero {zero}: parts {parts} vs step {}",
+            b.step_s
+        );
+        if zero == 3 {
+            assert!(b.exposed_comm_s > 0.0, "{b:?}");
+        }
+    }
+}
