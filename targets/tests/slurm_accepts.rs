@@ -17,8 +17,14 @@ use planc_targets::{render_checked, write_artifacts, EmitError, Target};
 const DEFAULT_CONF: &str = "/tmp/planc-slurm/slurm.conf";
 const START_SCRIPT: &str = "targets/tests/conformance/start-local-slurm.sh";
 
+/// Written to the process's stderr directly, past the test harness's capture, so that a
+/// skip shows in a plain `cargo test` run.
 fn skip(reason: &str) {
-    eprintln!("SKIPPED slurm conformance: {reason}; run {START_SCRIPT}");
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED slurm conformance: {reason}; run {START_SCRIPT}"
+    );
 }
 
 fn slurm(cmd: &str, conf: &Path) -> Command {

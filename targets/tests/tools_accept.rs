@@ -28,8 +28,14 @@ fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Written to the process's stderr directly, past the test harness's capture, so that a
+/// skip shows in a plain `cargo test` run.
 fn skip(tool: &str, reason: &str) {
-    eprintln!("SKIPPED {tool} conformance: {reason}; see README, \"Conformance tests\"");
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {tool} conformance: {reason}; see README, \"Conformance tests\""
+    );
 }
 
 /// Runs `python -c "import <modules>"` and returns why it failed, if it did.
