@@ -1,6 +1,7 @@
 //! The `planc` command line.
 
 mod emit;
+mod fmt;
 mod output;
 mod render;
 mod simulate;
@@ -146,6 +147,31 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Rewrite plan files in the one layout (or check that they are).
+    ///
+    /// Four-space indentation, one entry per line, one blank line between blocks; numbers,
+    /// units, strings and comments stay as written. One-line blocks that fit stay on one
+    /// line. Files with syntax errors are left alone. With no file (or `-`), formats
+    /// standard input to standard output.
+    ///
+    /// Exit status: 0 formatted (or already formatted), 1 a file has syntax errors or, with
+    /// --check, would change; 2 misuse.
+    ///
+    /// Examples:
+    ///   planc fmt plan.tp
+    ///   planc fmt --check examples/*.tp
+    ///   planc fmt < plan.tp
+    #[command(verbatim_doc_comment)]
+    Fmt {
+        /// The plan files; none or `-` for standard input.
+        files: Vec<PathBuf>,
+        /// Change nothing: list the files that would change and exit 1 if any would.
+        #[arg(long)]
+        check: bool,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
     /// Explain a diagnostic code, e.g. `planc explain P0301`.
     Explain {
         /// The code (P0001...).
@@ -237,6 +263,11 @@ fn main() -> ExitCode {
             },
             color_choice(color),
         ),
+        Command::Fmt {
+            files,
+            check,
+            color,
+        } => fmt::run(&files, check, color_choice(color)),
         Command::Explain { code } => explain(code),
     }
 }

@@ -11,12 +11,27 @@ use planc_lang::units::{format_quantity, Dimension};
 use planc_lang::{Diagnostic, Severity};
 
 pub fn diagnostics(out: &mut dyn WriteColor, checked: &Checked) -> std::io::Result<()> {
+    let files: Vec<(String, String)> = checked
+        .sources
+        .files
+        .iter()
+        .map(|f| (f.display.clone(), f.text.clone()))
+        .collect();
+    diagnostics_in(out, &files, &checked.diagnostics)
+}
+
+/// Diagnostics over files given by name and text, in `FileId` order.
+pub fn diagnostics_in(
+    out: &mut dyn WriteColor,
+    sources: &[(String, String)],
+    diagnostics: &[Diagnostic],
+) -> std::io::Result<()> {
     let mut files = SimpleFiles::new();
-    for f in &checked.sources.files {
-        files.add(f.display.clone(), f.text.clone());
+    for (name, text) in sources {
+        files.add(name.clone(), text.clone());
     }
     let config = term::Config::default();
-    for d in &checked.diagnostics {
+    for d in diagnostics {
         let cs = to_codespan(d);
         term::emit(out, &config, &files, &cs).map_err(|e| std::io::Error::other(e.to_string()))?;
     }

@@ -157,6 +157,7 @@ proptest! {
     #[test]
     fn raw_text_never_panics(text in "\\PC{0,200}") {
         let _ = check_source("fuzz.tp", &text);
+        let _ = planc_lang::format::format(&text);
     }
 
     #[test]
@@ -164,11 +165,21 @@ proptest! {
         let checked = check_source("fuzz.tp", &text);
         // Whatever it is, it is either a costed plan or explained by diagnostics.
         prop_assert!(checked.ok() || !checked.diagnostics.is_empty());
+        // The formatter either refuses (syntax errors) or keeps the meaning, and is stable;
+        // `FormatError::Changed` would be a formatter bug.
+        match planc_lang::format::format(&text) {
+            Ok(once) => prop_assert_eq!(planc_lang::format::format(&once).ok(), Some(once)),
+            Err(planc_lang::format::FormatError::Syntax(_)) => {}
+            Err(e) => prop_assert!(false, "{text:?}: {e:?}"),
+        }
     }
 
     #[test]
     fn mutated_plans_never_panic(text in mutated_plan()) {
         let checked = check_source("fuzz.tp", &text);
+        if let Err(e @ planc_lang::format::FormatError::Changed(_)) = planc_lang::format::format(&text) {
+            prop_assert!(false, "{text:?}: {e:?}");
+        }
         // serde_json writes NaN and infinity as `null`: a null anywhere in the report means
         // a formula divided by zero or overflowed.
         let report = serde_json::to_value(checked.report()).unwrap();
