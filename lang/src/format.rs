@@ -205,6 +205,15 @@ impl<'a> Printer<'a> {
         }
     }
 
+    /// Prints what comes before an entry starting at `start`: the comments above it, and
+    /// the blank line the user left before it.
+    fn leading(&mut self, start: u32, f: &mut Frame) {
+        self.comments_before(start, f);
+        if f.started && self.newlines_between(f.prev_end, start) >= 2 {
+            self.blank();
+        }
+    }
+
     /// Prints the next comment after the previous entry if it is on that entry's line.
     fn trailing_comment(&mut self, f: &mut Frame) {
         if !f.started {
@@ -239,10 +248,7 @@ impl<'a> Printer<'a> {
             {
                 self.blank();
             }
-            self.comments_before(span.start, &mut f);
-            if f.started && self.newlines_between(f.prev_end, span.start) >= 2 {
-                self.blank();
-            }
+            self.leading(span.start, &mut f);
             match item {
                 Item::Import(i) => {
                     self.comments_before(span.end, &mut f);
@@ -258,10 +264,7 @@ impl<'a> Printer<'a> {
     }
 
     fn block(&mut self, b: &Block, depth: usize) {
-        let header = match &b.name {
-            Some(n) => format!("{} {}", b.kind.text, n.text),
-            None => b.kind.text.clone(),
-        };
+        let header = header(b);
         let has_comment_inside = self
             .comments
             .get(self.next_comment)
@@ -287,10 +290,7 @@ impl<'a> Printer<'a> {
                 Entry::Attr(a) => a.span,
                 Entry::Block(b) => b.span,
             };
-            self.comments_before(span.start, &mut f);
-            if f.started && self.newlines_between(f.prev_end, span.start) >= 2 {
-                self.blank();
-            }
+            self.leading(span.start, &mut f);
             match entry {
                 Entry::Attr(a) => {
                     // A comment inside an attribute (in a list written over several lines)
@@ -318,13 +318,7 @@ impl<'a> Printer<'a> {
             .iter()
             .map(|e| match e {
                 Entry::Attr(a) => format!("{} = {}", a.name.text, self.expr(&a.value)),
-                Entry::Block(inner) => {
-                    let header = match &inner.name {
-                        Some(n) => format!("{} {}", inner.kind.text, n.text),
-                        None => inner.kind.text.clone(),
-                    };
-                    format!("{header} {}", self.inline_body(inner))
-                }
+                Entry::Block(inner) => format!("{} {}", header(inner), self.inline_body(inner)),
             })
             .collect();
         format!("{{ {} }}", parts.join(", "))
@@ -354,6 +348,14 @@ impl<'a> Printer<'a> {
             | ExprKind::Ident(_)
             | ExprKind::Error => self.slice(e.span).to_string(),
         }
+    }
+}
+
+/// `kind name` of a block, or `kind` alone.
+fn header(b: &Block) -> String {
+    match &b.name {
+        Some(n) => format!("{} {}", b.kind.text, n.text),
+        None => b.kind.text.clone(),
     }
 }
 
@@ -475,7 +477,7 @@ mod tests {
             "cluster c {\n    inter_node { kind = infiniband, bandwidth = 200 Gb/s }\n}\n\
              \ntrain { global_batch = 8, precision = bf16 }\n"
         );
-        let long = format!("model m {{ {} }}\n", vec!["layers = 1000000"; 8].join(", "));
+        let long = format!("model m {{ {} }}\n", ["layers = 1000000"; 8].join(", "));
         assert!(fmt(&long).lines().count() > 3, "{}", fmt(&long));
     }
 
