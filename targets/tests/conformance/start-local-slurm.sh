@@ -14,12 +14,12 @@
 #
 # Environment:
 #   PLANC_SLURM_DIR    private folder (default /tmp/planc-slurm)
-#   PLANC_SLURM_NODES  number of fake nodes, 8 GPUs each (default 256; the largest example asks for 128)
+#   PLANC_SLURM_NODES  number of fake nodes, 8 GPUs each (default 2048; the largest example asks for 2048)
 #   PLANC_SLURM_PORT   slurmctld port (default 16817, away from a real controller's 6817)
 set -euo pipefail
 
 DIR="${PLANC_SLURM_DIR:-/tmp/planc-slurm}"
-NODES="${PLANC_SLURM_NODES:-256}"
+NODES="${PLANC_SLURM_NODES:-2048}"
 PORT="${PLANC_SLURM_PORT:-16817}"
 CONF="$DIR/slurm.conf"
 
