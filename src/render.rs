@@ -79,6 +79,29 @@ fn secs(x: f64) -> String {
     format_quantity(x, Dimension::Time)
 }
 
+/// Layers per stage, runs of equal stages folded: `7 + 14 × 8 + 7 layers`.
+fn stage_layers_words(plan: &planc_compiler::plan::Plan) -> String {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for s in 0..plan.parallel.pp {
+        let n = plan.stage_layers(s);
+        match runs.last_mut() {
+            Some((count, layers)) if *layers == n => *count += 1,
+            _ => runs.push((1, n)),
+        }
+    }
+    let parts: Vec<String> = runs
+        .iter()
+        .map(|&(count, n)| {
+            if count == 1 {
+                n.to_string()
+            } else {
+                format!("{count} × {n}")
+            }
+        })
+        .collect();
+    format!("{} layers", parts.join(" + "))
+}
+
 /// The compact summary of a costed plan.
 pub fn summary(checked: &Checked) -> Option<String> {
     let plan = checked.plan.as_ref()?;
@@ -108,6 +131,9 @@ pub fn summary(checked: &Checked) -> Option<String> {
         "         micro_batch={} × {} micro-batches × dp {} = global batch {}  zero={} recompute={} sp={}\n",
         p.micro_batch, e.micro_batches, p.dp, plan.train.global_batch, p.zero, p.recompute, p.sequence_parallel
     );
+    if p.is_uneven() {
+        s += &format!("         uneven stages: {}\n", stage_layers_words(plan));
+    }
     s += &format!(
         "model    {}: {:.2} B parameters, {:.3e} FLOPs per step, {} {}\n",
         m.name,

@@ -188,6 +188,8 @@ fn choose_layout(
         zero: fixed(&ps.zero),
         recompute: ps.recompute.fixed().expect("no holes left"),
         offload: ps.offload.fixed().expect("no holes left"),
+        first_stage_layers: ps.first_stage_layers,
+        last_stage_layers: ps.last_stage_layers,
     })
 }
 

@@ -196,12 +196,140 @@ pub struct Parallel {
     pub zero: u64,
     pub recompute: Recompute,
     pub offload: Offload,
+    /// Extension: transformer layers on the first pipeline stage (Megatron-LM's
+    /// `--decoder-first-pipeline-num-layers`); `None` gives it the middle stages' share.
+    pub first_stage_layers: Option<u64>,
+    /// Extension: transformer layers on the last pipeline stage
+    /// (`--decoder-last-pipeline-num-layers`); `None` gives it the middle stages' share.
+    pub last_stage_layers: Option<u64>,
+}
+
+/// Why `layers` cannot be split over a layout's pipeline stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitError {
+    /// Even split: pp × vpp does not divide the layers.
+    NotDivisible,
+    /// `first_stage_layers` or `last_stage_layers` with pp = 1.
+    UnevenWithoutPipeline,
+    /// `first_stage_layers` or `last_stage_layers` with vpp > 1.
+    UnevenInterleaved,
+    /// The stages not fixed by `first_stage_layers`/`last_stage_layers` (`stages` of them)
+    /// cannot share the `rest` layers evenly with at least one each; `rest` is `None` when
+    /// the fixed ends alone exceed the model.
+    UnevenRest { rest: Option<u64>, stages: u64 },
 }
 
 impl Parallel {
+    /// One GPU, every option at its default: a base for layouts built field by field and
+    /// for rules that do not depend on the layout.
+    pub fn neutral() -> Parallel {
+        Parallel {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            cp: 1,
+            ep: 1,
+            vpp: 1,
+            micro_batch: 1,
+            schedule: Schedule::OneFOneB,
+            sequence_parallel: false,
+            zero: 0,
+            recompute: Recompute::None,
+            offload: Offload::None,
+            first_stage_layers: None,
+            last_stage_layers: None,
+        }
+    }
+
     pub fn grad_accum(&self, global_batch: u64) -> u64 {
         global_batch / (self.dp * self.micro_batch).max(1)
     }
+
+    /// Whether the plan sets the layers of an end stage itself.
+    pub fn is_uneven(&self) -> bool {
+        self.first_stage_layers.is_some() || self.last_stage_layers.is_some()
+    }
+
+    /// Layers of each stage that `first_stage_layers`/`last_stage_layers` do not fix: the
+    /// rest shared evenly, as Megatron-LM splits them. Never panics on a split that
+    /// [`Parallel::split_error`] refuses: the solver's explanation costs the memory of
+    /// layouts before any rule has rejected them.
+    pub fn middle_stage_layers(&self, layers: u64) -> u64 {
+        if !self.is_uneven() || self.pp <= 1 {
+            return layers / self.pp.max(1);
+        }
+        let fixed = self.first_stage_layers.unwrap_or(0) + self.last_stage_layers.unwrap_or(0);
+        let stages = self.pp - self.fixed_ends();
+        layers.saturating_sub(fixed) / stages.max(1)
+    }
+
+    /// Transformer layers held by pipeline stage `stage` (all its virtual chunks together).
+    /// The one place the split is decided: memory, time, the simulator and the launch
+    /// flags all ask here.
+    pub fn stage_layers(&self, layers: u64, stage: u64) -> u64 {
+        if self.pp > 1 {
+            if stage == 0 {
+                if let Some(f) = self.first_stage_layers {
+                    return f;
+                }
+            }
+            if stage == self.pp - 1 {
+                if let Some(l) = self.last_stage_layers {
+                    return l;
+                }
+            }
+        }
+        self.middle_stage_layers(layers)
+    }
+
+    /// How many of the two end stages have their layers fixed by the plan.
+    fn fixed_ends(&self) -> u64 {
+        u64::from(self.first_stage_layers.is_some()) + u64::from(self.last_stage_layers.is_some())
+    }
+
+    /// Why `layers` do not split over the stages (and virtual chunks), if they do not.
+    /// `validate` and the solver's rule both ask here, so they agree.
+    pub fn split_error(&self, layers: u64) -> Option<SplitError> {
+        if !self.is_uneven() {
+            let chunks = self.pp * self.vpp;
+            return (!layers.is_multiple_of(chunks.max(1))).then_some(SplitError::NotDivisible);
+        }
+        if self.pp <= 1 {
+            return Some(SplitError::UnevenWithoutPipeline);
+        }
+        if self.vpp > 1 {
+            return Some(SplitError::UnevenInterleaved);
+        }
+        let fixed = self.first_stage_layers.unwrap_or(0) + self.last_stage_layers.unwrap_or(0);
+        let stages = self.pp - self.fixed_ends();
+        let rest = layers.checked_sub(fixed);
+        let fits = match rest {
+            None => false,
+            Some(r) if stages == 0 => r == 0,
+            Some(r) => r >= stages && r.is_multiple_of(stages),
+        };
+        (!fits).then_some(SplitError::UnevenRest { rest, stages })
+    }
+}
+
+/// First and last stage layer counts that split `layers` over `pp` stages when pp does not
+/// divide them. The middle stages get ⌈layers / pp⌉ each and the two ends share the rest,
+/// so the ends, which also hold the embedding and the output layer, are the lighter ones:
+/// Llama 3 405B's 126 layers over 16 stages become 7 + 14 × 8 + 7, as Meta trained it.
+/// When that leaves an end empty, the middle stages get ⌊layers / pp⌋ and the ends more.
+/// `None` when pp divides the layers (nothing to fix) or exceeds them.
+pub fn suggest_uneven(layers: u64, pp: u64) -> Option<(u64, u64)> {
+    if pp < 2 || layers < pp || layers.is_multiple_of(pp) {
+        return None;
+    }
+    [layers.div_ceil(pp), layers / pp]
+        .into_iter()
+        .filter_map(|middle| {
+            let ends = layers.checked_sub(middle * (pp - 2))?;
+            let first = ends / 2;
+            (first >= 1).then_some((first, ends - first))
+        })
+        .next()
 }
 
 /// A `parallel` attribute as written: a value, `auto`, or candidates for `solve`.
@@ -240,6 +368,9 @@ pub struct ParallelSpec {
     pub zero: Hole<u64>,
     pub recompute: Hole<Recompute>,
     pub offload: Hole<Offload>,
+    /// Never a hole: the solver keeps what the plan writes.
+    pub first_stage_layers: Option<u64>,
+    pub last_stage_layers: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -322,4 +453,129 @@ pub struct Plan {
     pub model: Model,
     pub train: Train,
     pub parallel: Parallel,
+}
+
+impl Plan {
+    /// Transformer layers on pipeline stage `stage` (see [`Parallel::stage_layers`]).
+    pub fn stage_layers(&self, stage: u64) -> u64 {
+        self.parallel.stage_layers(self.model.layers, stage)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(pp: u64, first: Option<u64>, last: Option<u64>) -> Parallel {
+        Parallel {
+            pp,
+            first_stage_layers: first,
+            last_stage_layers: last,
+            ..Parallel::neutral()
+        }
+    }
+
+    fn split(p: &Parallel, layers: u64) -> Vec<u64> {
+        (0..p.pp).map(|s| p.stage_layers(layers, s)).collect()
+    }
+
+    #[test]
+    fn the_even_split_gives_every_stage_the_same_layers() {
+        assert_eq!(split(&layout(4, None, None), 32), vec![8; 4]);
+        assert_eq!(split(&layout(1, None, None), 126), vec![126]);
+        assert_eq!(
+            layout(16, None, None).split_error(126),
+            Some(SplitError::NotDivisible)
+        );
+        let interleaved = Parallel {
+            vpp: 3,
+            ..layout(4, None, None)
+        };
+        assert_eq!(interleaved.split_error(32), Some(SplitError::NotDivisible));
+        assert_eq!(interleaved.split_error(36), None);
+    }
+
+    #[test]
+    fn uneven_ends_take_their_layers_and_the_middle_shares_the_rest() {
+        // Llama 3 405B as Meta trained it: 126 = 7 + 14 × 8 + 7.
+        let p = layout(16, Some(7), Some(7));
+        assert_eq!(p.split_error(126), None);
+        let mut want = vec![8; 16];
+        want[0] = 7;
+        want[15] = 7;
+        assert_eq!(split(&p, 126), want);
+        assert_eq!(split(&p, 126).iter().sum::<u64>(), 126);
+        // An unset end counts as a middle stage, as in Megatron-LM: (30 − 6) / 3 = 8.
+        assert_eq!(split(&layout(4, Some(6), None), 30), vec![6, 8, 8, 8]);
+        assert_eq!(split(&layout(4, None, Some(3)), 30), vec![9, 9, 9, 3]);
+        // Two stages, both set: nothing in between.
+        let two = layout(2, Some(10), Some(15));
+        assert_eq!(two.split_error(25), None);
+        assert_eq!(split(&two, 25), vec![10, 15]);
+    }
+
+    #[test]
+    fn splits_that_do_not_add_up_are_refused() {
+        let rest = |rest, stages| Some(SplitError::UnevenRest { rest, stages });
+        assert_eq!(
+            layout(4, Some(7), Some(8)).split_error(30),
+            rest(Some(15), 2)
+        );
+        assert_eq!(
+            layout(2, Some(10), Some(10)).split_error(25),
+            rest(Some(5), 0)
+        );
+        assert_eq!(layout(3, Some(20), Some(20)).split_error(30), rest(None, 1));
+        // Every other stage needs a layer: 4 left for 6 stages.
+        assert_eq!(
+            layout(8, Some(13), Some(13)).split_error(30),
+            rest(Some(4), 6)
+        );
+        assert_eq!(
+            layout(1, Some(3), None).split_error(30),
+            Some(SplitError::UnevenWithoutPipeline)
+        );
+        let interleaved = Parallel {
+            vpp: 2,
+            schedule: Schedule::Interleaved,
+            ..layout(4, Some(6), Some(6))
+        };
+        assert_eq!(
+            interleaved.split_error(30),
+            Some(SplitError::UnevenInterleaved)
+        );
+    }
+
+    #[test]
+    fn stage_layers_never_panic_on_refused_splits() {
+        // The solver's explanation costs layouts before rules reject them.
+        let p = layout(3, Some(20), Some(20));
+        assert_eq!(split(&p, 30), vec![20, 0, 20]);
+        assert_eq!(layout(1, Some(3), Some(3)).stage_layers(30, 0), 30);
+    }
+
+    #[test]
+    fn suggested_uneven_splits_are_valid_with_lighter_ends() {
+        assert_eq!(suggest_uneven(126, 16), Some((7, 7)));
+        assert_eq!(suggest_uneven(25, 2), Some((12, 13)));
+        // ⌈17/16⌉ = 2 leaves nothing for the ends: the middle takes 1 and the ends 1 + 2.
+        assert_eq!(suggest_uneven(17, 16), Some((1, 2)));
+        assert_eq!(suggest_uneven(128, 16), None);
+        assert_eq!(suggest_uneven(10, 16), None);
+        assert_eq!(suggest_uneven(10, 1), None);
+        for layers in 2..=130 {
+            for pp in 2..=layers {
+                let suggested = suggest_uneven(layers, pp);
+                assert_eq!(
+                    suggested.is_some(),
+                    !layers.is_multiple_of(pp),
+                    "{layers} over {pp}"
+                );
+                if let Some((f, l)) = suggested {
+                    let p = layout(pp, Some(f), Some(l));
+                    assert_eq!(p.split_error(layers), None, "{layers} over {pp}");
+                }
+            }
+        }
+    }
 }

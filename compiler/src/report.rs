@@ -42,6 +42,12 @@ pub struct PlanSection {
     pub sequence_parallel: bool,
     pub offload: &'static str,
     pub precision: &'static str,
+    /// Extension, present when the plan sets it: layers of the first pipeline stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_stage_layers: Option<u64>,
+    /// Extension, present when the plan sets it: layers of the last pipeline stage.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_stage_layers: Option<u64>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -56,6 +62,8 @@ pub struct ModelSection {
 pub struct StageSection {
     pub stage: u64,
     pub gpu: String,
+    /// Extension: transformer layers on this stage (they differ with uneven stages).
+    pub layers: u64,
     pub weights_bytes: u64,
     pub gradients_bytes: u64,
     pub optimizer_bytes: u64,
@@ -170,6 +178,8 @@ pub fn build(
         sequence_parallel: p.sequence_parallel,
         offload: p.offload.as_str(),
         precision: plan.train.precision.as_str(),
+        first_stage_layers: p.first_stage_layers,
+        last_stage_layers: p.last_stage_layers,
     });
     r.model = Some(ModelSection {
         name: plan.model.name.clone(),
@@ -183,6 +193,7 @@ pub fn build(
         .map(|s| StageSection {
             stage: s.memory.stage,
             gpu: s.gpu.clone(),
+            layers: plan.stage_layers(s.memory.stage),
             weights_bytes: s.memory.weights_bytes.round() as u64,
             gradients_bytes: s.memory.gradients_bytes.round() as u64,
             optimizer_bytes: s.memory.optimizer_bytes.round() as u64,

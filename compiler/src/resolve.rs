@@ -1276,6 +1276,8 @@ impl<'a> Resolver<'a> {
         let offload = self.hole(n, "offload", Hole::Fixed(Offload::None), |r, span, v| {
             r.read_enum(n, span, "offload", v, Offload::NAMES, Offload::parse)
         });
+        let first_stage_layers = self.stage_layers(n, "first_stage_layers");
+        let last_stage_layers = self.stage_layers(n, "last_stage_layers");
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1289,7 +1291,34 @@ impl<'a> Resolver<'a> {
             zero: zero?,
             recompute: recompute?,
             offload: offload?,
+            first_stage_layers: first_stage_layers?,
+            last_stage_layers: last_stage_layers?,
         })
+    }
+
+    /// `first_stage_layers` / `last_stage_layers`: a whole number, or absent (the even
+    /// split). Not a hole: which layers sit where is the user's decision about the model,
+    /// and leaving it open would multiply the solver's space by the layers squared.
+    fn stage_layers(&mut self, n: usize, name: &str) -> Option<Option<u64>> {
+        if self.find_attr(n, name).is_none() {
+            return Some(None);
+        }
+        let (v, span) = self.get(n, name)?;
+        if matches!(v, Value::Auto | Value::List(_)) {
+            let file = self.nodes[n].file;
+            self.report(
+                codes::P0213,
+                format!("`{name}` cannot be `auto` or a list"),
+                file,
+                span,
+                "the solver does not choose how layers are split",
+            )
+            .with_help(format!(
+                "write a whole number of layers, or leave `{name}` out for the even split"
+            ));
+            return None;
+        }
+        self.read_count(n, span, name, &v, 1).map(Some)
     }
 
     fn lower_job(&mut self, n: usize) -> Option<Job> {

@@ -113,6 +113,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "zero",
             "recompute",
             "offload",
+            "first_stage_layers",
+            "last_stage_layers",
         ],
         &[],
     ),

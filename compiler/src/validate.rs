@@ -124,25 +124,8 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             format!("choose tp among {}", divisors_upto(m.kv_heads, 64)),
         );
     }
-    let chunks = p.pp * p.vpp;
-    if !m.layers.is_multiple_of(chunks) {
-        let what = if p.vpp > 1 {
-            format!("pp × vpp = {} × {} = {chunks}", p.pp, p.vpp)
-        } else {
-            format!("pp = {}", p.pp)
-        };
-        v.push(
-            codes::P0305,
-            format!("{what} does not divide layers = {}", m.layers),
-            "parallel",
-            if p.vpp > 1 { "vpp" } else { "pp" },
-            "stages would get unequal layers",
-            format!(
-                "choose pp × vpp among the divisors of {}: {}",
-                m.layers,
-                divisors_upto(m.layers, m.layers)
-            ),
-        );
+    if let Some(e) = p.split_error(m.layers) {
+        split_diagnostic(&mut v, p, m.layers, e);
     }
     let per_step = p.dp * p.micro_batch;
     if !spec.train.global_batch.is_multiple_of(per_step) {
@@ -335,6 +318,227 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     v.out
 }
 
+/// The diagnostic for layers that do not split over the stages (P0305, P0321–P0323).
+fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
+    // Uneven-stage diagnostics point at the attribute the user wrote first.
+    let end_attr = if v.spec.origins.written("parallel", "first_stage_layers") {
+        "first_stage_layers"
+    } else {
+        "last_stage_layers"
+    };
+    let ends = describe_ends(p);
+    match e {
+        SplitError::NotDivisible => {
+            let chunks = p.pp * p.vpp;
+            let what = if p.vpp > 1 {
+                format!("pp × vpp = {} × {} = {chunks}", p.pp, p.vpp)
+            } else {
+                format!("pp = {}", p.pp)
+            };
+            let divisors = divisors_upto(layers, layers);
+            let help = match suggest_uneven(layers, p.pp) {
+                Some((first, last)) if p.vpp == 1 => {
+                    let middle = (layers - first - last) / (p.pp - 2).max(1);
+                    let others = if p.pp > 2 {
+                        format!(" ({middle} on each of the {} other stages)", p.pp - 2)
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "choose pp among the divisors of {layers}: {divisors}; or keep pp = {} with uneven stages: \
+                         `first_stage_layers = {first}` and `last_stage_layers = {last}`{others}",
+                        p.pp
+                    )
+                }
+                _ => format!("choose pp × vpp among the divisors of {layers}: {divisors}"),
+            };
+            v.push(
+                codes::P0305,
+                format!("{what} does not divide layers = {layers}"),
+                "parallel",
+                if p.vpp > 1 { "vpp" } else { "pp" },
+                "stages would get unequal layers",
+                help,
+            );
+        }
+        SplitError::UnevenWithoutPipeline => v.push(
+            codes::P0321,
+            format!("{ends} with pp = 1"),
+            "parallel",
+            end_attr,
+            "there is only one pipeline stage",
+            "remove `first_stage_layers` and `last_stage_layers`, or raise pp".into(),
+        ),
+        SplitError::UnevenInterleaved => {
+            let (f, s) = v.at(
+                "parallel",
+                if v.spec.origins.written("parallel", "vpp") {
+                    "vpp"
+                } else {
+                    "schedule"
+                },
+            );
+            let (ef, es) = v.at("parallel", end_attr);
+            v.out.push(
+                Diagnostic::new(
+                    codes::P0323,
+                    format!("{ends} with vpp = {} (interleaved schedule)", p.vpp),
+                )
+                .at(f, s, "uneven stages are not modelled with interleaving")
+                .also(ef, es, "uneven stages")
+                .help(format!(
+                    "use `schedule = 1f1b` and `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and choose pp × vpp among the divisors of {layers}: {}",
+                    divisors_upto(layers, layers)
+                )),
+            );
+        }
+        SplitError::UnevenRest { rest, stages } => {
+            let msg = match rest {
+                None => format!("{ends} add up to more than the model's {layers} layers"),
+                Some(r) if stages == 0 => format!(
+                    "{ends} hold {} of the {layers} layers, and pp = {} leaves no other stage for the rest",
+                    layers - r,
+                    p.pp
+                ),
+                Some(r) => format!(
+                    "{ends} leave {r} layers for the {stages} other stage{}, which cannot share them evenly",
+                    if stages == 1 { "" } else { "s" }
+                ),
+            };
+            let help = match nearest_split(p, layers) {
+                Some(q) => {
+                    let mut sets = Vec::new();
+                    if let Some(f) = q.first_stage_layers {
+                        sets.push(format!("`first_stage_layers = {f}`"));
+                    }
+                    if let Some(l) = q.last_stage_layers {
+                        sets.push(format!("`last_stage_layers = {l}`"));
+                    }
+                    let others = if stages > 0 {
+                        format!(
+                            " ({} on each of the {stages} other stage{})",
+                            q.middle_stage_layers(layers),
+                            if stages == 1 { "" } else { "s" }
+                        )
+                    } else {
+                        String::new()
+                    };
+                    format!("set {}{others}", sets.join(" and "))
+                }
+                None => format!(
+                    "the other stages need at least one layer each: lower pp (now {})",
+                    p.pp
+                ),
+            };
+            let (f, s) = v.at("parallel", end_attr);
+            let (pf, ps) = v.at("parallel", "pp");
+            let mut d = Diagnostic::new(codes::P0322, msg)
+                .at(f, s, "stages do not add up to the model's layers")
+                .also(pf, ps, format!("{} stages", p.pp));
+            if end_attr == "first_stage_layers"
+                && v.spec.origins.written("parallel", "last_stage_layers")
+            {
+                let (lf, ls) = v.at("parallel", "last_stage_layers");
+                d = d.also(lf, ls, "");
+            }
+            v.out.push(d.help(help));
+        }
+    }
+}
+
+/// `first_stage_layers = 7 and last_stage_layers = 7`, as the plan sets them.
+fn describe_ends(p: &Parallel) -> String {
+    let mut parts = Vec::new();
+    if let Some(f) = p.first_stage_layers {
+        parts.push(format!("first_stage_layers = {f}"));
+    }
+    if let Some(l) = p.last_stage_layers {
+        parts.push(format!("last_stage_layers = {l}"));
+    }
+    parts.join(" and ")
+}
+
+/// The valid uneven split closest to the written one, setting the same ends: fewest layers
+/// moved, then the most balanced ends. Computed, not searched, since `layers` and `pp` may
+/// be anything a user writes.
+fn nearest_split(p: &Parallel, layers: u64) -> Option<Parallel> {
+    let ends = u64::from(p.first_stage_layers.is_some()) + u64::from(p.last_stage_layers.is_some());
+    if ends == 0 || p.pp < 2 || p.vpp > 1 {
+        return None;
+    }
+    let stages = p.pp - ends;
+    let fixed = p
+        .first_stage_layers
+        .unwrap_or(0)
+        .saturating_add(p.last_stage_layers.unwrap_or(0));
+    // What the ends hold together after the change: with other stages, the layers less
+    // the multiple of their count nearest to what they have now (each end keeps one).
+    let total = match layers.checked_sub(ends)?.checked_div(stages) {
+        // No other stage: the ends hold every layer.
+        None => layers,
+        Some(shares) => {
+            let top = shares * stages;
+            if top == 0 {
+                return None;
+            }
+            let rest = layers.saturating_sub(fixed);
+            let down = (rest / stages * stages).clamp(stages, top);
+            let up = (rest / stages)
+                .saturating_add(1)
+                .saturating_mul(stages)
+                .clamp(stages, top);
+            // On a tie, the larger rest: lighter ends.
+            layers
+                - if rest.abs_diff(down) < rest.abs_diff(up) {
+                    down
+                } else {
+                    up
+                }
+        }
+    };
+    if total < ends {
+        return None;
+    }
+    let mut q = p.clone();
+    match (p.first_stage_layers, p.last_stage_layers) {
+        (Some(f), Some(l)) => {
+            let (f, l) = rebalance(f, l, total);
+            q.first_stage_layers = Some(f);
+            q.last_stage_layers = Some(l);
+        }
+        (Some(_), None) => q.first_stage_layers = Some(total),
+        _ => q.last_stage_layers = Some(total),
+    }
+    q.split_error(layers).is_none().then_some(q)
+}
+
+/// Two ends moved to sum to `total` (≥ 2), each only in the direction of the change, evening
+/// them out as far as it goes.
+fn rebalance(first: u64, last: u64, total: u64) -> (u64, u64) {
+    let (small, large) = (first.min(last), first.max(last));
+    let sum = small.saturating_add(large);
+    let (a, b) = if total >= sum {
+        let d = total - sum;
+        let fill = d.min(large - small);
+        let rem = d - fill;
+        (small + fill + rem / 2, large + rem - rem / 2)
+    } else {
+        let d = sum - total;
+        let cut = d.min(large - small);
+        let rem = d - cut;
+        (small - rem / 2, large - cut - (rem - rem / 2))
+    };
+    if a.abs_diff(b) == 1 {
+        // Evened out but for one layer: the first stage takes the lighter share, as it
+        // holds the most micro-batches in flight.
+        (a.min(b), a.max(b))
+    } else if first <= last {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
 fn divisors_upto(n: u64, limit: u64) -> String {
     let d: Vec<String> = (1..=n.min(limit))
         .filter(|d| n.is_multiple_of(*d))
@@ -346,4 +550,74 @@ fn divisors_upto(n: u64, limit: u64) -> String {
 fn round_up(x: u64, m: u64) -> u64 {
     let m = m.max(1);
     x.div_ceil(m) * m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(pp: u64, first: Option<u64>, last: Option<u64>) -> Parallel {
+        Parallel {
+            pp,
+            first_stage_layers: first,
+            last_stage_layers: last,
+            ..Parallel::neutral()
+        }
+    }
+
+    fn nearest(
+        pp: u64,
+        first: Option<u64>,
+        last: Option<u64>,
+        layers: u64,
+    ) -> Option<(Option<u64>, Option<u64>)> {
+        nearest_split(&ends(pp, first, last), layers)
+            .map(|q| (q.first_stage_layers, q.last_stage_layers))
+    }
+
+    #[test]
+    fn the_nearest_uneven_split_moves_fewest_layers_and_evens_the_ends() {
+        // 126 over 16: 7 + 8 leaves 111 for 14 stages; 7 + 7 leaves 112 = 14 × 8.
+        assert_eq!(nearest(16, Some(7), Some(8), 126), Some((Some(7), Some(7))));
+        assert_eq!(nearest(16, Some(9), Some(9), 126), Some((Some(7), Some(7))));
+        assert_eq!(nearest(16, Some(1), Some(1), 126), Some((Some(7), Some(7))));
+        // One end set: 30 − 5 = 25 over 3 others → 30 − 24 = 6.
+        assert_eq!(nearest(4, Some(5), None, 30), Some((Some(6), None)));
+        assert_eq!(nearest(4, None, Some(5), 30), Some((None, Some(6))));
+        // Two stages: the ends must hold every layer.
+        assert_eq!(
+            nearest(2, Some(10), Some(10), 25),
+            Some((Some(12), Some(13)))
+        );
+        assert_eq!(
+            nearest(2, Some(20), Some(30), 25),
+            Some((Some(12), Some(13)))
+        );
+        // Ends far beyond the model come down to what leaves one layer per other stage.
+        assert_eq!(
+            nearest(3, Some(20), Some(20), 30),
+            Some((Some(14), Some(15)))
+        );
+        // More stages than layers: nothing works.
+        assert_eq!(nearest(40, Some(1), Some(1), 30), None);
+        // Huge numbers are computed, not searched.
+        let big = 1_000_000_000_000_000;
+        assert!(nearest(1_000, Some(7), Some(8), big).is_some());
+        assert!(nearest(2, Some(big), Some(big), big).is_some());
+    }
+
+    #[test]
+    fn every_nearest_split_is_valid() {
+        for layers in 1..=40 {
+            for pp in 2..=12 {
+                for f in [None, Some(1), Some(5), Some(17), Some(50)] {
+                    for l in [None, Some(1), Some(4), Some(50)] {
+                        if let Some(q) = nearest_split(&ends(pp, f, l), layers) {
+                            assert_eq!(q.split_error(layers), None, "{layers} {pp} {f:?} {l:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

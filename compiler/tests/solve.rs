@@ -64,6 +64,8 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             zero,
                                             recompute,
                                             offload: planc_compiler::plan::Offload::None,
+                                            first_stage_layers: s.parallel.first_stage_layers,
+                                            last_stage_layers: s.parallel.last_stage_layers,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;
@@ -100,6 +102,8 @@ fn solve_finds_what_brute_force_finds() {
         (NODE, "model m { preset = \"llama2-13b\", seq_len = 4096 }", "tp = auto, pp = auto, dp = auto, schedule = auto, vpp = auto, recompute = auto"),
         (FOUR_NODES, "model m { preset = \"llama3-70b\" }", "tp = [4, 8], pp = auto, dp = auto, cp = [1, 2], micro_batch = [1, 2], zero = [0, 1], recompute = auto"),
         (NODE, "model m { layers = 24, hidden = 2048, heads = 16, vocab = 32000, seq_len = 2048 }", "tp = auto, pp = auto, dp = auto, cp = auto, schedule = auto, vpp = auto, micro_batch = auto"),
+        // Uneven stages are kept as written; pp ranges over the splits they allow.
+        (FOUR_NODES, "model m { layers = 30, hidden = 4096, heads = 32, vocab = 128000, seq_len = 4096 }", "tp = auto, pp = auto, dp = auto, schedule = auto, vpp = auto, micro_batch = [1, 2], recompute = auto, first_stage_layers = 6, last_stage_layers = 6"),
     ];
     for (cluster, model, parallel) in cases {
         let s = spec(&plan_text(cluster, model, parallel));
@@ -260,4 +264,82 @@ fn holes_are_listed_in_plan_order() {
         vec!["tp", "dp", "micro_batch"]
     );
     assert!(matches!(s.parallel.dp, Hole::Auto));
+}
+
+#[test]
+fn uneven_stages_are_kept_and_pp_ranges_over_the_splits_they_allow() {
+    let s = spec(&plan_text(
+        FOUR_NODES,
+        "model m { layers = 30, hidden = 4096, heads = 32, vocab = 128000, seq_len = 4096 }",
+        "tp = auto, pp = auto, dp = auto, schedule = auto, vpp = auto, first_stage_layers = 6, last_stage_layers = 6",
+    ));
+    // 30 − 6 − 6 = 18 layers shared by pp − 2 stages, at least one each.
+    assert_eq!(Space::of(&s).pp, vec![3, 4, 5, 8, 11, 20]);
+    let found = solve::search(&s, &|_, _| {});
+    assert!(!found.ranked.is_empty());
+    for c in &found.ranked {
+        let p = &c.plan.parallel;
+        assert_eq!(
+            (p.first_stage_layers, p.last_stage_layers),
+            (Some(6), Some(6))
+        );
+        assert_eq!(p.vpp, 1, "uneven stages are never interleaved: {p:?}");
+        assert!([4, 8].contains(&p.pp), "{p:?}");
+    }
+}
+
+#[test]
+fn the_layers_rule_agrees_with_its_z3_encoding() {
+    use planc_compiler::plan::{Parallel, Schedule};
+    use planc_compiler::solve::rules::{encode, Rule, Vars};
+    use z3::ast::{Ast, Int};
+    let base = spec(&plan_text(
+        NODE,
+        "model m { layers = 126, hidden = 1024, heads = 8, vocab = 32000, seq_len = 2048 }",
+        "tp = 1, pp = 1, dp = auto",
+    ));
+    let ends = [
+        (None, None),
+        (Some(7), Some(7)),
+        (Some(6), None),
+        (None, Some(3)),
+        (Some(60), Some(66)),
+        (Some(100), Some(100)),
+    ];
+    for (first, last) in ends {
+        let mut s = base.clone();
+        s.parallel.first_stage_layers = first;
+        s.parallel.last_stage_layers = last;
+        let cfg = z3::Config::new();
+        let ctx = z3::Context::new(&cfg);
+        let v = Vars::new(&ctx);
+        let rule = encode(Rule::LayersByStages, &ctx, &s, &v);
+        for pp in 1..=40 {
+            for vpp in 1..=3 {
+                let solver = z3::Solver::new(&ctx);
+                solver.assert(&rule);
+                solver.assert(&v.pp._eq(&Int::from_i64(&ctx, pp as i64)));
+                solver.assert(&v.vpp._eq(&Int::from_i64(&ctx, vpp as i64)));
+                let by_z3 = solver.check() == z3::SatResult::Sat;
+                let p = Parallel {
+                    pp,
+                    vpp,
+                    schedule: if vpp > 1 {
+                        Schedule::Interleaved
+                    } else {
+                        Schedule::OneFOneB
+                    },
+                    first_stage_layers: first,
+                    last_stage_layers: last,
+                    ..Parallel::neutral()
+                };
+                let by_rule = Rule::LayersByStages.holds(&s, &p);
+                assert_eq!(by_z3, by_rule, "{first:?}/{last:?} pp {pp} vpp {vpp}");
+                let by_validate = !validate(&s, &p).iter().any(|d| {
+                    d.is_error() && ["P0305", "P0321", "P0322", "P0323"].contains(&d.code)
+                });
+                assert_eq!(by_rule, by_validate, "{first:?}/{last:?} pp {pp} vpp {vpp}");
+            }
+        }
+    }
 }

@@ -81,7 +81,8 @@ codes! {
     P0212 Error "value out of range"
         "The value is outside the range this attribute accepts (a count must be a positive whole number).";
     P0213 Error "hole outside parallel"
-        "`auto` and candidate lists are allowed only in the `parallel` block.";
+        "`auto` and candidate lists are allowed only in the `parallel` block, and there not for \
+         `first_stage_layers` and `last_stage_layers`: how the layers are split is written, never searched.";
     P0214 Error "unknown GPU"
         "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
     P0215 Error "unknown model preset"
@@ -103,7 +104,9 @@ codes! {
     P0304 Error "kv_heads not divisible by tp"
         "Tensor parallelism splits key/value head groups: tp must divide `kv_heads` (Megatron-LM requires it).";
     P0305 Error "layers not divisible by stages"
-        "Each pipeline stage (and each virtual chunk) gets the same number of layers: pp × vpp must divide `layers`.";
+        "Each pipeline stage (and each virtual chunk) gets the same number of layers: pp × vpp must divide \
+         `layers`. Without interleaving, `first_stage_layers` and `last_stage_layers` split them unevenly \
+         instead (Megatron-LM's --decoder-first/last-pipeline-num-layers); the help suggests values.";
     P0306 Error "batch not divisible"
         "Gradient accumulation is global_batch / (dp × micro_batch) and must be a whole number.";
     P0307 Error "schedule and vpp disagree"
@@ -141,6 +144,18 @@ codes! {
         "Each token is routed to top_k distinct experts.";
     P0320 Warning "precision falls back"
         "fp32 training runs on the device's fp32 (or tf32) units, far below its tensor-core peak.";
+    P0321 Error "uneven stages without a pipeline"
+        "`first_stage_layers` and `last_stage_layers` set the layers of the first and last pipeline \
+         stages; with pp = 1 there is one stage holding every layer. Remove them or raise pp.";
+    P0322 Error "uneven stages do not add up"
+        "With `first_stage_layers` and/or `last_stage_layers`, the other stages share the remaining \
+         layers evenly, at least one each, as Megatron-LM splits them: layers − first − last must be a \
+         positive multiple of the number of those stages (pp − 2 when both are set). With pp = 2 and \
+         both set, first + last must equal `layers`. An end left unset counts as one of the others.";
+    P0323 Error "uneven stages with interleaving"
+        "planc does not model uneven pipeline stages under the interleaved schedule (vpp > 1): \
+         use `schedule = 1f1b` with `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and \
+         choose pp × vpp dividing `layers`.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

@@ -32,7 +32,6 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
     let chunks = kind.chunks();
     let stages = (ranks * chunks) as usize;
     let micro_batches = p.grad_accum(plan.train.global_batch).max(1) as u32;
-    let layers_per_chunk = (m.layers / (p.pp * chunks as u64)) as f64;
     let data_parallel = p.dp * p.cp > 1;
 
     let mut costs = Costs {
@@ -55,6 +54,8 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let pc = pieces(plan, &dev, &pl);
         let params = stage_params(plan, rank as u64);
         costs.optimizer[rank as usize] = optimizer_time(plan, params, &dev);
+        // Uneven stages are never interleaved, so a rank's chunks share its layers evenly.
+        let layers_per_chunk = plan.stage_layers(rank as u64) as f64 / chunks as f64;
         let chunk_params = params / chunks as f64;
         max_chunk_params = max_chunk_params.max(chunk_params);
         for chunk in 0..chunks {

@@ -131,3 +131,80 @@ fn without_a_pipeline_waiting_for_parameter_gathers_is_communication_not_bubble(
         }
     }
 }
+
+/// Llama 3 405B on 16 nodes (tp 8, pp 16, dp 1) with the given end stages.
+fn llama405(first: u64, last: u64) -> Plan {
+    let text = format!(
+        "cluster c {{ nodes = 16, gpus_per_node = 8, gpu = H100_SXM_80GB
+             inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }} }}
+         model m {{ preset = \"llama3-405b\" }}
+         train {{ global_batch = 64, precision = bf16, optimizer = adamw }}
+         parallel {{ tp = 8, pp = 16, dp = auto, micro_batch = 1, sequence_parallel = true, zero = 1,
+                     recompute = full, first_stage_layers = {first}, last_stage_layers = {last} }}"
+    );
+    let checked = check_source("t.tp", &text);
+    checked
+        .plan
+        .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+}
+
+#[test]
+fn uneven_stages_lower_to_per_rank_durations_that_follow_the_layer_counts() {
+    use planc_compiler::cost::stage_group;
+    use planc_compiler::cost::time::{pieces, placement, Device};
+    let p = llama405(7, 7);
+    let (_, costs) = planc_simulator::lower::lower(&p);
+    let group = stage_group(&p, 0);
+    let dev = Device {
+        gpu: &group.gpu,
+        precision: p.train.precision,
+    };
+    let pc = pieces(&p, &dev, &placement(&p, group));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    // 7 + 14 × 8 + 7: every middle rank runs 8 layers, the ends 7 and their extra work.
+    for rank in 1..15 {
+        assert!(close(costs.forward[rank].0, 8.0 * pc.layer_fwd.compute));
+        assert!(close(costs.backward[rank].0, 8.0 * pc.layer_bwd.compute));
+    }
+    assert!(close(
+        costs.forward[0].0,
+        7.0 * pc.layer_fwd.compute + pc.embedding_fwd.compute
+    ));
+    assert!(close(
+        costs.forward[15].0,
+        7.0 * pc.layer_fwd.compute + pc.head_fwd.compute
+    ));
+    assert!(close(
+        costs.backward[15].0,
+        7.0 * pc.layer_bwd.compute + pc.head_bwd.compute
+    ));
+}
+
+#[test]
+fn lighter_end_stages_balance_a_model_whose_ends_are_heavy() {
+    // The output layer and loss of a 128k vocabulary make the last stage of an even split
+    // the slowest. 7 + 14 × 8 + 7 (as Meta trained Llama 3 405B) takes a layer off each
+    // end; 14 + 14 × 7 + 14 piles them on. The pipeline runs at its slowest stage.
+    let light = llama405(7, 7);
+    let heavy = llama405(14, 14);
+    let sim_light = planc_simulator::simulate(&light).unwrap().breakdown;
+    let sim_heavy = planc_simulator::simulate(&heavy).unwrap().breakdown;
+    assert!(
+        sim_light.step_s < 0.8 * sim_heavy.step_s,
+        "light ends {} s vs heavy ends {} s",
+        sim_light.step_s,
+        sim_heavy.step_s
+    );
+    // Light ends leave a middle rank on the critical path; heavy ends an end rank.
+    assert!((1..15).contains(&sim_light.rank), "{sim_light:?}");
+    assert!([0, 15].contains(&sim_heavy.rank), "{sim_heavy:?}");
+    // The closed form agrees on both, per-stage times and all.
+    for (p, sim) in [(&light, &sim_light), (&heavy, &sim_heavy)] {
+        let closed = planc_compiler::cost::estimate(p).step_s;
+        assert!(
+            (sim.step_s - closed).abs() / closed < 0.05,
+            "closed {closed} vs simulated {}",
+            sim.step_s
+        );
+    }
+}

@@ -112,9 +112,19 @@ pub fn megatron(
     if m.experts > 1 || p.ep > 1 {
         parallel.push(Arg::num("--expert-model-parallel-size", p.ep));
     }
+    // Megatron-LM gives an unset end the middle stages' share, as planc does.
+    if p.pp > 1 {
+        if let Some(n) = p.first_stage_layers {
+            parallel.push(Arg::num("--decoder-first-pipeline-num-layers", n));
+        }
+        if let Some(n) = p.last_stage_layers {
+            parallel.push(Arg::num("--decoder-last-pipeline-num-layers", n));
+        }
+    }
     match p.schedule {
         Schedule::Interleaved if p.vpp > 1 => {
-            let per_stage = m.layers / (p.pp * p.vpp).max(1);
+            // Uneven stages are refused with interleaving, so every stage holds this many.
+            let per_stage = plan.stage_layers(0) / p.vpp.max(1);
             parallel.push(Arg::num(
                 "--num-layers-per-virtual-pipeline-stage",
                 per_stage,

@@ -386,7 +386,10 @@ struct Derived {
     /// The schedule as written in plans (`1f1b`, not serde's `onefoneb`).
     schedule: &'static str,
     grad_accum: u64,
+    /// Of a middle stage (uneven stages are never interleaved).
     layers_per_virtual_stage: u64,
+    /// Transformer layers of each pipeline stage, first to last.
+    stage_layers: Vec<u64>,
     train_iters: Option<u64>,
     master_port: u16,
     save_interval: u64,
@@ -564,7 +567,8 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
         derived: Derived {
             schedule: p.schedule.as_str(),
             grad_accum: p.grad_accum(plan.train.global_batch),
-            layers_per_virtual_stage: plan.model.layers / (p.pp * p.vpp).max(1),
+            layers_per_virtual_stage: p.middle_stage_layers(plan.model.layers) / p.vpp.max(1),
+            stage_layers: (0..p.pp).map(|s| plan.stage_layers(s)).collect(),
             train_iters: args::train_iters(plan),
             master_port: 29500,
             save_interval: args::SAVE_INTERVAL,

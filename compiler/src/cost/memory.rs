@@ -28,13 +28,14 @@ pub struct StageMemory {
 /// model. ~1 GiB is what `nvidia-smi` shows for an idle PyTorch process with NCCL up.
 pub const RUNTIME_OVERHEAD_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 
-/// Parameters on one GPU of stage `stage`: its share of layers, the embedding on the
-/// first stage, the output layer on the last (a tied embedding is kept on both ends).
+/// Parameters on one GPU of stage `stage`: its layers (uneven stages hold their own
+/// count), the embedding on the first stage, the output layer on the last (a tied
+/// embedding is kept on both ends).
 pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
     let m = &plan.model;
     let p = &plan.parallel;
     let lp = layer_params(m);
-    let layers = (m.layers / p.pp) as f64;
+    let layers = plan.stage_layers(stage) as f64;
     let tp = p.tp as f64;
     let experts_here = (m.experts / p.ep.max(1)) as f64;
     let per_layer =
@@ -146,7 +147,7 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     if p.offload == Offload::Params {
         weights_on_gpu = 0.0;
     }
-    let layers = (m.layers / p.pp) as f64;
+    let layers = plan.stage_layers(stage) as f64;
     let per_layer = layer_activation_bytes(plan);
     let mut activations = per_layer * layers * in_flight(plan, stage, micro_batches);
     let elem = plan.train.precision.bytes();
@@ -228,6 +229,53 @@ mod tests {
         // The first stage adds the vocabulary-parallel embedding (and positions).
         let embed = 51200.0 * H / T;
         assert!(stage_params(&plan, 0) > 12.0 * per_layer + embed);
+    }
+
+    #[test]
+    fn uneven_stages_hold_their_own_layers_and_in_flight_activations() {
+        // 96 layers over 8 stages as 9 + 6 × 13 + 9; dp = 1, so 64 micro-batches.
+        let plan = gpt3(
+            ", sequence_parallel = true, recompute = selective, first_stage_layers = 9, last_stage_layers = 9",
+            "",
+        );
+        assert_eq!(
+            (0..8).map(|s| plan.stage_layers(s)).collect::<Vec<_>>(),
+            [9, 13, 13, 13, 13, 13, 13, 9]
+        );
+        let per_layer = (12.0 * H * H + 9.0 * H) / T + 4.0 * H;
+        let vocab_h = 51200.0 * H / T;
+        // Middle: 13 layers. First: 9 layers, the word embedding split by tp and the
+        // learned positions (replicated). Last: 9 layers, the final layer norm and the
+        // tied output layer split by tp.
+        assert!(close(stage_params(&plan, 3), 13.0 * per_layer, 1e-12));
+        assert!(close(
+            stage_params(&plan, 0),
+            9.0 * per_layer + vocab_h + S * H,
+            1e-12
+        ));
+        assert!(close(
+            stage_params(&plan, 7),
+            9.0 * per_layer + 2.0 * H + vocab_h,
+            1e-12
+        ));
+        // Activations, TP + SP + selective: 34·sbh/t bytes per layer and micro-batch;
+        // stage i of 1F1B holds 8 − i micro-batches.
+        let layer = 34.0 * S * H / T;
+        let act = |s: u64| stage_memory(&plan, s, 64).activations_bytes;
+        assert!(close(act(3), layer * 13.0 * 5.0, 1e-12));
+        // First: 9 layers × 8 in flight, plus the embedding output and dropout mask
+        // (1.5·sbh elements of 2 bytes, split by SP) per micro-batch.
+        let embedding = 1.5 * S * H * 2.0 / T;
+        assert!(close(act(0), (layer * 9.0 + embedding) * 8.0, 1e-12));
+        // Last: 9 layers × 1 in flight, the fp32 logits of one micro-batch split by tp,
+        // and the final norm's input.
+        let logits = 4.0 * S * 51200.0 / T;
+        assert!(close(act(7), layer * 9.0 + logits + 2.0 * S * H / T, 1e-12));
+        // Against the even split (12 layers each), the first stage sheds 3 of its 12
+        // layers' activations in every one of its 8 micro-batches.
+        let even = gpt3(", sequence_parallel = true, recompute = selective", "");
+        let even_act = stage_memory(&even, 0, 64).activations_bytes;
+        assert!(close(even_act - act(0), layer * 3.0 * 8.0, 1e-12));
     }
 
     #[test]

@@ -272,9 +272,12 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     }
 }
 
+/// One micro-batch on stage `stage`, over that stage's own layers: with uneven stages the
+/// ends differ from the middle, and the pipeline composition (`cost::estimate`) is paced
+/// by the slowest.
 pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
     let p = &plan.parallel;
-    let layers = (plan.model.layers / p.pp) as f64;
+    let layers = plan.stage_layers(stage) as f64;
     let pc = pieces(plan, dev, pl);
     let mut forward = pc.layer_fwd.scale(layers);
     let mut backward = pc.layer_bwd.scale(layers);

@@ -54,7 +54,13 @@ impl Rule {
             Rule::WorldSize => format!("tp × pp × cp × dp must equal the {world} GPUs"),
             Rule::HeadsByTp => format!("tp must divide heads = {}", m.heads),
             Rule::KvHeadsByTp => format!("tp must divide kv_heads = {}", m.kv_heads),
-            Rule::LayersByStages => format!("pp × vpp must divide layers = {}", m.layers),
+            Rule::LayersByStages => match uneven_ends(spec) {
+                Some(ends) => format!(
+                    "with {ends}, pp must be > 1, vpp = 1, and the other stages must share the rest of the {} layers evenly",
+                    m.layers
+                ),
+                None => format!("pp × vpp must divide layers = {}", m.layers),
+            },
             Rule::BatchByDp => format!(
                 "dp × micro_batch must divide global_batch = {}",
                 spec.train.global_batch
@@ -91,7 +97,7 @@ impl Rule {
         match self {
             Rule::WorldSize => &["tp", "pp", "cp", "dp"],
             Rule::HeadsByTp | Rule::KvHeadsByTp => &["tp"],
-            Rule::LayersByStages => &["pp", "vpp"],
+            Rule::LayersByStages => &["pp", "vpp", "first_stage_layers", "last_stage_layers"],
             Rule::BatchByDp => &["dp", "micro_batch"],
             Rule::ExpertsByEp | Rule::EpWithinDp => &["ep"],
             Rule::SequenceParallelNeedsTp => &["sequence_parallel", "tp"],
@@ -111,7 +117,7 @@ impl Rule {
             Rule::WorldSize => p.tp * p.pp * p.cp * p.dp == spec.cluster.world_size(),
             Rule::HeadsByTp => m.heads.is_multiple_of(p.tp),
             Rule::KvHeadsByTp => m.kv_heads.is_multiple_of(p.tp),
-            Rule::LayersByStages => m.layers.is_multiple_of(p.pp * p.vpp),
+            Rule::LayersByStages => p.split_error(m.layers).is_none(),
             Rule::BatchByDp => spec.train.global_batch.is_multiple_of(p.dp * p.micro_batch),
             Rule::ExpertsByEp => m.experts.is_multiple_of(p.ep),
             Rule::EpWithinDp => p.ep == 1 || (p.dp * p.cp).is_multiple_of(p.ep),
@@ -144,6 +150,19 @@ impl Rule {
             Rule::MemoryFits => true, // decided by the cost model, per candidate
         }
     }
+}
+
+/// `first_stage_layers = 7 and last_stage_layers = 7` when the plan writes either.
+fn uneven_ends(spec: &PlanSpec) -> Option<String> {
+    let ps = &spec.parallel;
+    let parts: Vec<String> = [
+        ("first_stage_layers", ps.first_stage_layers),
+        ("last_stage_layers", ps.last_stage_layers),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} = {v}")))
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(" and "))
 }
 
 /// The layout's variables as z3 integers (booleans as 0/1, enumerations as small ints).
@@ -236,7 +255,30 @@ pub fn encode<'c>(rule: Rule, ctx: &'c z3::Context, spec: &PlanSpec, v: &Vars<'c
         }
         Rule::HeadsByTp => divides(ctx, &v.tp, m.heads as i64),
         Rule::KvHeadsByTp => divides(ctx, &v.tp, m.kv_heads as i64),
-        Rule::LayersByStages => divides(ctx, &Int::mul(ctx, &[&v.pp, &v.vpp]), m.layers as i64),
+        Rule::LayersByStages => {
+            let ps = &spec.parallel;
+            if ps.first_stage_layers.is_none() && ps.last_stage_layers.is_none() {
+                return divides(ctx, &Int::mul(ctx, &[&v.pp, &v.vpp]), m.layers as i64);
+            }
+            // The same split as `Parallel::split_error`: the ends the plan fixes, and the
+            // other pp − ends stages sharing the rest evenly, at least one layer each.
+            let fixed = ps.first_stage_layers.unwrap_or(0) + ps.last_stage_layers.unwrap_or(0);
+            let Some(rest) = m.layers.checked_sub(fixed) else {
+                return Bool::from_bool(ctx, false);
+            };
+            let ends = u64::from(ps.first_stage_layers.is_some())
+                + u64::from(ps.last_stage_layers.is_some());
+            let others = Int::sub(ctx, &[&v.pp, &k(ends)]);
+            let rest = k(rest);
+            let shared = others._eq(&k(0)).ite(
+                &rest._eq(&k(0)),
+                &Bool::and(
+                    ctx,
+                    &[&rest.ge(&others), &divides_expr(ctx, &others, &rest)],
+                ),
+            );
+            Bool::and(ctx, &[&v.pp.ge(&k(2)), &v.vpp._eq(&one), &shared])
+        }
         Rule::BatchByDp => divides(
             ctx,
             &Int::mul(ctx, &[&v.dp, &v.micro_batch]),
@@ -275,7 +317,7 @@ pub fn encode<'c>(rule: Rule, ctx: &'c z3::Context, spec: &PlanSpec, v: &Vars<'c
         }
         Rule::PrecisionSupported => Bool::from_bool(
             ctx,
-            Rule::PrecisionSupported.holds(spec, &Parallel::default_for_rules()),
+            Rule::PrecisionSupported.holds(spec, &Parallel::neutral()),
         ),
         Rule::OffloadNeedsZero => Bool::and(
             ctx,
@@ -286,25 +328,5 @@ pub fn encode<'c>(rule: Rule, ctx: &'c z3::Context, spec: &PlanSpec, v: &Vars<'c
         ),
         Rule::ZeroShardsWithoutPipeline => v.zero.ge(&k(2)).implies(&v.pp._eq(&one)),
         Rule::MemoryFits => Bool::from_bool(ctx, true),
-    }
-}
-
-impl Parallel {
-    /// A neutral layout for rules that do not depend on it.
-    fn default_for_rules() -> Parallel {
-        Parallel {
-            tp: 1,
-            pp: 1,
-            dp: 1,
-            cp: 1,
-            ep: 1,
-            vpp: 1,
-            micro_batch: 1,
-            schedule: Schedule::OneFOneB,
-            sequence_parallel: false,
-            zero: 0,
-            recompute: Recompute::None,
-            offload: Offload::None,
-        }
     }
 }

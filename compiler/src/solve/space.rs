@@ -4,7 +4,10 @@
 //!
 //! - tp: powers of two up to the GPUs of a node (tensor parallelism across nodes is never
 //!   the best plan on the networks planc models; list larger values to consider them);
-//! - pp: the divisors of `layers`;
+//! - pp: the divisors of `layers`; with `first_stage_layers` or `last_stage_layers` written,
+//!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
+//!   two are never holes: every layout keeps what the plan writes, and the layers rule
+//!   refuses interleaving with them;
 //! - cp: 1, 2, 4, 8; ep: the divisors of `experts`;
 //! - vpp: 1, or 2–8 dividing the layers per stage (interleaved schedule only);
 //! - micro_batch: 1, 2, 4, 8;
@@ -33,6 +36,9 @@ pub struct Space {
     pub zero: Vec<u64>,
     pub recompute: Vec<Recompute>,
     pub offload: Vec<Offload>,
+    /// As written; copied into every layout.
+    pub first_stage_layers: Option<u64>,
+    pub last_stage_layers: Option<u64>,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -56,7 +62,27 @@ impl Space {
             tp: pick(&ps.tp, || {
                 (0..=10).map(|k| 1u64 << k).filter(|&t| t <= gpn).collect()
             }),
-            pp: pick(&ps.pp, || divisors(m.layers)),
+            pp: pick(&ps.pp, || {
+                let uneven = Parallel {
+                    first_stage_layers: ps.first_stage_layers,
+                    last_stage_layers: ps.last_stage_layers,
+                    ..Parallel::neutral()
+                };
+                if uneven.is_uneven() {
+                    (2..=m.layers)
+                        .filter(|&pp| {
+                            Parallel {
+                                pp,
+                                ..uneven.clone()
+                            }
+                            .split_error(m.layers)
+                            .is_none()
+                        })
+                        .collect()
+                } else {
+                    divisors(m.layers)
+                }
+            }),
             cp: pick(&ps.cp, || vec![1, 2, 4, 8]),
             ep: pick(&ps.ep, || divisors(m.experts.max(1))),
             dp: match &ps.dp {
@@ -81,6 +107,8 @@ impl Space {
                 Attention::Standard => vec![Recompute::None, Recompute::Selective, Recompute::Full],
             }),
             offload: pick(&ps.offload, || vec![Offload::None]),
+            first_stage_layers: ps.first_stage_layers,
+            last_stage_layers: ps.last_stage_layers,
         }
     }
 
@@ -159,6 +187,8 @@ impl Space {
                                             zero,
                                             recompute,
                                             offload,
+                                            first_stage_layers: self.first_stage_layers,
+                                            last_stage_layers: self.last_stage_layers,
                                         });
                                     }
                                 }
