@@ -2,6 +2,7 @@
 
 mod emit;
 mod fmt;
+mod lsp;
 mod output;
 mod render;
 mod simulate;
@@ -172,6 +173,14 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Serve editors: a language server (LSP) on standard input and output.
+    ///
+    /// Diagnostics as you type (the same check as `planc check`, imports included), hover
+    /// (diagnostic codes explained, the plan's prediction on a block header, what `auto`
+    /// became), completion (attributes, built-in GPUs, model presets) and formatting
+    /// (`planc fmt`). Point your editor's LSP client at `planc lsp` for `*.tp` files.
+    #[command(verbatim_doc_comment)]
+    Lsp,
     /// Explain a diagnostic code, e.g. `planc explain P0301`.
     Explain {
         /// The code (P0001...).
@@ -268,6 +277,7 @@ fn main() -> ExitCode {
             check,
             color,
         } => fmt::run(&files, check, color_choice(color)),
+        Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),
     }
 }

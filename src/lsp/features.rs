@@ -1,0 +1,290 @@
+//! What the editor asks for: diagnostics, hover, completion, formatting. Each works on the
+//! same `Checked` value `planc check` prints, so the editor and the command line never
+//! disagree.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use lsp_types::{
+    CompletionItem, CompletionItemKind, Diagnostic as LspDiagnostic, DiagnosticRelatedInformation,
+    DiagnosticSeverity, Hover, HoverContents, Location, MarkupContent, MarkupKind, NumberOrString,
+    TextEdit, Url,
+};
+use planc_compiler::catalog::Catalog;
+use planc_compiler::check::{check_file, Checked};
+use planc_compiler::schema;
+use planc_compiler::source::{FileLoader, FsLoader};
+use planc_lang::syntax::{Block, Entry, Item, SourceFile};
+use planc_lang::{FileId, Severity, Span};
+
+use super::position::{offset, range};
+use crate::render;
+
+/// Open documents first, the file system for the rest (imports the editor has not opened).
+pub struct Overlay<'a> {
+    pub open: &'a HashMap<PathBuf, String>,
+}
+
+impl FileLoader for Overlay<'_> {
+    fn load(&self, path: &Path) -> std::io::Result<String> {
+        match self.open.get(path) {
+            Some(text) => Ok(text.clone()),
+            None => FsLoader.load(path),
+        }
+    }
+}
+
+/// Checks a document as `planc check` would (simulated step time included).
+pub fn analyze(path: &Path, open: &HashMap<PathBuf, String>) -> Option<Checked> {
+    let mut checked = check_file(path, &Overlay { open }).ok()?;
+    planc_simulator::retime(&mut checked);
+    Some(checked)
+}
+
+/// The diagnostics of every file the check read, by file, so that an error in an import
+/// shows in that file too.
+pub fn diagnostics(checked: &Checked) -> Vec<(PathBuf, Vec<LspDiagnostic>)> {
+    let files = &checked.sources.files;
+    let mut by_file: Vec<Vec<LspDiagnostic>> = vec![Vec::new(); files.len()];
+    for d in &checked.diagnostics {
+        let (file, span) = d
+            .primary
+            .as_ref()
+            .map_or((0, Span::new(0, 0)), |l| (l.file.0 as usize, l.span));
+        let Some(entry) = files.get(file) else {
+            continue;
+        };
+        let mut message = d.message.clone();
+        if let Some(label) = d
+            .primary
+            .as_ref()
+            .filter(|l| !l.message.is_empty() && !d.message.contains(&l.message))
+        {
+            message = format!("{message}: {}", label.message);
+        }
+        for n in &d.notes {
+            message.push_str(&format!("\nnote: {n}"));
+        }
+        if let Some(h) = &d.help {
+            message.push_str(&format!("\nhelp: {h}"));
+        }
+        let related: Vec<DiagnosticRelatedInformation> = d
+            .secondary
+            .iter()
+            .filter_map(|l| {
+                let f = files.get(l.file.0 as usize)?;
+                Some(DiagnosticRelatedInformation {
+                    location: Location::new(
+                        Url::from_file_path(&f.path).ok()?,
+                        range(&f.text, l.span),
+                    ),
+                    message: l.message.clone(),
+                })
+            })
+            .collect();
+        by_file[file].push(LspDiagnostic {
+            range: range(&entry.text, span),
+            severity: Some(match d.severity {
+                Severity::Error => DiagnosticSeverity::ERROR,
+                Severity::Warning => DiagnosticSeverity::WARNING,
+                Severity::Note => DiagnosticSeverity::INFORMATION,
+            }),
+            code: Some(NumberOrString::String(d.code.to_string())),
+            source: Some("planc".into()),
+            message,
+            related_information: (!related.is_empty()).then_some(related),
+            ..Default::default()
+        });
+    }
+    files
+        .iter()
+        .zip(by_file)
+        .map(|(f, ds)| (f.path.clone(), ds))
+        .collect()
+}
+
+fn markdown(value: String) -> Hover {
+    Hover {
+        contents: HoverContents::Markup(MarkupContent {
+            kind: MarkupKind::Markdown,
+            value,
+        }),
+        range: None,
+    }
+}
+
+/// The innermost block around `at`, with the blocks enclosing it.
+fn blocks_at(file: &SourceFile, at: usize) -> Vec<&Block> {
+    let inside = |s: Span| (s.start as usize) <= at && at <= (s.end as usize);
+    let mut chain = Vec::new();
+    let mut entries: Vec<&Block> = file
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Block(b) => Some(b),
+            Item::Import(_) => None,
+        })
+        .collect();
+    while let Some(b) = entries.iter().copied().find(|b| inside(b.span)) {
+        chain.push(b);
+        entries = b.blocks().collect();
+    }
+    chain
+}
+
+pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Hover> {
+    let file = checked.sources.files.iter().position(|f| f.path == path)?;
+    // A diagnostic under the cursor: its code explained.
+    for d in &checked.diagnostics {
+        let Some(l) = &d.primary else { continue };
+        if l.file == FileId(file as u32)
+            && (l.span.start as usize) <= at
+            && at <= (l.span.end as usize)
+        {
+            if let Some(c) = planc_lang::codes::lookup(d.code) {
+                return Some(markdown(format!(
+                    "**{}** ({}): {}\n\n{}",
+                    c.id,
+                    c.severity.as_str(),
+                    c.title,
+                    c.explanation
+                )));
+            }
+        }
+    }
+    let syntax = &checked.sources.files[file].syntax;
+    let chain = blocks_at(syntax, at);
+    let block = *chain.last()?;
+    let on = |s: Span| (s.start as usize) <= at && at <= (s.end as usize);
+    // A block's header: what planc predicts for the plan.
+    if chain.len() == 1 && on(block.header_span()) {
+        let summary = render::summary(checked)?;
+        return Some(markdown(format!("```text\n{summary}```")));
+    }
+    // An attribute's name: what the checked plan made of it.
+    let attr = block.attrs().find(|a| on(a.name.span))?;
+    let written = &text[attr.value.span.start as usize..attr.value.span.end as usize];
+    let mut value = format!("`{}.{}` = `{written}`", block.kind.text, attr.name.text);
+    if block.kind.text == "parallel" {
+        let report = serde_json::to_value(checked.report()).ok()?;
+        if let Some(v) = report["plan"].get(attr.name.text.as_str()) {
+            let v = v.to_string().trim_matches('"').to_string();
+            if v != written {
+                value.push_str(&format!(
+                    "\n\nin the checked plan: `{} = {v}`",
+                    attr.name.text
+                ));
+            }
+        }
+    }
+    Some(markdown(value))
+}
+
+pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
+    let syntax = planc_lang::parse(text, FileId(0)).file;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let prefix = &text[line_start..at];
+    let word = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let item = |label: &str, kind: CompletionItemKind, detail: &str| CompletionItem {
+        label: label.to_string(),
+        kind: Some(kind),
+        detail: (!detail.is_empty()).then(|| detail.to_string()),
+        ..Default::default()
+    };
+    let chain = blocks_at(&syntax, at);
+    // `name = |`: values.
+    if let Some((name, value)) = prefix.split_once('=') {
+        let name = name.trim();
+        let value = value.trim_start();
+        if !word(name) || !(word(value) || value.starts_with('"')) {
+            return Vec::new();
+        }
+        let catalog = Catalog::builtin();
+        return match name {
+            "gpu" => catalog
+                .gpu_names()
+                .map(|g| item(g, CompletionItemKind::ENUM_MEMBER, "built-in GPU"))
+                .collect(),
+            "preset" => catalog
+                .models
+                .iter()
+                .map(|m| {
+                    let mut i = item(&m.name, CompletionItemKind::ENUM_MEMBER, "model preset");
+                    if !value.starts_with('"') {
+                        i.insert_text = Some(format!("\"{}\"", m.name));
+                    }
+                    i
+                })
+                .collect(),
+            "sequence_parallel" | "tied_embeddings" | "bias" => ["true", "false"]
+                .iter()
+                .map(|v| item(v, CompletionItemKind::KEYWORD, ""))
+                .collect(),
+            _ if chain.last().is_some_and(|b| b.kind.text == "parallel") => {
+                vec![item(
+                    "auto",
+                    CompletionItemKind::KEYWORD,
+                    "let planc solve choose",
+                )]
+            }
+            _ => Vec::new(),
+        };
+    }
+    if !word(prefix.trim_start()) {
+        return Vec::new();
+    }
+    // The start of an entry: the names this block accepts, less those already written.
+    let Some(block) = chain.last() else {
+        let mut items: Vec<CompletionItem> = schema::TOP_LEVEL
+            .iter()
+            .map(|k| item(k, CompletionItemKind::MODULE, "block"))
+            .collect();
+        items.push(item("import", CompletionItemKind::KEYWORD, ""));
+        return items;
+    };
+    let Some(s) = schema::lookup(&block.kind.text) else {
+        return Vec::new();
+    };
+    let written: Vec<&str> = block
+        .entries
+        .iter()
+        .filter_map(|e| match e {
+            Entry::Attr(a)
+                if !((a.name.span.start as usize) <= at && at <= a.name.span.end as usize) =>
+            {
+                Some(a.name.text.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    let detail = format!("{} attribute", block.kind.text);
+    s.attrs
+        .iter()
+        .filter(|a| !written.contains(a))
+        .map(|a| item(a, CompletionItemKind::FIELD, &detail))
+        .chain(
+            s.blocks
+                .iter()
+                .map(|b| item(b, CompletionItemKind::MODULE, "block")),
+        )
+        .collect()
+}
+
+/// The whole document in the one layout, or nothing when it has syntax errors (the editor
+/// shows those already).
+pub fn formatting(text: &str) -> Option<Vec<TextEdit>> {
+    let formatted = planc_lang::format::format(text).ok()?;
+    if formatted == text {
+        return Some(Vec::new());
+    }
+    let end = super::position::position(text, text.len());
+    Some(vec![TextEdit::new(
+        lsp_types::Range::new(lsp_types::Position::new(0, 0), end),
+        formatted,
+    )])
+}
+
+/// The byte offset of an LSP position in `text`.
+pub fn at(text: &str, pos: lsp_types::Position) -> usize {
+    offset(text, pos)
+}

@@ -1,0 +1,250 @@
+//! `planc lsp`: a language server over standard input and output.
+//!
+//! Every change to an open document re-runs the same check as `planc check` (open documents
+//! take the place of their files, so an edited import counts before it is saved) and
+//! publishes its diagnostics; hover explains diagnostic codes, shows the plan's prediction
+//! on a block header and what `auto` became; completion offers the attributes a block
+//! accepts, built-in GPUs and model presets; formatting is `planc fmt`. Synchronous on
+//! purpose: a check takes milliseconds, so there is nothing to cancel.
+
+mod features;
+mod position;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use lsp_server::{Connection, Message, Notification, Request, Response};
+use lsp_types::notification::{
+    DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
+    Notification as _, PublishDiagnostics,
+};
+use lsp_types::request::{Completion, Formatting, HoverRequest, Request as _};
+use lsp_types::{
+    CompletionOptions, CompletionParams, CompletionResponse, DocumentFormattingParams, HoverParams,
+    HoverProviderCapability, InitializeParams, OneOf, PublishDiagnosticsParams, ServerCapabilities,
+    ServerInfo, TextDocumentSyncCapability, TextDocumentSyncKind, Url,
+};
+
+pub fn run() -> ExitCode {
+    let (connection, threads) = Connection::stdio();
+    let capabilities = ServerCapabilities {
+        text_document_sync: Some(TextDocumentSyncCapability::Kind(TextDocumentSyncKind::FULL)),
+        hover_provider: Some(HoverProviderCapability::Simple(true)),
+        completion_provider: Some(CompletionOptions {
+            trigger_characters: Some(vec!["=".into(), " ".into()]),
+            ..Default::default()
+        }),
+        document_formatting_provider: Some(OneOf::Left(true)),
+        ..Default::default()
+    };
+    let init = serde_json::json!({
+        "capabilities": capabilities,
+        "serverInfo": ServerInfo { name: "planc".into(), version: Some(env!("CARGO_PKG_VERSION").into()) },
+    });
+    let result = connection
+        .initialize_start()
+        .map_err(|e| e.to_string())
+        .and_then(|(id, params)| {
+            let _: InitializeParams = serde_json::from_value(params).map_err(|e| e.to_string())?;
+            connection
+                .initialize_finish(id, init)
+                .map_err(|e| e.to_string())?;
+            Server::default().serve(&connection)
+        });
+    drop(connection);
+    let _ = threads.join();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("planc lsp: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[derive(Default)]
+struct Server {
+    /// Open documents by the path they stand for.
+    open: HashMap<PathBuf, String>,
+    /// Files we published diagnostics for, by the document that caused them, so that
+    /// fixed problems disappear from files the document no longer imports.
+    published: HashMap<PathBuf, Vec<PathBuf>>,
+}
+
+/// The path a document stands for; an unsaved buffer gets one of its own.
+fn path_of(uri: &Url) -> PathBuf {
+    uri.to_file_path()
+        .unwrap_or_else(|_| PathBuf::from(format!("/planc-untitled/{}", uri.path())))
+}
+
+fn uri_of(path: &std::path::Path) -> Option<Url> {
+    if path.starts_with("/planc-untitled") {
+        return Some(untitled(path));
+    }
+    Url::from_file_path(path).ok()
+}
+
+impl Server {
+    fn serve(&mut self, connection: &Connection) -> Result<(), String> {
+        for message in &connection.receiver {
+            match message {
+                Message::Request(req) => {
+                    if connection
+                        .handle_shutdown(&req)
+                        .map_err(|e| e.to_string())?
+                    {
+                        return Ok(());
+                    }
+                    let response = self.request(req);
+                    send(connection, Message::Response(response))?;
+                }
+                Message::Notification(n) => {
+                    for out in self.notification(n) {
+                        send(connection, Message::Notification(out))?;
+                    }
+                }
+                Message::Response(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn request(&mut self, req: Request) -> Response {
+        let id = req.id.clone();
+        let result = match req.method.as_str() {
+            HoverRequest::METHOD => parse::<HoverParams>(req)
+                .map(|p| {
+                    let doc = p.text_document_position_params;
+                    let path = path_of(&doc.text_document.uri);
+                    let text = self.open.get(&path)?;
+                    let at = features::at(text, doc.position);
+                    let checked = features::analyze(&path, &self.open)?;
+                    features::hover(&checked, &path, text, at)
+                })
+                .map(json),
+            Completion::METHOD => parse::<CompletionParams>(req)
+                .map(|p| {
+                    let doc = p.text_document_position;
+                    let text = self.open.get(&path_of(&doc.text_document.uri))?;
+                    let items = features::completion(text, features::at(text, doc.position));
+                    Some(CompletionResponse::Array(items))
+                })
+                .map(json),
+            Formatting::METHOD => parse::<DocumentFormattingParams>(req)
+                .map(|p| {
+                    let text = self.open.get(&path_of(&p.text_document.uri))?;
+                    features::formatting(text)
+                })
+                .map(json),
+            other => {
+                return Response::new_err(
+                    id,
+                    lsp_server::ErrorCode::MethodNotFound as i32,
+                    format!("planc lsp does not handle {other}"),
+                )
+            }
+        };
+        match result {
+            Ok(value) => Response::new_ok(id, value),
+            Err(e) => Response::new_err(id, lsp_server::ErrorCode::InvalidParams as i32, e),
+        }
+    }
+
+    fn notification(&mut self, n: Notification) -> Vec<Notification> {
+        let changed = match n.method.as_str() {
+            DidOpenTextDocument::METHOD => {
+                parse_n::<lsp_types::DidOpenTextDocumentParams>(n).map(|p| {
+                    let path = path_of(&p.text_document.uri);
+                    self.open.insert(path.clone(), p.text_document.text);
+                    path
+                })
+            }
+            DidChangeTextDocument::METHOD => {
+                parse_n::<lsp_types::DidChangeTextDocumentParams>(n).and_then(|p| {
+                    let path = path_of(&p.text_document.uri);
+                    // Full sync: the last change is the whole text.
+                    let text = p.content_changes.into_iter().last()?.text;
+                    self.open.insert(path.clone(), text);
+                    Some(path)
+                })
+            }
+            DidSaveTextDocument::METHOD => parse_n::<lsp_types::DidSaveTextDocumentParams>(n)
+                .map(|p| path_of(&p.text_document.uri)),
+            DidCloseTextDocument::METHOD => {
+                if let Some(p) = parse_n::<lsp_types::DidCloseTextDocumentParams>(n) {
+                    let path = path_of(&p.text_document.uri);
+                    self.open.remove(&path);
+                    return self.clear(&path);
+                }
+                None
+            }
+            _ => None,
+        };
+        match changed {
+            Some(path) => self.publish(&path),
+            None => Vec::new(),
+        }
+    }
+
+    fn publish(&mut self, path: &PathBuf) -> Vec<Notification> {
+        let Some(checked) = features::analyze(path, &self.open) else {
+            return Vec::new();
+        };
+        let mut out = self.clear(path);
+        let mut files = Vec::new();
+        for (file, diagnostics) in features::diagnostics(&checked) {
+            if let Some(uri) = uri_of(&file) {
+                out.retain(|n| n.params["uri"] != uri.as_str());
+                out.push(diagnostics_notification(uri, diagnostics));
+                files.push(file);
+            }
+        }
+        self.published.insert(path.clone(), files);
+        out
+    }
+
+    /// Empties the diagnostics this document put anywhere.
+    fn clear(&mut self, path: &PathBuf) -> Vec<Notification> {
+        self.published
+            .remove(path)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|f| uri_of(f))
+            .map(|uri| diagnostics_notification(uri, Vec::new()))
+            .collect()
+    }
+}
+
+fn untitled(path: &std::path::Path) -> Url {
+    Url::parse(&format!(
+        "untitled:{}",
+        path.strip_prefix("/planc-untitled/")
+            .unwrap_or(path)
+            .display()
+    ))
+    .expect("an untitled URI")
+}
+
+fn diagnostics_notification(uri: Url, diagnostics: Vec<lsp_types::Diagnostic>) -> Notification {
+    Notification::new(
+        PublishDiagnostics::METHOD.into(),
+        PublishDiagnosticsParams::new(uri, diagnostics, None),
+    )
+}
+
+fn json<T: serde::Serialize>(value: T) -> serde_json::Value {
+    serde_json::to_value(value).expect("LSP types serialise")
+}
+
+fn parse<P: serde::de::DeserializeOwned>(req: Request) -> Result<P, String> {
+    serde_json::from_value(req.params).map_err(|e| format!("bad {} params: {e}", req.method))
+}
+
+fn parse_n<P: serde::de::DeserializeOwned>(n: Notification) -> Option<P> {
+    serde_json::from_value(n.params).ok()
+}
+
+fn send(connection: &Connection, message: Message) -> Result<(), String> {
+    connection.sender.send(message).map_err(|e| e.to_string())
+}

@@ -1,0 +1,281 @@
+//! `planc lsp` driven over stdio by a small JSON-RPC client, the way an editor drives it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use serde_json::{json, Value};
+
+struct Client {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: i64,
+    /// Notifications received while waiting for a response.
+    notifications: Vec<Value>,
+}
+
+impl Client {
+    fn start() -> Client {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_planc"))
+            .arg("lsp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut c = Client {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            notifications: Vec::new(),
+        };
+        let init = c.request(
+            "initialize",
+            json!({ "processId": null, "rootUri": null, "capabilities": {} }),
+        );
+        let caps = &init["capabilities"];
+        assert_eq!(caps["hoverProvider"], true, "{init}");
+        assert_eq!(caps["documentFormattingProvider"], true, "{init}");
+        assert!(caps["completionProvider"].is_object(), "{init}");
+        c.notify("initialized", json!({}));
+        c
+    }
+
+    fn send(&mut self, message: Value) {
+        let body = message.to_string();
+        write!(self.stdin, "Content-Length: {}\r\n\r\n{body}", body.len()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn receive(&mut self) -> Value {
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "server closed"
+            );
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(n) = line.strip_prefix("Content-Length: ") {
+                length = n.parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.stdout.read_exact(&mut body).unwrap();
+        serde_json::from_slice(&body).unwrap()
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }));
+        loop {
+            let m = self.receive();
+            if m["id"] == id {
+                assert!(m.get("error").is_none(), "{method}: {m}");
+                return m["result"].clone();
+            }
+            self.notifications.push(m);
+        }
+    }
+
+    fn notify(&mut self, method: &str, params: Value) {
+        self.send(json!({ "jsonrpc": "2.0", "method": method, "params": params }));
+    }
+
+    /// The next diagnostics published for `uri`.
+    fn diagnostics_for(&mut self, uri: &str) -> Vec<Value> {
+        loop {
+            let pos = self.notifications.iter().position(|n| {
+                n["method"] == "textDocument/publishDiagnostics" && n["params"]["uri"] == uri
+            });
+            if let Some(i) = pos {
+                let n = self.notifications.remove(i);
+                return n["params"]["diagnostics"].as_array().unwrap().clone();
+            }
+            let m = self.receive();
+            self.notifications.push(m);
+        }
+    }
+
+    fn shutdown(mut self) {
+        self.request("shutdown", Value::Null);
+        self.notify("exit", Value::Null);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}
+
+fn uri(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+const PLAN: &str = "cluster c {
+    nodes = 1
+    gpus_per_node = 8
+    gpu = H100_SXM_80GB
+}
+model m { layers = 8, hidden = 1024, heads = 16, vocab = 32000, seq_len = 2048 }
+train { global_batch = 64, precision = bf16, optimizer = adamw }
+parallel {
+    tp = 2
+    dp = auto
+    micro_batch = 1
+}
+";
+
+fn open(c: &mut Client, uri: &str, text: &str) {
+    c.notify(
+        "textDocument/didOpen",
+        json!({ "textDocument": { "uri": uri, "languageId": "planc", "version": 1, "text": text } }),
+    );
+}
+
+fn change(c: &mut Client, uri: &str, version: i32, text: &str) {
+    c.notify(
+        "textDocument/didChange",
+        json!({ "textDocument": { "uri": uri, "version": version }, "contentChanges": [{ "text": text }] }),
+    );
+}
+
+fn at(uri: &str, line: u32, character: u32) -> Value {
+    json!({ "textDocument": { "uri": uri }, "position": { "line": line, "character": character } })
+}
+
+#[test]
+fn diagnostics_follow_the_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let broken = PLAN.replace("micro_batch = 1", "micro_bach = 1");
+    open(&mut c, &u, &broken);
+    let ds = c.diagnostics_for(&u);
+    let unknown = ds
+        .iter()
+        .find(|d| d["code"] == "P0204")
+        .unwrap_or_else(|| panic!("no P0204 in {ds:#?}"));
+    assert_eq!(unknown["severity"], 1);
+    assert_eq!(
+        unknown["range"]["start"],
+        json!({ "line": 10, "character": 4 })
+    );
+    assert!(unknown["message"].as_str().unwrap().contains("micro_batch"));
+
+    change(&mut c, &u, 2, PLAN);
+    let ds = c.diagnostics_for(&u);
+    assert!(
+        ds.iter().all(|d| d["severity"] != 1),
+        "errors remain: {ds:#?}"
+    );
+    c.shutdown();
+}
+
+#[test]
+fn an_error_in_an_import_is_shown_in_the_imported_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("cluster.tp");
+    std::fs::write(
+        &shared,
+        "cluster c { nodes = 1, gpus_per_node = 8, gpu = H101 }\n",
+    )
+    .unwrap();
+    let main = dir.path().join("plan.tp");
+    let text = format!(
+        "import \"cluster.tp\"\n{}",
+        PLAN.split_once("}\n").unwrap().1
+    );
+    let mut c = Client::start();
+    open(&mut c, &uri(&main), &text);
+    let ds = c.diagnostics_for(&uri(&shared));
+    assert!(
+        ds.iter()
+            .any(|d| d["message"].as_str().unwrap().contains("H101")),
+        "{ds:#?}"
+    );
+    c.shutdown();
+}
+
+#[test]
+fn hover_explains_codes_and_shows_the_checked_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    open(&mut c, &u, PLAN);
+    c.diagnostics_for(&u);
+
+    // `dp` on line 9: what `auto` became.
+    let h = c.request("textDocument/hover", at(&u, 9, 5));
+    let text = h["contents"]["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(text.contains("in the checked plan: `dp = 4`"), "{text}");
+    // On `auto` itself: the note that says so, explained.
+    let h = c.request("textDocument/hover", at(&u, 9, 10));
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.starts_with("**P0501**"), "{text}");
+    // The `parallel` header: the prediction.
+    let h = c.request("textDocument/hover", at(&u, 7, 2));
+    let text = h["contents"]["value"].as_str().unwrap();
+    assert!(text.contains("step") && text.contains("MFU"), "{text}");
+    c.shutdown();
+}
+
+#[test]
+fn completion_offers_what_the_block_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let text = PLAN.replace("    micro_batch = 1\n", "    micro_batch = 1\n    sch\n");
+    open(&mut c, &u, &text);
+    let items = c.request("textDocument/completion", at(&u, 11, 7));
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"schedule"), "{labels:?}");
+    assert!(!labels.contains(&"tp"), "tp is already written: {labels:?}");
+    assert!(
+        !labels.contains(&"nodes"),
+        "a cluster attribute: {labels:?}"
+    );
+
+    let items = c.request("textDocument/completion", at(&u, 3, 10));
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"H100_SXM_80GB"), "{labels:?}");
+    c.shutdown();
+}
+
+#[test]
+fn formatting_is_planc_fmt() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    open(&mut c, &u, "train{global_batch=8}\n");
+    let edits = c.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": u }, "options": { "tabSize": 4, "insertSpaces": true } }),
+    );
+    assert_eq!(edits[0]["newText"], "train { global_batch = 8 }\n");
+    // A broken file gets no edits rather than a mangled text.
+    change(&mut c, &u, 2, "train { global_batch = }\n");
+    let edits = c.request(
+        "textDocument/formatting",
+        json!({ "textDocument": { "uri": u }, "options": { "tabSize": 4, "insertSpaces": true } }),
+    );
+    assert!(edits.is_null(), "{edits}");
+    c.shutdown();
+}
