@@ -202,6 +202,13 @@ enum Color {
 }
 
 fn main() -> ExitCode {
+    // `planc check --format json | head` must end quietly when `head` stops reading, as
+    // other Unix tools do, rather than panic in println! on a closed pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
