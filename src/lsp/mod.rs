@@ -87,18 +87,28 @@ fn uri_of(path: &std::path::Path) -> Option<Url> {
 
 impl Server {
     fn serve(&mut self, connection: &Connection) -> Result<(), String> {
+        // Shutdown is handled here rather than by lsp-server's helper, which fails on a
+        // second `shutdown` (Neovim sends one per `stop_client` and one on quit).
+        let mut shut_down = false;
         for message in &connection.receiver {
             match message {
+                Message::Request(req) if req.method == "shutdown" => {
+                    shut_down = true;
+                    send(connection, Message::Response(Response::new_ok(req.id, ())))?;
+                }
+                Message::Request(req) if shut_down => {
+                    let refused = Response::new_err(
+                        req.id,
+                        lsp_server::ErrorCode::InvalidRequest as i32,
+                        "the server is shutting down".into(),
+                    );
+                    send(connection, Message::Response(refused))?;
+                }
                 Message::Request(req) => {
-                    if connection
-                        .handle_shutdown(&req)
-                        .map_err(|e| e.to_string())?
-                    {
-                        return Ok(());
-                    }
                     let response = self.request(req);
                     send(connection, Message::Response(response))?;
                 }
+                Message::Notification(n) if n.method == "exit" => return Ok(()),
                 Message::Notification(n) => {
                     for out in self.notification(n) {
                         send(connection, Message::Notification(out))?;
