@@ -123,3 +123,20 @@ fn fmt_formats_standard_input_for_editors() {
         "train { global_batch = 8 }\n"
     );
 }
+
+#[test]
+fn the_examples_are_formatted() {
+    let examples: Vec<String> = plans()
+        .into_iter()
+        .filter(|p| p.starts_with(root().join("examples")))
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    let mut args = vec!["fmt", "--check"];
+    args.extend(examples.iter().map(String::as_str));
+    let run = planc(&args);
+    assert_eq!(
+        run.code, 0,
+        "run `planc fmt examples/*.tp`:\n{}",
+        run.stdout
+    );
+}

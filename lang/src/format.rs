@@ -102,6 +102,7 @@ struct Line {
 /// Joins the lines, aligning the trailing comments of consecutive lines at one column (as
 /// gofmt does), so that a column of remarks survives entries changing length.
 fn render_lines(lines: &[Line]) -> String {
+    // Columns are counted in characters: a value may hold `×`.
     let indent = |l: &Line| l.code.len() - l.code.trim_start().len();
     let mut out = String::new();
     let mut i = 0;
@@ -118,12 +119,16 @@ fn render_lines(lines: &[Line]) -> String {
                 j += 1;
             }
         }
-        let column = lines[i..j].iter().map(|l| l.code.len()).max().unwrap_or(0);
+        let column = lines[i..j]
+            .iter()
+            .map(|l| l.code.chars().count())
+            .max()
+            .unwrap_or(0);
         for l in &lines[i..j] {
             out.push_str(&l.code);
             if let Some(c) = &l.comment {
                 if !l.code.is_empty() {
-                    out.push_str(&" ".repeat(column - l.code.len() + 2));
+                    out.push_str(&" ".repeat(column - l.code.chars().count() + 2));
                 }
                 out.push_str(c);
             }
