@@ -5,6 +5,7 @@ mod fmt;
 mod lsp;
 mod output;
 mod render;
+mod run;
 mod simulate;
 mod solve;
 
@@ -173,6 +174,30 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Time the plan's own operations on the local GPU and compare them with the model.
+    ///
+    /// One layer's forward matrix products run through cuBLAS at the per-GPU shapes the
+    /// plan implies (after tp/sp/cp sharding), in its precision; memory-bound kernels are
+    /// timed as copies of the same bytes. The report gives each operation's predicted and
+    /// measured time and the efficiencies this device reaches. Needs an NVIDIA GPU and the
+    /// CUDA libraries (libcuda, libcublas) on the library path; exit 2 without them.
+    ///
+    /// Examples:
+    ///   planc run examples/llama3-8b-1x8h100.tp
+    ///   planc run plan.tp --repeat 50 --format json | jq .measured_gemm_efficiency
+    #[command(verbatim_doc_comment)]
+    Run {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// Timed runs per operation (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        repeat: usize,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
     /// Serve editors: a language server (LSP) on standard input and output.
     ///
     /// Diagnostics as you type (the same check as `planc check`, imports included), hover
@@ -284,6 +309,12 @@ fn main() -> ExitCode {
             check,
             color,
         } => fmt::run(&files, check, color_choice(color)),
+        Command::Run {
+            file,
+            repeat,
+            format,
+            color,
+        } => run::run(&file, repeat, format == Format::Json, color_choice(color)),
         Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),
     }

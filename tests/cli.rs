@@ -241,3 +241,26 @@ fn solve_emits_the_best_plan_in_one_step() {
         "tp {tp} not in {script}"
     );
 }
+
+#[test]
+fn run_says_plainly_when_there_is_no_gpu() {
+    let run = planc(&["run", "examples/llama3-8b-1x8h100.tp", "--repeat", "3"]);
+    match run.code {
+        // CI and most build machines: no CUDA driver.
+        2 => assert!(
+            run.stderr.contains("needs a machine with an NVIDIA GPU")
+                || run.stderr.contains("cuBLAS"),
+            "{}",
+            run.stderr
+        ),
+        0 => assert!(
+            run.stdout.contains("mlp_up_proj") && run.stdout.contains("gemm_efficiency"),
+            "{}",
+            run.stdout
+        ),
+        code => panic!("exit {code}: {}", run.stderr),
+    }
+    let bad = planc(&["run", "examples/oom-llama3-70b-8xa100.tp"]);
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(bad.stderr.contains("not running a plan with errors"));
+}

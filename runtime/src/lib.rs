@@ -1,0 +1,191 @@
+//! `planc run`: the plan's own operations executed on a local GPU and timed, next to what
+//! the cost model predicts for them.
+//!
+//! The operations are the compiler's per-layer list (`cost::ops::layer_forward`): the same
+//! matrix products, at the same per-GPU shapes after tensor/sequence/context sharding, that
+//! the closed form and the simulator price. Matrix products run through cuBLAS in the
+//! plan's precision; memory-bound kernels are stood in for by a device-to-device copy of the
+//! same bytes; the fused attention core and collectives are listed but not run yet (they
+//! need a flash-attention kernel and several GPUs). The measured/predicted ratios give the
+//! device's achievable efficiencies, the two constants the catalog takes from datasheets.
+//!
+//! CUDA is loaded when a run starts (cudarc's dynamic loading), so planc builds and runs
+//! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
+
+mod gpu;
+
+use planc_compiler::catalog::Catalog;
+use planc_compiler::cost::ops::{layer_forward, OpKind};
+use planc_compiler::cost::time::Device;
+use planc_compiler::plan::{Gpu, Plan, Precision};
+use serde::Serialize;
+
+pub use gpu::self_check;
+
+#[derive(Debug)]
+pub enum RunError {
+    /// No CUDA driver (libcuda) could be loaded: not a GPU machine.
+    NoDriver,
+    /// The driver loaded but shows no GPU.
+    NoGpu,
+    /// cuBLAS could not be loaded.
+    NoCublas,
+    /// The plan's precision has no cuBLAS path here.
+    Precision(Precision),
+    Cuda(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::NoDriver => write!(
+                f,
+                "no CUDA driver found (libcuda.so): `planc run` needs a machine with an NVIDIA GPU"
+            ),
+            RunError::NoGpu => write!(f, "the CUDA driver sees no GPU"),
+            RunError::NoCublas => write!(
+                f,
+                "cuBLAS (libcublas.so) not found; add the CUDA libraries to LD_LIBRARY_PATH"
+            ),
+            RunError::Precision(p) => write!(
+                f,
+                "`planc run` times bf16, fp16 and fp32 products; the plan's precision is {p:?}"
+            ),
+            RunError::Cuda(e) => write!(f, "CUDA error: {e}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Measured {
+    pub name: &'static str,
+    /// `gemm`, `memory`, `attention` or `collective`.
+    pub kind: &'static str,
+    /// `m×n×k` for products, bytes for the rest.
+    pub shape: String,
+    /// None where the model prices the operation elsewhere (collectives are placed on the
+    /// fabric by the group they run over, which one GPU does not see).
+    pub predicted_s: Option<f64>,
+    /// None where the operation is not run (see `note`).
+    pub measured_s: Option<f64>,
+    pub note: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// As the driver names it.
+    pub device: String,
+    /// The catalog entry the predictions use.
+    pub catalog_gpu: String,
+    pub repeats: usize,
+    pub ops: Vec<Measured>,
+    /// Σ measured / Σ predicted over the operations of each kind that ran.
+    pub gemm_ratio: Option<f64>,
+    pub memory_ratio: Option<f64>,
+    /// The catalog's efficiencies corrected by the ratios: what this device reaches.
+    pub measured_gemm_efficiency: Option<f64>,
+    pub measured_memory_efficiency: Option<f64>,
+    pub catalog_gemm_efficiency: f64,
+    pub catalog_memory_efficiency: f64,
+}
+
+/// The catalog GPU that describes the local device: the plan's own when it is the same
+/// family, else the catalog entry of the device's family (predictions must be for the card
+/// that runs them), else the plan's with a note in the report.
+fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
+    let family = |name: &str| name.split('_').next().unwrap_or(name).to_ascii_uppercase();
+    let device_upper = device.to_ascii_uppercase();
+    if device_upper.contains(&family(&plan_gpu.name)) {
+        return plan_gpu.clone();
+    }
+    Catalog::builtin()
+        .gpus
+        .iter()
+        .map(|(_, g)| g)
+        .filter(|g| device_upper.contains(&family(&g.name)))
+        .max_by(|a, b| a.memory.total_cmp(&b.memory))
+        .cloned()
+        .unwrap_or_else(|| plan_gpu.clone())
+}
+
+/// Runs one layer's forward operations of `plan` on GPU 0, `repeats` times each, and
+/// reports the median time of each next to the prediction.
+pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
+    let precision = plan.train.precision;
+    if !matches!(
+        precision,
+        Precision::Bf16 | Precision::Fp16 | Precision::Fp32
+    ) {
+        return Err(RunError::Precision(precision));
+    }
+    let mut runner = gpu::Runner::open(precision)?;
+    let catalog = catalog_gpu_for(&runner.device_name, &plan.cluster.groups[0].gpu);
+    let dev = Device {
+        gpu: &catalog,
+        precision,
+    };
+    let repeats = repeats.max(3);
+    let mut ops = Vec::new();
+    for op in layer_forward(plan) {
+        let m = match op.kind {
+            OpKind::Gemm { m, n, k } => {
+                let (mi, ni, ki) = (m.round() as usize, n.round() as usize, k.round() as usize);
+                Measured {
+                    name: op.name,
+                    kind: "gemm",
+                    shape: format!("{mi}×{ni}×{ki}"),
+                    predicted_s: Some(dev.gemm(m, n, k)),
+                    measured_s: Some(runner.gemm(mi, ni, ki, repeats)?),
+                    note: None,
+                }
+            }
+            OpKind::Memory { bytes } => Measured {
+                name: op.name,
+                kind: "memory",
+                shape: format!("{:.0} B", bytes),
+                predicted_s: Some(dev.memory(bytes)),
+                measured_s: Some(runner.copy(bytes as usize, repeats)?),
+                note: Some("timed as a device-to-device copy of the same bytes".into()),
+            },
+            OpKind::FlashAttention { flops } => Measured {
+                name: op.name,
+                kind: "attention",
+                shape: format!("{flops:.3e} FLOP"),
+                predicted_s: Some(dev.flash(flops)),
+                measured_s: None,
+                note: Some("not run: needs a fused attention kernel".into()),
+            },
+            OpKind::Collective { bytes, .. } | OpKind::RingExchange { bytes, .. } => Measured {
+                name: op.name,
+                kind: "collective",
+                shape: format!("{bytes:.0} B"),
+                predicted_s: None,
+                measured_s: None,
+                note: Some("not run: needs the group's GPUs (NCCL)".into()),
+            },
+        };
+        ops.push(m);
+    }
+    let ratio = |kind: &str| {
+        let (p, m) = ops
+            .iter()
+            .filter(|o| o.kind == kind)
+            .filter_map(|o| Some((o.predicted_s?, o.measured_s?)))
+            .fold((0.0, 0.0), |(p, m), (a, b)| (p + a, m + b));
+        (p > 0.0 && m > 0.0).then_some(m / p)
+    };
+    let gemm_ratio = ratio("gemm");
+    let memory_ratio = ratio("memory");
+    Ok(RunReport {
+        device: runner.device_name.clone(),
+        catalog_gpu: catalog.name.clone(),
+        repeats,
+        ops,
+        gemm_ratio,
+        memory_ratio,
+        measured_gemm_efficiency: gemm_ratio.map(|r| catalog.gemm_efficiency / r),
+        measured_memory_efficiency: memory_ratio.map(|r| catalog.memory_efficiency / r),
+        catalog_gemm_efficiency: catalog.gemm_efficiency,
+        catalog_memory_efficiency: catalog.memory_efficiency,
+    })
+}

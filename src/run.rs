@@ -1,0 +1,100 @@
+//! `planc run`: the checked plan's layer operations timed on the local GPU, next to the
+//! cost model's predictions, and the efficiencies that would make them agree.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+use planc_compiler::check::check_file;
+use planc_compiler::source::FsLoader;
+use planc_runtime::{measure, RunError, RunReport};
+
+use crate::render;
+
+pub fn run(file: &Path, repeats: usize, json: bool, color: ColorChoice) -> ExitCode {
+    let checked = match check_file(file, &FsLoader) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot read `{}`: {e}", file.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut err = StandardStream::stderr(color);
+    let _ = render::diagnostics(&mut err, &checked);
+    let Some(plan) = checked.plan.as_ref().filter(|_| checked.ok()) else {
+        eprintln!("{}: not running a plan with errors", file.display());
+        return ExitCode::from(1);
+    };
+    let report = match measure(plan, repeats) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(match e {
+                RunError::NoDriver | RunError::NoGpu | RunError::NoCublas => 2,
+                _ => 1,
+            });
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("the report serialises")
+        );
+    } else {
+        print!("{}", human(&report));
+    }
+    ExitCode::SUCCESS
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.3} ms", s * 1e3)
+}
+
+fn human(r: &RunReport) -> String {
+    let mut out = format!(
+        "device   {} (predicted as the catalog's {}), median of {} runs per operation\n\
+         one layer's forward operations on one GPU, as the plan shards them:\n\n",
+        r.device, r.catalog_gpu, r.repeats
+    );
+    out += &format!(
+        "  {:<18} {:<9} {:>22} {:>12} {:>12} {:>7}\n",
+        "operation", "kind", "shape", "predicted", "measured", "ratio"
+    );
+    for o in &r.ops {
+        let (measured, ratio) = match (o.measured_s, o.predicted_s) {
+            (Some(m), Some(p)) => (ms(m), format!("{:.2}", m / p)),
+            (Some(m), None) => (ms(m), String::new()),
+            (None, _) => ("-".into(), String::new()),
+        };
+        out += &format!(
+            "  {:<18} {:<9} {:>22} {:>12} {:>12} {:>7}{}\n",
+            o.name,
+            o.kind,
+            o.shape,
+            o.predicted_s.map_or("-".into(), ms),
+            measured,
+            ratio,
+            o.note
+                .as_deref()
+                .filter(|_| o.measured_s.is_none())
+                .map(|n| format!("  ({n})"))
+                .unwrap_or_default()
+        );
+    }
+    out += "\n";
+    if let (Some(ratio), Some(eff)) = (r.gemm_ratio, r.measured_gemm_efficiency) {
+        out += &format!(
+            "products took {ratio:.2}× the prediction: gemm_efficiency {eff:.2} on this device \
+             (catalog: {:.2})\n",
+            r.catalog_gemm_efficiency
+        );
+    }
+    if let (Some(ratio), Some(eff)) = (r.memory_ratio, r.measured_memory_efficiency) {
+        out += &format!(
+            "memory-bound kernels took {ratio:.2}× the prediction: memory_efficiency {eff:.2} \
+             (catalog: {:.2})\n",
+            r.catalog_memory_efficiency
+        );
+    }
+    out
+}
