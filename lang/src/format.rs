@@ -73,10 +73,11 @@ fn verify(before: &SourceFile, text: &str) -> Result<(), FormatError> {
             "the output parses to another tree".into(),
         ));
     }
+    // Trailing spaces are layout; everything else in a comment must survive.
     let texts = |f: &SourceFile| {
         f.comments
             .iter()
-            .map(|c| c.text.clone())
+            .map(|c| c.text.trim_end().to_string())
             .collect::<Vec<_>>()
     };
     if texts(before) != texts(&after.file) {
@@ -514,6 +515,15 @@ mod tests {
             format("model m { layers = }\n"),
             Err(FormatError::Syntax(d)) if !d.is_empty()
         ));
+    }
+
+    #[test]
+    fn trailing_spaces_in_a_comment_are_layout() {
+        assert_eq!(fmt("# \n"), "#\n");
+        assert_eq!(
+            fmt("model m { layers = 1 }  # x   \n"),
+            "model m { layers = 1 }  # x\n"
+        );
     }
 
     #[test]
