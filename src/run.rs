@@ -96,5 +96,8 @@ fn human(r: &RunReport) -> String {
             r.catalog_memory_efficiency
         );
     }
+    if let Some(ratio) = r.collective_ratio {
+        out += &format!("collectives took {ratio:.2}× the prediction (NCCL over the local GPUs)\n");
+    }
     out
 }

@@ -24,6 +24,7 @@ pub struct Runner {
     blas: CudaBlas,
     precision: Precision,
     pub device_name: String,
+    pub gpu_count: usize,
     seed: u64,
 }
 
@@ -33,7 +34,8 @@ impl Runner {
         if !unsafe { cudarc::driver::sys::is_culib_present() } {
             return Err(RunError::NoDriver);
         }
-        if CudaContext::device_count().map_err(cuda)? < 1 {
+        let gpu_count = CudaContext::device_count().map_err(cuda)?;
+        if gpu_count < 1 {
             return Err(RunError::NoGpu);
         }
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
@@ -49,6 +51,7 @@ impl Runner {
             blas,
             precision,
             device_name,
+            gpu_count: gpu_count as usize,
             seed: 0x9E37_79B9_7F4A_7C15,
         })
     }

@@ -5,13 +5,14 @@
 //! matrix products, at the same per-GPU shapes after tensor/sequence/context sharding, that
 //! the closed form and the simulator price. Matrix products run through cuBLAS in the
 //! plan's precision; memory-bound kernels are stood in for by a device-to-device copy of the
-//! same bytes; the fused attention core and collectives are listed but not run yet (they
-//! need a flash-attention kernel and several GPUs). The measured/predicted ratios give the
+//! same bytes; collectives run with NCCL across the local GPUs (see `collectives`); the
+//! fused attention core is listed but not run yet (it needs a flash-attention kernel). The measured/predicted ratios give the
 //! device's achievable efficiencies, the two constants the catalog takes from datasheets.
 //!
 //! CUDA is loaded when a run starts (cudarc's dynamic loading), so planc builds and runs
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
+mod collectives;
 mod gpu;
 
 use planc_compiler::catalog::Catalog;
@@ -82,6 +83,7 @@ pub struct RunReport {
     /// Σ measured / Σ predicted over the operations of each kind that ran.
     pub gemm_ratio: Option<f64>,
     pub memory_ratio: Option<f64>,
+    pub collective_ratio: Option<f64>,
     /// The catalog's efficiencies corrected by the ratios: what this device reaches.
     pub measured_gemm_efficiency: Option<f64>,
     pub measured_memory_efficiency: Option<f64>,
@@ -125,6 +127,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         precision,
     };
     let repeats = repeats.max(3);
+    let local_gpus = runner.gpu_count;
+    let mut nccl: std::collections::HashMap<usize, Option<collectives::Collectives>> =
+        std::collections::HashMap::new();
     let mut ops = Vec::new();
     for op in layer_forward(plan) {
         let m = match op.kind {
@@ -155,13 +160,58 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: None,
                 note: Some("not run: needs a fused attention kernel".into()),
             },
-            OpKind::Collective { bytes, .. } | OpKind::RingExchange { bytes, .. } => Measured {
+            OpKind::Collective {
+                op: c,
+                bytes,
+                group,
+            } => {
+                let g = collectives::group_size(plan, group) as usize;
+                let k = g.min(local_gpus);
+                let shape = format!("{bytes:.0} B");
+                if k < 2 {
+                    Measured {
+                        name: op.name,
+                        kind: "collective",
+                        shape,
+                        predicted_s: None,
+                        measured_s: None,
+                        note: Some(format!(
+                            "not run: a group of {g} needs {g} GPUs, this machine has {local_gpus}"
+                        )),
+                    }
+                } else {
+                    if let std::collections::hash_map::Entry::Vacant(e) = nccl.entry(k) {
+                        e.insert(collectives::Collectives::open(k)?);
+                    }
+                    match &nccl[&k] {
+                        None => Measured {
+                            name: op.name,
+                            kind: "collective",
+                            shape,
+                            predicted_s: None,
+                            measured_s: None,
+                            note: Some("not run: NCCL (libnccl.so) not found".into()),
+                        },
+                        Some(comm) => Measured {
+                            name: op.name,
+                            kind: "collective",
+                            shape,
+                            predicted_s: Some(collectives::predict(plan, c, bytes, k)),
+                            measured_s: Some(comm.time(c, bytes, repeats)?),
+                            note: (k < g).then(|| {
+                                format!("over {k} of the group's {g} GPUs, predicted for {k}")
+                            }),
+                        },
+                    }
+                }
+            }
+            OpKind::RingExchange { bytes, .. } => Measured {
                 name: op.name,
                 kind: "collective",
                 shape: format!("{bytes:.0} B"),
                 predicted_s: None,
                 measured_s: None,
-                note: Some("not run: needs the group's GPUs (NCCL)".into()),
+                note: Some("not run: the context-parallel ring is not driven yet".into()),
             },
         };
         ops.push(m);
@@ -176,6 +226,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     };
     let gemm_ratio = ratio("gemm");
     let memory_ratio = ratio("memory");
+    let collective_ratio = ratio("collective");
     Ok(RunReport {
         device: runner.device_name.clone(),
         catalog_gpu: catalog.name.clone(),
@@ -183,6 +234,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         ops,
         gemm_ratio,
         memory_ratio,
+        collective_ratio,
         measured_gemm_efficiency: gemm_ratio.map(|r| catalog.gemm_efficiency / r),
         measured_memory_efficiency: memory_ratio.map(|r| catalog.memory_efficiency / r),
         catalog_gemm_efficiency: catalog.gemm_efficiency,

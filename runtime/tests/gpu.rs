@@ -50,16 +50,24 @@ fn measured_operations_land_near_the_model() {
         (0.5..2.0).contains(&ratio),
         "products took {ratio}× the prediction: {report:#?}"
     );
+    // With two GPUs or more, the tensor-parallel collectives run over NCCL.
+    for o in report.ops.iter().filter(|o| o.kind == "collective") {
+        if let Some(m) = o.measured_s {
+            assert!(m > 0.0 && m.is_finite(), "{o:?}");
+            assert!(o.predicted_s.is_some(), "{o:?}");
+        }
+    }
     eprintln!("{}", serde_json_like(&report));
 }
 
 fn serde_json_like(r: &planc_runtime::RunReport) -> String {
     format!(
-        "{}: gemm ratio {:?} (efficiency {:?}), memory ratio {:?} (efficiency {:?})",
+        "{}: gemm ratio {:?} (efficiency {:?}), memory ratio {:?} (efficiency {:?}), collective ratio {:?}",
         r.device,
         r.gemm_ratio,
         r.measured_gemm_efficiency,
         r.memory_ratio,
-        r.measured_memory_efficiency
+        r.measured_memory_efficiency,
+        r.collective_ratio
     )
 }

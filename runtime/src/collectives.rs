@@ -1,0 +1,138 @@
+//! The plan's in-layer collectives (tensor- and context-parallel all-gathers,
+//! reduce-scatters, all-reduces) run with NCCL across the local GPUs, one thread driving
+//! every GPU through a NCCL group call, timed with CUDA events on each GPU's stream (the
+//! slowest rank's time is the collective's).
+//!
+//! A group larger than the machine runs over the GPUs there are, and is predicted for that
+//! many, so the comparison stays like for like; the report says so.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use cudarc::nccl::{group_end, group_start, Comm, ReduceOp};
+use half::bf16;
+use planc_compiler::cost::comm::{collective_time, Collective, GroupShape};
+use planc_compiler::cost::ops::Group;
+use planc_compiler::cost::time::placement;
+use planc_compiler::plan::Plan;
+
+use crate::RunError;
+
+fn cuda(e: impl std::fmt::Debug) -> RunError {
+    RunError::Cuda(format!("{e:?}"))
+}
+
+pub struct Collectives {
+    streams: Vec<Arc<CudaStream>>,
+    comms: Vec<Comm>,
+}
+
+impl Collectives {
+    /// NCCL over the first `n` GPUs, or None where there are fewer than two or no NCCL.
+    pub fn open(n: usize) -> Result<Option<Collectives>, RunError> {
+        let available = CudaContext::device_count().map_err(cuda)? as usize;
+        let n = n.min(available);
+        // SAFETY: only probes whether the shared library loads.
+        if n < 2 || !unsafe { cudarc::nccl::sys::is_culib_present() } {
+            return Ok(None);
+        }
+        let streams: Vec<Arc<CudaStream>> = (0..n)
+            .map(|i| CudaContext::new(i).map(|c| c.default_stream()))
+            .collect::<Result<_, _>>()
+            .map_err(cuda)?;
+        let comms = Comm::from_devices(streams.clone()).map_err(cuda)?;
+        Ok(Some(Collectives { streams, comms }))
+    }
+
+    pub fn size(&self) -> usize {
+        self.comms.len()
+    }
+
+    /// Median seconds of `op` over a buffer of `bytes` (the full, unsharded buffer).
+    pub fn time(&self, op: Collective, bytes: f64, repeats: usize) -> Result<f64, RunError> {
+        let n = self.size();
+        let full = ((bytes / 2.0) as usize / n).max(1) * n; // bf16 elements, divisible by n
+        let (send_len, recv_len) = match op {
+            Collective::AllReduce | Collective::AllToAll => (full, full),
+            Collective::AllGather => (full / n, full),
+            Collective::ReduceScatter => (full, full / n),
+        };
+        let host: Vec<bf16> = (0..send_len)
+            .map(|i| bf16::from_f32(((i % 251) as f32 - 125.0) / 125.0))
+            .collect();
+        let mut bufs: Vec<(CudaSlice<bf16>, CudaSlice<bf16>)> = Vec::new();
+        for s in &self.streams {
+            let send = s.memcpy_stod(&host).map_err(cuda)?;
+            let recv = s.alloc_zeros::<bf16>(recv_len).map_err(cuda)?;
+            bufs.push((send, recv));
+        }
+        let launch = |bufs: &mut Vec<(CudaSlice<bf16>, CudaSlice<bf16>)>| {
+            group_start().map_err(cuda)?;
+            for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
+                match op {
+                    Collective::AllReduce | Collective::AllToAll => {
+                        comm.all_reduce(send, recv, &ReduceOp::Sum).map_err(cuda)?
+                    }
+                    Collective::AllGather => comm.all_gather(send, recv).map_err(cuda)?,
+                    Collective::ReduceScatter => comm
+                        .reduce_scatter(send, recv, &ReduceOp::Sum)
+                        .map_err(cuda)?,
+                };
+            }
+            group_end().map_err(cuda)?;
+            Ok::<(), RunError>(())
+        };
+        for _ in 0..2 {
+            launch(&mut bufs)?;
+        }
+        for s in &self.streams {
+            s.synchronize().map_err(cuda)?;
+        }
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let mut marks = Vec::new();
+            for s in &self.streams {
+                let start = s
+                    .context()
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(cuda)?;
+                start.record(s).map_err(cuda)?;
+                marks.push(start);
+            }
+            launch(&mut bufs)?;
+            let mut slowest = 0.0f64;
+            for (s, start) in self.streams.iter().zip(&marks) {
+                let end = s
+                    .context()
+                    .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(cuda)?;
+                end.record(s).map_err(cuda)?;
+                end.synchronize().map_err(cuda)?;
+                slowest = slowest.max(start.elapsed_ms(&end).map_err(cuda)? as f64 / 1e3);
+            }
+            times.push(slowest);
+        }
+        times.sort_by(f64::total_cmp);
+        Ok(times[times.len() / 2])
+    }
+}
+
+/// The plan's own size of the group a collective runs over.
+pub fn group_size(plan: &Plan, group: Group) -> u64 {
+    match group {
+        Group::Tp => plan.parallel.tp,
+        Group::Cp => plan.parallel.cp,
+        Group::Ep => plan.parallel.ep,
+    }
+}
+
+/// What the model predicts for `op` over `n` GPUs of one node of the plan's first group.
+pub fn predict(plan: &Plan, op: Collective, bytes: f64, n: usize) -> f64 {
+    let pl = placement(plan, &plan.cluster.groups[0]);
+    let shape = GroupShape {
+        size: n as u64,
+        per_node: n as u64,
+    };
+    collective_time(op, bytes, shape, &pl.fabric)
+}
