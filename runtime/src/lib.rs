@@ -91,6 +91,24 @@ pub struct RunReport {
     pub catalog_memory_efficiency: f64,
 }
 
+/// An operation listed with its prediction but not executed, and why.
+fn not_run(
+    name: &'static str,
+    kind: &'static str,
+    shape: String,
+    predicted_s: Option<f64>,
+    why: impl Into<String>,
+) -> Measured {
+    Measured {
+        name,
+        kind,
+        shape,
+        predicted_s,
+        measured_s: None,
+        note: Some(why.into()),
+    }
+}
+
 /// The catalog GPU that describes the local device: the plan's own when it is the same
 /// family, else the catalog entry of the device's family (predictions must be for the card
 /// that runs them), else the plan's with a note in the report.
@@ -152,14 +170,13 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
-            OpKind::FlashAttention { flops } => Measured {
-                name: op.name,
-                kind: "attention",
-                shape: format!("{flops:.3e} FLOP"),
-                predicted_s: Some(dev.flash(flops)),
-                measured_s: None,
-                note: Some("not run: needs a fused attention kernel".into()),
-            },
+            OpKind::FlashAttention { flops } => not_run(
+                op.name,
+                "attention",
+                format!("{flops:.3e} FLOP"),
+                Some(dev.flash(flops)),
+                "not run: needs a fused attention kernel",
+            ),
             OpKind::Collective {
                 op: c,
                 bytes,
@@ -169,29 +186,27 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 let k = g.min(local_gpus);
                 let shape = format!("{bytes:.0} B");
                 if k < 2 {
-                    Measured {
-                        name: op.name,
-                        kind: "collective",
+                    not_run(
+                        op.name,
+                        "collective",
                         shape,
-                        predicted_s: None,
-                        measured_s: None,
-                        note: Some(format!(
+                        None,
+                        format!(
                             "not run: a group of {g} needs {g} GPUs, this machine has {local_gpus}"
-                        )),
-                    }
+                        ),
+                    )
                 } else {
                     if let std::collections::hash_map::Entry::Vacant(e) = nccl.entry(k) {
                         e.insert(collectives::Collectives::open(k)?);
                     }
                     match &nccl[&k] {
-                        None => Measured {
-                            name: op.name,
-                            kind: "collective",
+                        None => not_run(
+                            op.name,
+                            "collective",
                             shape,
-                            predicted_s: None,
-                            measured_s: None,
-                            note: Some("not run: NCCL (libnccl.so) not found".into()),
-                        },
+                            None,
+                            "not run: NCCL (libnccl.so) not found",
+                        ),
                         Some(comm) => Measured {
                             name: op.name,
                             kind: "collective",
@@ -205,14 +220,13 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     }
                 }
             }
-            OpKind::RingExchange { bytes, .. } => Measured {
-                name: op.name,
-                kind: "collective",
-                shape: format!("{bytes:.0} B"),
-                predicted_s: None,
-                measured_s: None,
-                note: Some("not run: the context-parallel ring is not driven yet".into()),
-            },
+            OpKind::RingExchange { bytes, .. } => not_run(
+                op.name,
+                "collective",
+                format!("{bytes:.0} B"),
+                None,
+                "not run: the context-parallel ring is not driven yet",
+            ),
         };
         ops.push(m);
     }
