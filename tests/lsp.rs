@@ -279,3 +279,49 @@ fn formatting_is_planc_fmt() {
     assert!(edits.is_null(), "{edits}");
     c.shutdown();
 }
+
+#[test]
+fn definition_follows_imports_and_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("model.tp");
+    std::fs::write(
+        &shared,
+        "model m {\n    layers = 8\n    hidden = 1024\n    ffn_hidden = 4 * hidden\n    heads = 16, vocab = 32000, seq_len = 2048\n}\n",
+    )
+    .unwrap();
+    let main = dir.path().join("plan.tp");
+    let text = "import \"model.tp\"\n\
+                cluster c { nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }\n\
+                train { global_batch = 64, precision = bf16, optimizer = adamw }\n\
+                parallel { tp = 2, dp = auto, micro_batch = model.layers / 8 }\n";
+    let (u, su) = (uri(&main), uri(&shared));
+    let mut c = Client::start();
+    open(&mut c, &u, text);
+    c.diagnostics_for(&u);
+
+    // On the import's path: the imported file.
+    let d = c.request("textDocument/definition", at(&u, 0, 10));
+    assert_eq!(d["uri"], su, "{d}");
+    // On `model.layers` in plan.tp: the attribute in model.tp.
+    let col = text.lines().nth(3).unwrap().find("model.layers").unwrap() as u32 + 7;
+    let d = c.request("textDocument/definition", at(&u, 3, col));
+    assert_eq!(d["uri"], su, "{d}");
+    assert_eq!(
+        d["range"]["start"],
+        json!({ "line": 1, "character": 4 }),
+        "{d}"
+    );
+
+    // Inside model.tp: `hidden` in `4 * hidden` is the attribute two lines up.
+    open(&mut c, &su, &std::fs::read_to_string(&shared).unwrap());
+    let d = c.request("textDocument/definition", at(&su, 3, 22));
+    assert_eq!(
+        d["range"]["start"],
+        json!({ "line": 2, "character": 4 }),
+        "{d}"
+    );
+    // On a plain number: nowhere.
+    let d = c.request("textDocument/definition", at(&su, 1, 14));
+    assert!(d.is_null(), "{d}");
+    c.shutdown();
+}

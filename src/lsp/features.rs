@@ -288,3 +288,76 @@ pub fn formatting(text: &str) -> Option<Vec<TextEdit>> {
 pub fn at(text: &str, pos: lsp_types::Position) -> usize {
     offset(text, pos)
 }
+
+/// Where the name under the cursor is defined: an import's file, the attribute a
+/// reference (`ffn_hidden = 4 * hidden`, `model.hidden`) reads.
+pub fn definition(checked: &Checked, path: &Path, at: usize) -> Option<Location> {
+    let files = &checked.sources.files;
+    let file = files.iter().position(|f| f.path == path)?;
+    let syntax = &files[file].syntax;
+    let on = |s: Span| (s.start as usize) <= at && at <= (s.end as usize);
+    for item in &syntax.items {
+        if let Item::Import(i) = item {
+            if on(i.path_span) {
+                let dir = path.parent().unwrap_or(Path::new("/"));
+                let target = planc_compiler::source::normalize(&dir.join(&i.path));
+                let start = lsp_types::Position::new(0, 0);
+                return Some(Location::new(
+                    Url::from_file_path(target).ok()?,
+                    lsp_types::Range::new(start, start),
+                ));
+            }
+        }
+    }
+    let block = *blocks_at(syntax, at).last()?;
+    let attr = block.attrs().find(|a| on(a.value.span))?;
+    let location = |i: usize, a: &planc_lang::syntax::Attr| {
+        Some(Location::new(
+            Url::from_file_path(&files[i].path).ok()?,
+            range(&files[i].text, a.name.span),
+        ))
+    };
+    match reference_at(&attr.value, at)? {
+        Reference::Local(name) => {
+            let a = block.attrs().find(|a| a.name.text == name)?;
+            location(file, a)
+        }
+        // A path names a top-level block by kind, in any file the plan is made of.
+        Reference::Path(kind, name) => files.iter().enumerate().find_map(|(i, f)| {
+            f.syntax.items.iter().find_map(|item| match item {
+                Item::Block(b) if b.kind.text == kind => {
+                    location(i, b.attrs().find(|a| a.name.text == name)?)
+                }
+                _ => None,
+            })
+        }),
+    }
+}
+
+enum Reference {
+    /// `hidden` in `ffn_hidden = 4 * hidden`: an attribute of the same block.
+    Local(String),
+    /// `model.hidden`: a block kind and one of its attributes.
+    Path(String, String),
+}
+
+fn reference_at(e: &planc_lang::syntax::Expr, at: usize) -> Option<Reference> {
+    use planc_lang::syntax::ExprKind;
+    let on = (e.span.start as usize) <= at && at <= (e.span.end as usize);
+    if !on {
+        return None;
+    }
+    match &e.kind {
+        ExprKind::Ident(n) => Some(Reference::Local(n.clone())),
+        ExprKind::Path(parts) if parts.len() == 2 => Some(Reference::Path(
+            parts[0].text.clone(),
+            parts[1].text.clone(),
+        )),
+        ExprKind::Binary { lhs, rhs, .. } => {
+            reference_at(lhs, at).or_else(|| reference_at(rhs, at))
+        }
+        ExprKind::Neg(x) | ExprKind::Paren(x) => reference_at(x, at),
+        ExprKind::List(xs) => xs.iter().find_map(|x| reference_at(x, at)),
+        _ => None,
+    }
+}

@@ -4,7 +4,8 @@
 //! take the place of their files, so an edited import counts before it is saved) and
 //! publishes its diagnostics; hover explains diagnostic codes, shows the plan's prediction
 //! on a block header and what `auto` became; completion offers the attributes a block
-//! accepts, built-in GPUs and model presets; formatting is `planc fmt`. Synchronous on
+//! accepts, built-in GPUs and model presets; go to definition follows imports and
+//! references (`model.hidden`); formatting is `planc fmt`. Synchronous on
 //! purpose: a check takes milliseconds, so there is nothing to cancel.
 
 mod features;
@@ -19,7 +20,7 @@ use lsp_types::notification::{
     DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
     Notification as _, PublishDiagnostics,
 };
-use lsp_types::request::{Completion, Formatting, HoverRequest, Request as _};
+use lsp_types::request::{Completion, Formatting, GotoDefinition, HoverRequest, Request as _};
 use lsp_types::{
     CompletionOptions, CompletionParams, CompletionResponse, DocumentFormattingParams, HoverParams,
     HoverProviderCapability, InitializeParams, OneOf, PublishDiagnosticsParams, ServerCapabilities,
@@ -36,6 +37,7 @@ pub fn run() -> ExitCode {
             ..Default::default()
         }),
         document_formatting_provider: Some(OneOf::Left(true)),
+        definition_provider: Some(OneOf::Left(true)),
         ..Default::default()
     };
     let init = serde_json::json!({
@@ -139,6 +141,17 @@ impl Server {
                     let text = self.open.get(&path_of(&doc.text_document.uri))?;
                     let items = features::completion(text, features::at(text, doc.position));
                     Some(CompletionResponse::Array(items))
+                })
+                .map(json),
+            GotoDefinition::METHOD => parse::<lsp_types::GotoDefinitionParams>(req)
+                .map(|p| {
+                    let doc = p.text_document_position_params;
+                    let path = path_of(&doc.text_document.uri);
+                    let text = self.open.get(&path)?;
+                    let at = features::at(text, doc.position);
+                    let checked = features::analyze(&path, &self.open)?;
+                    features::definition(&checked, &path, at)
+                        .map(lsp_types::GotoDefinitionResponse::Scalar)
                 })
                 .map(json),
             Formatting::METHOD => parse::<DocumentFormattingParams>(req)
