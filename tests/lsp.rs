@@ -314,6 +314,9 @@ fn definition_follows_imports_and_references() {
 
     // Inside model.tp: `hidden` in `4 * hidden` is the attribute two lines up.
     open(&mut c, &su, &std::fs::read_to_string(&shared).unwrap());
+    // Checked as part of the plan that imports it, not alone (alone it has no cluster).
+    let ds = c.diagnostics_for(&su);
+    assert!(ds.iter().all(|d| d["code"] != "P0203"), "{ds:#?}");
     let d = c.request("textDocument/definition", at(&su, 3, 22));
     assert_eq!(
         d["range"]["start"],

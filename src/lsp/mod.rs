@@ -205,7 +205,12 @@ impl Server {
             _ => None,
         };
         match changed {
-            Some(path) => self.publish(&path),
+            // An open file that another open plan imports is checked as part of that plan:
+            // on its own it lacks the blocks the importer supplies.
+            Some(path) => {
+                let root = self.importer_of(&path).unwrap_or(path);
+                self.publish(&root)
+            }
             None => Vec::new(),
         }
     }
@@ -225,6 +230,15 @@ impl Server {
         }
         self.published.insert(path.clone(), files);
         out
+    }
+
+    fn importer_of(&self, path: &PathBuf) -> Option<PathBuf> {
+        self.published
+            .iter()
+            .find(|(root, files)| {
+                *root != path && self.open.contains_key(*root) && files.contains(path)
+            })
+            .map(|(root, _)| root.clone())
     }
 
     /// Empties the diagnostics this document put anywhere.
