@@ -122,16 +122,24 @@ impl Server {
         Ok(())
     }
 
+    /// The checked plan of an open document, its path and text, and the cursor's offset.
+    fn at(
+        &self,
+        doc: &lsp_types::TextDocumentPositionParams,
+    ) -> Option<(planc_compiler::check::Checked, PathBuf, &str, usize)> {
+        let path = path_of(&doc.text_document.uri);
+        let text = self.open.get(&path)?;
+        let at = features::at(text, doc.position);
+        let checked = features::analyze(&path, &self.open)?;
+        Some((checked, path, text.as_str(), at))
+    }
+
     fn request(&mut self, req: Request) -> Response {
         let id = req.id.clone();
         let result = match req.method.as_str() {
             HoverRequest::METHOD => parse::<HoverParams>(req)
                 .map(|p| {
-                    let doc = p.text_document_position_params;
-                    let path = path_of(&doc.text_document.uri);
-                    let text = self.open.get(&path)?;
-                    let at = features::at(text, doc.position);
-                    let checked = features::analyze(&path, &self.open)?;
+                    let (checked, path, text, at) = self.at(&p.text_document_position_params)?;
                     features::hover(&checked, &path, text, at)
                 })
                 .map(json),
@@ -145,11 +153,7 @@ impl Server {
                 .map(json),
             GotoDefinition::METHOD => parse::<lsp_types::GotoDefinitionParams>(req)
                 .map(|p| {
-                    let doc = p.text_document_position_params;
-                    let path = path_of(&doc.text_document.uri);
-                    let text = self.open.get(&path)?;
-                    let at = features::at(text, doc.position);
-                    let checked = features::analyze(&path, &self.open)?;
+                    let (checked, path, _, at) = self.at(&p.text_document_position_params)?;
                     features::definition(&checked, &path, at)
                         .map(lsp_types::GotoDefinitionResponse::Scalar)
                 })
