@@ -114,6 +114,9 @@ enum Command {
         /// With --emit: replace existing files.
         #[arg(long, requires = "emit")]
         force: bool,
+        /// With --emit: a folder of your own copies of the templates (by file name).
+        #[arg(long, value_name = "DIR", requires = "emit")]
+        templates: Option<PathBuf>,
         /// When to colour diagnostics.
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
@@ -271,13 +274,14 @@ fn main() -> ExitCode {
             emit,
             out,
             force,
+            templates,
             color,
         } => {
             let args = emit.as_deref().map(|target| emit::EmitArgs {
                 target,
                 out: out.as_deref(),
                 force,
-                templates: None,
+                templates: templates.as_deref(),
             });
             solve::run(
                 &file,

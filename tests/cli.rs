@@ -264,3 +264,39 @@ fn run_says_plainly_when_there_is_no_gpu() {
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("not running a plan with errors"));
 }
+
+#[test]
+fn solve_emits_with_the_users_own_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    let templates = dir.path().join("templates");
+    std::fs::create_dir(&templates).unwrap();
+    let builtin = std::fs::read_to_string("targets/templates/slurm.sbatch.j2").unwrap();
+    assert!(builtin.contains("#!/bin/bash\n"));
+    std::fs::write(
+        templates.join("slurm.sbatch.j2"),
+        builtin.replacen(
+            "#!/bin/bash\n",
+            "#!/bin/bash\n#SBATCH --account=our-lab\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = planc(&[
+        "solve",
+        "examples/llama3-70b-solve.tp",
+        "--emit",
+        "slurm",
+        "--templates",
+        templates.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let script = std::fs::read_to_string(out.join("job.sbatch")).unwrap();
+    assert!(
+        script.starts_with("#!/bin/bash\n#SBATCH --account=our-lab\n"),
+        "{script}"
+    );
+    assert!(script.contains("--tensor-model-parallel-size"), "{script}");
+}
