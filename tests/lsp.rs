@@ -231,6 +231,7 @@ fn hover_explains_codes_and_shows_the_checked_plan() {
         .unwrap_or_default()
         .to_string();
     assert!(text.contains("in the checked plan: `dp = 4`"), "{text}");
+    assert!(text.contains("data-parallel replicas"), "{text}");
     // On `auto` itself: the note that says so, explained.
     let h = c.request("textDocument/hover", at(&u, 9, 10));
     let text = h["contents"]["value"].as_str().unwrap();

@@ -5,6 +5,7 @@
 //! time) → `report` (the JSON contract). [`check`] runs the whole pipeline and is what the
 //! command line, tests and (later) the LSP call.
 
+pub mod attr_docs;
 pub mod catalog;
 pub mod check;
 pub mod cost;

@@ -165,6 +165,19 @@ pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Ho
     let attr = block.attrs().find(|a| on(a.name.span))?;
     let written = &text[attr.value.span.start as usize..attr.value.span.end as usize];
     let mut value = format!("`{}.{}` = `{written}`", block.kind.text, attr.name.text);
+    let about = match block.kind.text.as_str() {
+        "env" => planc_compiler::nccl_env::lookup(&attr.name.text).map(|v| {
+            let mut s = v.description.clone();
+            if let Some(r) = &v.replacement {
+                s.push_str(&format!(" (now `{r}`)"));
+            }
+            s
+        }),
+        kind => planc_compiler::attr_docs::doc(kind, &attr.name.text).map(str::to_string),
+    };
+    if let Some(about) = about {
+        value.push_str(&format!("\n\n{about}"));
+    }
     if block.kind.text == "parallel" {
         let report = serde_json::to_value(checked.report()).ok()?;
         if let Some(v) = report["plan"].get(attr.name.text.as_str()) {
@@ -261,7 +274,10 @@ pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
     s.attrs
         .iter()
         .filter(|a| !written.contains(a))
-        .map(|a| item(a, CompletionItemKind::FIELD, &detail))
+        .map(|a| {
+            let about = planc_compiler::attr_docs::doc(&block.kind.text, a);
+            item(a, CompletionItemKind::FIELD, about.unwrap_or(&detail))
+        })
         .chain(
             s.blocks
                 .iter()

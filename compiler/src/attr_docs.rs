@@ -1,0 +1,101 @@
+//! One line about every attribute the schema accepts: what it means, its unit and its
+//! default. Editors show it on hover; a test keeps it complete against `schema::SCHEMAS`.
+
+pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
+    Some(match (block, attr) {
+        ("cluster" | "group", "nodes") => "number of nodes",
+        ("cluster" | "group", "gpus_per_node") => "GPUs in each node",
+        ("cluster" | "group", "gpu") => {
+            "the GPU: a catalog name (`H100_SXM_80GB`, `A100_SXM_80GB`, ...) or a `gpu` block of this plan"
+        }
+        ("intra_node" | "inter_node", "kind") => {
+            "the link: nvlink, pcie (inside a node); infiniband, roce, ethernet (between nodes)"
+        }
+        ("intra_node", "bandwidth") => {
+            "GPU-to-GPU bandwidth inside a node, per GPU, one direction (e.g. `450 GB/s`); default from the GPU"
+        }
+        ("inter_node", "bandwidth") => "bandwidth of one NIC (e.g. `400 Gb/s`)",
+        ("intra_node" | "inter_node", "latency") => "one message's latency (e.g. `5 us`)",
+        ("inter_node", "nics_per_node") => "NICs per node; the node's GPUs share them",
+        ("model", "preset") => {
+            "a published architecture from the catalog (`\"llama3-70b\"`); attributes written here override it"
+        }
+        ("model", "layers") => "transformer layers",
+        ("model", "hidden") => "hidden size",
+        ("model", "heads") => "attention heads",
+        ("model", "kv_heads") => "key/value heads (grouped-query attention); default: heads",
+        ("model", "ffn_hidden") => "feed-forward inner size; default 4 × hidden",
+        ("model", "vocab") => "vocabulary size",
+        ("model", "seq_len") => "sequence length in tokens",
+        ("model", "mlp") => "gelu or swiglu",
+        ("model", "norm") => "layernorm or rmsnorm (planc extension)",
+        ("model", "position") => "learned or rope position embeddings (planc extension)",
+        ("model", "bias") => "whether linear layers have biases; default true (planc extension)",
+        ("model", "tied_embeddings") => "input and output embeddings share weights; default true",
+        ("model", "experts") => "experts per MoE layer; 1 = dense",
+        ("model", "top_k") => "experts each token is routed to",
+        ("train", "global_batch") => "sequences per optimizer step",
+        ("train", "precision") => "fp32, fp16, bf16 or fp8",
+        ("train", "optimizer") => "adam, adamw or sgd",
+        ("train", "tokens") => "tokens to train on, for the time to train",
+        ("train", "attention") => {
+            "flash (default: scores not stored) or standard (planc extension)"
+        }
+        ("parallel", "tp") => "tensor-parallel size (inside a node, on NVLink, as a rule)",
+        ("parallel", "pp") => "pipeline stages",
+        ("parallel", "dp") => "data-parallel replicas; `auto` = world size / (tp × pp × cp)",
+        ("parallel", "cp") => "context-parallel size: the sequence split over GPUs",
+        ("parallel", "ep") => "expert-parallel size (MoE)",
+        ("parallel", "vpp") => "model chunks per pipeline stage (interleaved schedule)",
+        ("parallel", "micro_batch") => "sequences per micro-batch on one GPU",
+        ("parallel", "schedule") => "1f1b, gpipe, interleaved, or zb_h1 (planc extension)",
+        ("parallel", "sequence_parallel") => {
+            "shard norms and dropout over the tensor-parallel group; default false"
+        }
+        ("parallel", "zero") => "0–3: what is sharded over data parallelism (1 = Megatron's distributed optimizer)",
+        ("parallel", "recompute") => "none, selective (attention) or full activation recomputation",
+        ("parallel", "offload") => "none, optimizer or params: state kept in host memory",
+        ("parallel", "first_stage_layers") => {
+            "layers on the first pipeline stage (it also holds the embedding); default: the even split"
+        }
+        ("parallel", "last_stage_layers") => {
+            "layers on the last pipeline stage (it also holds the output layer); default: the even split"
+        }
+        ("job", "name") => "the job's name, in every launcher",
+        ("job", "framework") => "the training framework the launch scripts run",
+        ("job", "scheduler") => "the scheduler the job is submitted to",
+        ("job", "partition") => "Slurm partition",
+        ("job", "time_limit") => "wall-clock limit of one attempt (e.g. `48 h`)",
+        ("job", "image") => "container image (needed by the k8s target)",
+        ("job", "checkpoint_dir") => "where checkpoints are saved and resumed from",
+        ("job", "retries") => "attempts after a failure (Slurm requeue, Kubernetes backoff limit)",
+        ("job", "entrypoint") => "the training script; default pretrain_gpt.py (planc extension)",
+        ("search", "objective") => "what `solve` ranks by: throughput or memory",
+        ("search", "memory_headroom") => "memory left free on every GPU; default 10 %",
+        ("search", "top") => "layouts `solve` shows; default 5",
+        ("gpu", "memory") => "device memory (e.g. `192 GiB`)",
+        ("gpu", "hbm_bandwidth") => "memory bandwidth (e.g. `5.3 TB/s`)",
+        ("gpu", "fp32" | "fp16" | "bf16" | "fp8") => "dense peak in that precision (e.g. `989 TFLOPS`)",
+        ("gpu", "gemm_efficiency") => {
+            "fraction of the peak large matrix products reach; default 0.75 (`planc run` measures it)"
+        }
+        ("gpu", "memory_efficiency") => {
+            "fraction of the bandwidth streaming kernels reach; default 0.85 (`planc run` measures it)"
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::schema::SCHEMAS;
+
+    #[test]
+    fn every_attribute_is_documented() {
+        for s in SCHEMAS {
+            for a in s.attrs {
+                assert!(super::doc(s.kind, a).is_some(), "no doc for {}.{a}", s.kind);
+            }
+        }
+    }
+}
