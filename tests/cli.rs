@@ -8,7 +8,9 @@ use common::planc;
 fn help_teaches_the_commands() {
     let run = planc(&["--help"]);
     assert_eq!(run.code, 0);
-    for word in ["check", "explain", "Usage"] {
+    for word in [
+        "check", "simulate", "solve", "emit", "fmt", "run", "lsp", "explain", "Usage",
+    ] {
         assert!(run.stdout.contains(word), "{word}: {}", run.stdout);
     }
     let run = planc(&["check", "--help"]);
