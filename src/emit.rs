@@ -5,11 +5,10 @@ use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
-use planc_compiler::check::{check_file, Checked};
-use planc_compiler::source::FsLoader;
+use planc_compiler::check::Checked;
 use planc_targets::{render_checked, write_artifacts, EmitError, Target};
 
-use crate::render;
+use crate::{load, render};
 
 pub struct EmitArgs<'a> {
     pub target: &'a str,
@@ -57,12 +56,9 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
 }
 
 pub fn run(file: &Path, args: &EmitArgs, color: ColorChoice) -> ExitCode {
-    let mut checked = match check_file(file, &FsLoader) {
+    let mut checked = match load::checked(file) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", file.display());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     planc_simulator::retime(&mut checked);
     let mut err = StandardStream::stderr(color);

@@ -2,6 +2,7 @@
 
 mod emit;
 mod fmt;
+mod load;
 mod lsp;
 mod output;
 mod render;
@@ -15,9 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
-
-use planc_compiler::check::check_file;
-use planc_compiler::source::FsLoader;
 
 /// planc: check, cost and compile parallel training plans.
 ///
@@ -325,12 +323,9 @@ fn main() -> ExitCode {
 }
 
 fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
-    let mut checked = match check_file(&file, &FsLoader) {
+    let mut checked = match load::checked(&file) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", file.display());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     planc_simulator::retime(&mut checked);
     let ok = checked.ok();

@@ -5,19 +5,14 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
-use planc_compiler::check::check_file;
-use planc_compiler::source::FsLoader;
 use planc_runtime::{measure, RunError, RunReport};
 
-use crate::render;
+use crate::{load, render};
 
 pub fn run(file: &Path, repeats: usize, json: bool, color: ColorChoice) -> ExitCode {
-    let checked = match check_file(file, &FsLoader) {
+    let checked = match load::checked(file) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", file.display());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let mut err = StandardStream::stderr(color);
     let _ = render::diagnostics(&mut err, &checked);

@@ -6,11 +6,8 @@ use std::time::Instant;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
-use planc_compiler::check::check_file;
-use planc_compiler::source::FsLoader;
-
 use crate::output::write_new;
-use crate::render;
+use crate::{load, render};
 
 pub fn run(
     file: &Path,
@@ -29,12 +26,9 @@ pub fn run(
             return ExitCode::from(2);
         }
     }
-    let mut checked = match check_file(file, &FsLoader) {
+    let mut checked = match load::checked(file) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", file.display());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let started = Instant::now();
     let sim = planc_simulator::retime(&mut checked);

@@ -3,58 +3,15 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use planc_compiler::check::{check_file_with_progress, holes, Checked};
+use planc_compiler::check::{holes, Checked};
 use planc_compiler::cost::TimeMethod;
 use planc_compiler::solve::{Candidate, Solution};
-use planc_compiler::source::FsLoader;
 
-use crate::render;
-
-/// A progress bar that appears only when the search outlives half a second.
-struct Progress {
-    started: Instant,
-    bar: Mutex<Option<ProgressBar>>,
-}
-
-impl Progress {
-    fn new() -> Self {
-        Progress {
-            started: Instant::now(),
-            bar: Mutex::new(None),
-        }
-    }
-
-    fn update(&self, done: usize, total: usize) {
-        if self.started.elapsed() < Duration::from_millis(500) {
-            return;
-        }
-        let mut bar = self.bar.lock().expect("progress lock");
-        let b = bar.get_or_insert_with(|| {
-            let b = ProgressBar::new(total as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "costing layouts {bar:40} {pos}/{len} ({per_sec}, {eta} left)",
-                )
-                .expect("a valid template"),
-            );
-            b
-        });
-        b.set_position(done as u64);
-    }
-
-    fn finish(&self) {
-        if let Some(b) = self.bar.lock().expect("progress lock").take() {
-            b.finish_and_clear();
-        }
-    }
-}
+use crate::{load, render};
 
 fn layout(c: &Candidate) -> String {
     let p = &c.plan.parallel;
@@ -124,15 +81,9 @@ pub fn run(
     emit: Option<&crate::emit::EmitArgs>,
     color: ColorChoice,
 ) -> ExitCode {
-    let progress = Progress::new();
-    let checked = check_file_with_progress(file, &FsLoader, &|d, t| progress.update(d, t));
-    progress.finish();
-    let mut checked: Checked = match checked {
+    let mut checked: Checked = match load::checked(file) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot read `{}`: {e}", file.display());
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     planc_simulator::retime(&mut checked);
     let ok = checked.ok();
