@@ -72,6 +72,9 @@ struct Server {
     /// Files we published diagnostics for, by the document that caused them, so that
     /// fixed problems disappear from files the document no longer imports.
     published: HashMap<PathBuf, Vec<PathBuf>>,
+    /// The last check of each plan published, so that hover and definition answer from it
+    /// instead of checking (and perhaps solving) the plan again on every request.
+    checked: HashMap<PathBuf, planc_compiler::check::Checked>,
 }
 
 /// The path a document stands for; an unsaved buffer gets one of its own.
@@ -123,14 +126,16 @@ impl Server {
     }
 
     /// The checked plan of an open document, its path and text, and the cursor's offset.
+    /// The checked plan a document belongs to, its path and text, and the cursor's offset.
     fn at(
         &self,
         doc: &lsp_types::TextDocumentPositionParams,
-    ) -> Option<(planc_compiler::check::Checked, PathBuf, &str, usize)> {
+    ) -> Option<(&planc_compiler::check::Checked, PathBuf, &str, usize)> {
         let path = path_of(&doc.text_document.uri);
         let text = self.open.get(&path)?;
         let at = features::at(text, doc.position);
-        let checked = features::analyze(&path, &self.open)?;
+        let root = self.importer_of(&path).unwrap_or_else(|| path.clone());
+        let checked = self.checked.get(&root)?;
         Some((checked, path, text.as_str(), at))
     }
 
@@ -140,7 +145,7 @@ impl Server {
             HoverRequest::METHOD => parse::<HoverParams>(req)
                 .map(|p| {
                     let (checked, path, text, at) = self.at(&p.text_document_position_params)?;
-                    features::hover(&checked, &path, text, at)
+                    features::hover(checked, &path, text, at)
                 })
                 .map(json),
             Completion::METHOD => parse::<CompletionParams>(req)
@@ -154,7 +159,7 @@ impl Server {
             GotoDefinition::METHOD => parse::<lsp_types::GotoDefinitionParams>(req)
                 .map(|p| {
                     let (checked, path, _, at) = self.at(&p.text_document_position_params)?;
-                    features::definition(&checked, &path, at)
+                    features::definition(checked, &path, at)
                         .map(lsp_types::GotoDefinitionResponse::Scalar)
                 })
                 .map(json),
@@ -202,6 +207,7 @@ impl Server {
                 if let Some(p) = parse_n::<lsp_types::DidCloseTextDocumentParams>(n) {
                     let path = path_of(&p.text_document.uri);
                     self.open.remove(&path);
+                    self.checked.remove(&path);
                     return self.clear(&path);
                 }
                 None
@@ -233,6 +239,7 @@ impl Server {
             }
         }
         self.published.insert(path.clone(), files);
+        self.checked.insert(path.clone(), checked);
         out
     }
 
