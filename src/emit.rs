@@ -11,7 +11,7 @@ use planc_targets::{render_checked, write_artifacts, EmitError, Target};
 use crate::{load, render};
 
 pub struct EmitArgs<'a> {
-    pub target: &'a str,
+    pub target: Target,
     pub out: Option<&'a Path>,
     pub force: bool,
     pub templates: Option<&'a Path>,
@@ -19,13 +19,7 @@ pub struct EmitArgs<'a> {
 
 /// Renders and writes the artifacts of an already checked (and retimed) plan.
 pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
-    let target: Target = match args.target.parse() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error[{}]: {e}", EmitError::code(&e).id);
-            return ExitCode::from(2);
-        }
-    };
+    let target = args.target;
     let dir: PathBuf = args
         .out
         .map(Path::to_path_buf)

@@ -104,8 +104,8 @@ enum Command {
         #[arg(long)]
         top: Option<usize>,
         /// Also write the best plan's launch artifacts for this target (as `planc emit`).
-        #[arg(long, value_name = "TARGET")]
-        emit: Option<String>,
+        #[arg(long, value_name = "TARGET", value_parser = parse_target)]
+        emit: Option<planc_targets::Target>,
         /// With --emit: the output folder (default: planc-out/<target>/).
         #[arg(short = 'o', long = "out", value_name = "DIR", requires = "emit")]
         out: Option<PathBuf>,
@@ -135,8 +135,8 @@ enum Command {
         /// The plan file (`.tp`).
         file: PathBuf,
         /// megatron, deepspeed, torchrun, slurm or k8s.
-        #[arg(long, short = 't')]
-        target: String,
+        #[arg(long, short = 't', value_parser = parse_target)]
+        target: planc_targets::Target,
         /// Output folder (default: planc-out/<target>/).
         #[arg(short = 'o', long = "out", value_name = "DIR")]
         out: Option<PathBuf>,
@@ -275,7 +275,7 @@ fn main() -> ExitCode {
             templates,
             color,
         } => {
-            let args = emit.as_deref().map(|target| emit::EmitArgs {
+            let args = emit.map(|target| emit::EmitArgs {
                 target,
                 out: out.as_deref(),
                 force,
@@ -299,7 +299,7 @@ fn main() -> ExitCode {
         } => emit::run(
             &file,
             &emit::EmitArgs {
-                target: &target,
+                target,
                 out: out.as_deref(),
                 force,
                 templates: templates.as_deref(),
@@ -356,6 +356,12 @@ fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Refused before the plan is read, with the list of targets, as clap refuses any bad value.
+fn parse_target(s: &str) -> Result<planc_targets::Target, String> {
+    s.parse()
+        .map_err(|e: planc_targets::EmitError| format!("{e} [{}]", e.code().id))
 }
 
 fn color_choice(color: Color) -> ColorChoice {

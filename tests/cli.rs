@@ -302,3 +302,15 @@ fn solve_emits_with_the_users_own_templates() {
     );
     assert!(script.contains("--tensor-model-parallel-size"), "{script}");
 }
+
+#[test]
+fn an_unknown_target_is_refused_before_the_plan_is_read() {
+    let run = planc(&["emit", "no-such-plan.tp", "--target", "slrum"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("did you mean `slurm`?"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("cannot read"), "{}", run.stderr);
+}

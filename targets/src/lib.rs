@@ -171,15 +171,14 @@ impl fmt::Display for EmitError {
                 )
             }
             EmitError::Io { path, error } => write!(f, "cannot write {}: {error}", path.display()),
-            EmitError::UnknownTarget(s) => write!(
-                f,
-                "unknown target `{s}`; targets: {}",
-                Target::ALL
-                    .iter()
-                    .map(|t| t.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            EmitError::UnknownTarget(s) => {
+                let names = Target::ALL.iter().map(|t| t.as_str());
+                match planc_compiler::schema::did_you_mean(s, names.clone()) {
+                    Some(near) => write!(f, "unknown target `{s}`; did you mean `{near}`?")?,
+                    None => write!(f, "unknown target `{s}`")?,
+                }
+                write!(f, " (targets: {})", names.collect::<Vec<_>>().join(", "))
+            }
         }
     }
 }
