@@ -292,7 +292,7 @@ fn uneven_stages_are_kept_and_pp_ranges_over_the_splits_they_allow() {
 fn the_layers_rule_agrees_with_its_z3_encoding() {
     use planc_compiler::plan::{Parallel, Schedule};
     use planc_compiler::solve::rules::{encode, Rule, Vars};
-    use z3::ast::{Ast, Int};
+    use z3::ast::Int;
     let base = spec(&plan_text(
         NODE,
         "model m { layers = 126, hidden = 1024, heads = 8, vocab = 32000, seq_len = 2048 }",
@@ -310,16 +310,14 @@ fn the_layers_rule_agrees_with_its_z3_encoding() {
         let mut s = base.clone();
         s.parallel.first_stage_layers = first;
         s.parallel.last_stage_layers = last;
-        let cfg = z3::Config::new();
-        let ctx = z3::Context::new(&cfg);
-        let v = Vars::new(&ctx);
-        let rule = encode(Rule::LayersByStages, &ctx, &s, &v);
+        let v = Vars::new();
+        let rule = encode(Rule::LayersByStages, &s, &v);
         for pp in 1..=40 {
             for vpp in 1..=3 {
-                let solver = z3::Solver::new(&ctx);
+                let solver = z3::Solver::new();
                 solver.assert(&rule);
-                solver.assert(&v.pp._eq(&Int::from_i64(&ctx, pp as i64)));
-                solver.assert(&v.vpp._eq(&Int::from_i64(&ctx, vpp as i64)));
+                solver.assert(&v.pp.eq(&Int::from_i64(pp as i64)));
+                solver.assert(&v.vpp.eq(&Int::from_i64(vpp as i64)));
                 let by_z3 = solver.check() == z3::SatResult::Sat;
                 let p = Parallel {
                     pp,

@@ -4,8 +4,8 @@
 //! found by solving modified plans.
 
 use planc_lang::{FileId, Span};
-use z3::ast::{Ast, Bool, Int};
-use z3::{Config, Context, SatResult, Solver};
+use z3::ast::{Bool, Int};
+use z3::{SatResult, Solver};
 
 use super::rules::{self, encode, offload_index, recompute_index, Rule, Vars};
 use super::space::Space;
@@ -55,36 +55,29 @@ fn domain_sentence<T: std::fmt::Display + Clone>(
     }
 }
 
-struct Builder<'c> {
-    ctx: &'c Context,
-    solver: Solver<'c>,
-    literals: Vec<(Bool<'c>, Item)>,
+struct Builder {
+    solver: Solver,
+    literals: Vec<(Bool, Item)>,
 }
 
-impl<'c> Builder<'c> {
-    fn track(&mut self, item: Item, formula: Bool<'c>) {
-        let lit = Bool::new_const(self.ctx, format!("track{}", self.literals.len()));
+impl Builder {
+    fn track(&mut self, item: Item, formula: Bool) {
+        let lit = Bool::new_const(format!("track{}", self.literals.len()));
         self.solver.assert(&lit.implies(&formula));
         self.literals.push((lit, item));
     }
 
-    fn member(&self, v: &Int<'c>, values: &[i64]) -> Bool<'c> {
-        let eqs: Vec<Bool> = values
-            .iter()
-            .map(|x| v._eq(&Int::from_i64(self.ctx, *x)))
-            .collect();
-        Bool::or(self.ctx, &eqs.iter().collect::<Vec<_>>())
+    fn member(&self, v: &Int, values: &[i64]) -> Bool {
+        let eqs: Vec<Bool> = values.iter().map(|x| v.eq(&Int::from_i64(*x))).collect();
+        Bool::or(&eqs.iter().collect::<Vec<_>>())
     }
 }
 
 pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     let space = Space::of(spec);
-    let cfg = Config::new();
-    let ctx = Context::new(&cfg);
-    let v = Vars::new(&ctx);
+    let v = Vars::new();
     let mut b = Builder {
-        ctx: &ctx,
-        solver: Solver::new(&ctx),
+        solver: Solver::new(),
         literals: Vec::new(),
     };
     let ints = |x: &[u64]| x.iter().map(|&y| y as i64).collect::<Vec<_>>();
@@ -92,7 +85,7 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     // Every variable is positive, whatever the plan says.
     for name in ["tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch"] {
         let var = v.int(name).expect("a layout variable");
-        b.solver.assert(&var.ge(&Int::from_i64(&ctx, 1)));
+        b.solver.assert(&var.ge(&Int::from_i64(1)));
     }
     let ps = &spec.parallel;
     let domains: [(&'static str, &Hole<u64>, &Vec<u64>); 7] = [
@@ -117,16 +110,16 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     if !(has_inter && has_flat) {
         b.track(
             Item::Domain("schedule"),
-            v.interleaved._eq(&Bool::from_bool(&ctx, has_inter)),
+            v.interleaved.eq(&Bool::from_bool(has_inter)),
         );
     }
     if space.sequence_parallel.is_empty() {
-        let f = v.sequence_parallel._eq(&v.tp.gt(&Int::from_i64(&ctx, 1)));
+        let f = v.sequence_parallel.eq(&v.tp.gt(&Int::from_i64(1)));
         b.track(Item::Domain("sequence_parallel"), f);
     } else if space.sequence_parallel.len() == 1 {
         let f = v
             .sequence_parallel
-            ._eq(&Bool::from_bool(&ctx, space.sequence_parallel[0]));
+            .eq(&Bool::from_bool(space.sequence_parallel[0]));
         b.track(Item::Domain("sequence_parallel"), f);
     }
     let rc: Vec<i64> = space
@@ -140,7 +133,7 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     let f = b.member(&v.offload, &off);
     b.track(Item::Domain("offload"), f);
     for &r in rules::ALL {
-        b.track(Item::Rule(r), encode(r, &ctx, spec, &v));
+        b.track(Item::Rule(r), encode(r, spec, &v));
     }
 
     // Memory: which (tp, pp) pairs can fit at all, with the most frugal other choices. The
@@ -172,18 +165,15 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         .iter()
         .filter(|(_, f)| *f > 1.0 - headroom)
         .map(|((t, p), _)| {
-            Bool::and(
-                &ctx,
-                &[
-                    &v.tp._eq(&Int::from_i64(&ctx, *t as i64)),
-                    &v.pp._eq(&Int::from_i64(&ctx, *p as i64)),
-                ],
-            )
+            Bool::and(&[
+                &v.tp.eq(&Int::from_i64(*t as i64)),
+                &v.pp.eq(&Int::from_i64(*p as i64)),
+            ])
             .not()
         })
         .collect();
     if !too_big.is_empty() {
-        let f = Bool::and(&ctx, &too_big.iter().collect::<Vec<_>>());
+        let f = Bool::and(&too_big.iter().collect::<Vec<_>>());
         b.track(Item::Memory, f);
     }
 

@@ -3,7 +3,7 @@
 //! an empty space with an unsat core). A test checks that the predicates agree with
 //! `validate`, so `check` and `solve` accept exactly the same layouts.
 
-use z3::ast::{Ast, Bool, Int};
+use z3::ast::{Bool, Int};
 
 use crate::plan::{Offload, Parallel, PlanSpec, Recompute, Schedule};
 
@@ -166,26 +166,26 @@ fn uneven_ends(spec: &PlanSpec) -> Option<String> {
 }
 
 /// The layout's variables as z3 integers (booleans as 0/1, enumerations as small ints).
-pub struct Vars<'c> {
-    pub tp: Int<'c>,
-    pub pp: Int<'c>,
-    pub cp: Int<'c>,
-    pub dp: Int<'c>,
-    pub ep: Int<'c>,
-    pub vpp: Int<'c>,
-    pub micro_batch: Int<'c>,
-    pub sequence_parallel: Bool<'c>,
-    pub interleaved: Bool<'c>,
-    pub zero: Int<'c>,
+pub struct Vars {
+    pub tp: Int,
+    pub pp: Int,
+    pub cp: Int,
+    pub dp: Int,
+    pub ep: Int,
+    pub vpp: Int,
+    pub micro_batch: Int,
+    pub sequence_parallel: Bool,
+    pub interleaved: Bool,
+    pub zero: Int,
     /// 0 none, 1 optimizer, 2 params.
-    pub offload: Int<'c>,
+    pub offload: Int,
     /// 0 none, 1 selective, 2 full.
-    pub recompute: Int<'c>,
+    pub recompute: Int,
 }
 
-impl<'c> Vars<'c> {
-    pub fn new(ctx: &'c z3::Context) -> Self {
-        let i = |n: &str| Int::new_const(ctx, n);
+impl Vars {
+    pub fn new() -> Self {
+        let i = |n: &str| Int::new_const(n);
         Vars {
             tp: i("tp"),
             pp: i("pp"),
@@ -194,15 +194,15 @@ impl<'c> Vars<'c> {
             ep: i("ep"),
             vpp: i("vpp"),
             micro_batch: i("micro_batch"),
-            sequence_parallel: Bool::new_const(ctx, "sequence_parallel"),
-            interleaved: Bool::new_const(ctx, "interleaved"),
+            sequence_parallel: Bool::new_const("sequence_parallel"),
+            interleaved: Bool::new_const("interleaved"),
             zero: i("zero"),
             offload: i("offload"),
             recompute: i("recompute"),
         }
     }
 
-    pub fn int(&self, name: &str) -> Option<&Int<'c>> {
+    pub fn int(&self, name: &str) -> Option<&Int> {
         Some(match name {
             "tp" => &self.tp,
             "pp" => &self.pp,
@@ -235,98 +235,87 @@ pub fn offload_index(o: Offload) -> i64 {
     }
 }
 
-fn divides<'c>(ctx: &'c z3::Context, d: &Int<'c>, n: i64) -> Bool<'c> {
-    Int::from_i64(ctx, n).modulo(d)._eq(&Int::from_i64(ctx, 0))
+fn divides(d: &Int, n: i64) -> Bool {
+    Int::from_i64(n).modulo(d).eq(&Int::from_i64(0))
 }
 
-fn divides_expr<'c>(ctx: &'c z3::Context, d: &Int<'c>, n: &Int<'c>) -> Bool<'c> {
-    n.modulo(d)._eq(&Int::from_i64(ctx, 0))
+fn divides_expr(d: &Int, n: &Int) -> Bool {
+    n.modulo(d).eq(&Int::from_i64(0))
 }
 
 /// The rule as a z3 formula over `v`. `MemoryFits` is encoded by the caller, which knows
 /// which (tp, pp) pairs can fit.
-pub fn encode<'c>(rule: Rule, ctx: &'c z3::Context, spec: &PlanSpec, v: &Vars<'c>) -> Bool<'c> {
+pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
     let m = &spec.model;
-    let k = |x: u64| Int::from_i64(ctx, x as i64);
+    let k = |x: u64| Int::from_i64(x as i64);
     let one = k(1);
     match rule {
         Rule::WorldSize => {
-            Int::mul(ctx, &[&v.tp, &v.pp, &v.cp, &v.dp])._eq(&k(spec.cluster.world_size()))
+            Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(&k(spec.cluster.world_size()))
         }
-        Rule::HeadsByTp => divides(ctx, &v.tp, m.heads as i64),
-        Rule::KvHeadsByTp => divides(ctx, &v.tp, m.kv_heads as i64),
+        Rule::HeadsByTp => divides(&v.tp, m.heads as i64),
+        Rule::KvHeadsByTp => divides(&v.tp, m.kv_heads as i64),
         Rule::LayersByStages => {
             let ps = &spec.parallel;
             if ps.first_stage_layers.is_none() && ps.last_stage_layers.is_none() {
-                return divides(ctx, &Int::mul(ctx, &[&v.pp, &v.vpp]), m.layers as i64);
+                return divides(&Int::mul(&[&v.pp, &v.vpp]), m.layers as i64);
             }
             // The same split as `Parallel::split_error`: the ends the plan fixes, and the
             // other pp − ends stages sharing the rest evenly, at least one layer each.
             let fixed = ps.first_stage_layers.unwrap_or(0) + ps.last_stage_layers.unwrap_or(0);
             let Some(rest) = m.layers.checked_sub(fixed) else {
-                return Bool::from_bool(ctx, false);
+                return Bool::from_bool(false);
             };
             let ends = u64::from(ps.first_stage_layers.is_some())
                 + u64::from(ps.last_stage_layers.is_some());
-            let others = Int::sub(ctx, &[&v.pp, &k(ends)]);
+            let others = Int::sub(&[&v.pp, &k(ends)]);
             let rest = k(rest);
-            let shared = others._eq(&k(0)).ite(
-                &rest._eq(&k(0)),
-                &Bool::and(
-                    ctx,
-                    &[&rest.ge(&others), &divides_expr(ctx, &others, &rest)],
-                ),
+            let shared = others.eq(&k(0)).ite(
+                &rest.eq(&k(0)),
+                &Bool::and(&[&rest.ge(&others), &divides_expr(&others, &rest)]),
             );
-            Bool::and(ctx, &[&v.pp.ge(&k(2)), &v.vpp._eq(&one), &shared])
+            Bool::and(&[&v.pp.ge(&k(2)), &v.vpp.eq(&one), &shared])
         }
         Rule::BatchByDp => divides(
-            ctx,
-            &Int::mul(ctx, &[&v.dp, &v.micro_batch]),
+            &Int::mul(&[&v.dp, &v.micro_batch]),
             spec.train.global_batch as i64,
         ),
-        Rule::ExpertsByEp => divides(ctx, &v.ep, m.experts as i64),
-        Rule::EpWithinDp => Bool::or(
-            ctx,
-            &[
-                &v.ep._eq(&one),
-                &divides_expr(ctx, &v.ep, &Int::mul(ctx, &[&v.dp, &v.cp])),
-            ],
-        ),
+        Rule::ExpertsByEp => divides(&v.ep, m.experts as i64),
+        Rule::EpWithinDp => Bool::or(&[
+            &v.ep.eq(&one),
+            &divides_expr(&v.ep, &Int::mul(&[&v.dp, &v.cp])),
+        ]),
         Rule::SequenceParallelNeedsTp => v.sequence_parallel.implies(&v.tp.gt(&one)),
         Rule::SequenceSplits => {
-            let two_cp = Int::mul(ctx, &[&k(2), &v.cp]);
-            let with_tp = Int::mul(ctx, &[&two_cp, &v.tp]);
+            let two_cp = Int::mul(&[&k(2), &v.cp]);
+            let with_tp = Int::mul(&[&two_cp, &v.tp]);
             let div = v.sequence_parallel.ite(&with_tp, &two_cp);
-            let active = Bool::or(ctx, &[&v.cp.gt(&one), &v.sequence_parallel]);
-            active.implies(&divides(ctx, &div, m.seq_len as i64))
+            let active = Bool::or(&[&v.cp.gt(&one), &v.sequence_parallel]);
+            active.implies(&divides(&div, m.seq_len as i64))
         }
-        Rule::InterleavedNeedsVpp => v.interleaved._eq(&v.vpp.gt(&one)),
+        Rule::InterleavedNeedsVpp => v.interleaved.eq(&v.vpp.gt(&one)),
         Rule::InterleavedNeedsPp => v.interleaved.implies(&v.pp.gt(&one)),
         Rule::GroupsHoldStages => {
             if !spec.cluster.is_mixed() {
-                return Bool::from_bool(ctx, true);
+                return Bool::from_bool(true);
             }
-            let stage = Int::mul(ctx, &[&v.tp, &v.dp, &v.cp]);
+            let stage = Int::mul(&[&v.tp, &v.dp, &v.cp]);
             let all: Vec<Bool> = spec
                 .cluster
                 .groups
                 .iter()
-                .map(|g| divides(ctx, &stage, g.gpus() as i64))
+                .map(|g| divides(&stage, g.gpus() as i64))
                 .collect();
-            Bool::and(ctx, &all.iter().collect::<Vec<_>>())
+            Bool::and(&all.iter().collect::<Vec<_>>())
         }
-        Rule::PrecisionSupported => Bool::from_bool(
-            ctx,
-            Rule::PrecisionSupported.holds(spec, &Parallel::neutral()),
-        ),
-        Rule::OffloadNeedsZero => Bool::and(
-            ctx,
-            &[
-                &v.offload._eq(&k(1)).implies(&v.zero.ge(&one)),
-                &v.offload._eq(&k(2)).implies(&v.zero._eq(&k(3))),
-            ],
-        ),
-        Rule::ZeroShardsWithoutPipeline => v.zero.ge(&k(2)).implies(&v.pp._eq(&one)),
-        Rule::MemoryFits => Bool::from_bool(ctx, true),
+        Rule::PrecisionSupported => {
+            Bool::from_bool(Rule::PrecisionSupported.holds(spec, &Parallel::neutral()))
+        }
+        Rule::OffloadNeedsZero => Bool::and(&[
+            &v.offload.eq(&k(1)).implies(&v.zero.ge(&one)),
+            &v.offload.eq(&k(2)).implies(&v.zero.eq(&k(3))),
+        ]),
+        Rule::ZeroShardsWithoutPipeline => v.zero.ge(&k(2)).implies(&v.pp.eq(&one)),
+        Rule::MemoryFits => Bool::from_bool(true),
     }
 }
