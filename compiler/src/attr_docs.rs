@@ -34,10 +34,25 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("model", "tied_embeddings") => "input and output embeddings share weights; default true",
         ("model", "experts") => "experts per MoE layer; 1 = dense",
         ("model", "top_k") => "experts each token is routed to",
+        ("model", "rope_theta") => "rope base frequency; default 10000 (planc extension)",
         ("train", "global_batch") => "sequences per optimizer step",
         ("train", "precision") => "fp32, fp16, bf16 or fp8",
         ("train", "optimizer") => "adam, adamw or sgd",
         ("train", "tokens") => "tokens to train on, for the time to train",
+        ("train", "data") => {
+            "token file for `planc run` (uint16/uint32 ids, no header), relative to the plan; default: the synthetic corpus"
+        }
+        ("train", "seed") => "seeds the initial weights and the synthetic corpus; default 1234",
+        ("train", "steps") => "optimizer steps `planc run` takes; default 10",
+        ("train", "lr") => "peak learning rate; default 3e-4",
+        ("train", "min_lr") => "final learning rate of the cosine schedule; default lr / 10",
+        ("train", "lr_schedule") => "constant or cosine (after warm-up); default cosine",
+        ("train", "warmup_steps") => "linear learning-rate warm-up steps; default 0",
+        ("train", "weight_decay") => "decoupled weight decay on 2-D weights; default 0.1",
+        ("train", "grad_clip") => "clip the global gradient norm to this; 0 = off; default 1.0",
+        ("train", "adam_beta1") => "Adam's first-moment decay; default 0.9",
+        ("train", "adam_beta2") => "Adam's second-moment decay; default 0.95",
+        ("train", "adam_eps") => "Adam's epsilon; default 1e-8",
         ("train", "attention") => {
             "flash (default: scores not stored) or standard (planc extension)"
         }

@@ -57,6 +57,7 @@ pub struct ModelPreset {
     pub tied_embeddings: bool,
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
+    pub rope_theta: Option<f64>,
 }
 
 #[derive(Deserialize)]

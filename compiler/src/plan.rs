@@ -164,6 +164,8 @@ pub struct Model {
     pub tied_embeddings: bool,
     pub experts: u64,
     pub top_k: u64,
+    /// Rope base frequency (`planc run`; the cost model does not depend on it).
+    pub rope_theta: f64,
 }
 
 impl Model {
@@ -179,6 +181,47 @@ pub struct Train {
     pub optimizer: Optimizer,
     pub tokens: Option<f64>,
     pub attention: Attention,
+    /// What `planc run` needs beyond the cost model: data, seed, schedule, optimizer constants.
+    pub run: RunSettings,
+}
+
+enumeration!(LrSchedule { Constant = "constant", Cosine = "cosine" });
+
+/// The training attributes of `shared/spec/run.md`, with its defaults.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunSettings {
+    /// The token file as written, relative to the plan file; `None`: the synthetic corpus.
+    pub data: Option<String>,
+    pub seed: u64,
+    pub steps: u64,
+    pub lr: f64,
+    pub min_lr: f64,
+    pub lr_schedule: LrSchedule,
+    pub warmup_steps: u64,
+    pub weight_decay: f64,
+    pub grad_clip: f64,
+    pub adam_beta1: f64,
+    pub adam_beta2: f64,
+    pub adam_eps: f64,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            data: None,
+            seed: 1234,
+            steps: 10,
+            lr: 3e-4,
+            min_lr: 3e-5,
+            lr_schedule: LrSchedule::Cosine,
+            warmup_steps: 0,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            adam_beta1: 0.9,
+            adam_beta2: 0.95,
+            adam_eps: 1e-8,
+        }
+    }
 }
 
 /// One fully chosen parallel layout.

@@ -1150,6 +1150,10 @@ impl<'a> Resolver<'a> {
             .count(n, "top_k", 1)
             .or(p.and_then(|p| p.top_k))
             .unwrap_or(1);
+        let rope_theta = self
+            .number(n, "rope_theta", 1.0, 1e12)
+            .or(p.and_then(|p| p.rope_theta))
+            .unwrap_or(10000.0);
         Some(Model {
             name,
             layers: layers?,
@@ -1166,6 +1170,7 @@ impl<'a> Resolver<'a> {
             tied_embeddings,
             experts,
             top_k,
+            rope_theta,
         })
     }
 
@@ -1181,13 +1186,38 @@ impl<'a> Resolver<'a> {
         let attention = self
             .enumeration(n, "attention", Attention::NAMES, Attention::parse)
             .unwrap_or(Attention::Flash);
+        let run = self.lower_run_settings(n);
         Some(Train {
             global_batch: global_batch?,
             precision,
             optimizer,
             tokens,
             attention,
+            run,
         })
+    }
+
+    fn lower_run_settings(&mut self, n: usize) -> RunSettings {
+        let d = RunSettings::default();
+        let lr = self.number(n, "lr", 0.0, 10.0).unwrap_or(d.lr);
+        RunSettings {
+            data: self.string(n, "data"),
+            seed: self.count(n, "seed", 0).unwrap_or(d.seed),
+            steps: self.count(n, "steps", 1).unwrap_or(d.steps),
+            lr,
+            min_lr: self.number(n, "min_lr", 0.0, 10.0).unwrap_or(lr / 10.0),
+            lr_schedule: self
+                .enumeration(n, "lr_schedule", LrSchedule::NAMES, LrSchedule::parse)
+                .unwrap_or(d.lr_schedule),
+            warmup_steps: self.count(n, "warmup_steps", 0).unwrap_or(d.warmup_steps),
+            weight_decay: self
+                .number(n, "weight_decay", 0.0, 10.0)
+                .unwrap_or(d.weight_decay),
+            grad_clip: self.number(n, "grad_clip", 0.0, 1e9).unwrap_or(d.grad_clip),
+            adam_beta1: self.number(n, "adam_beta1", 0.0, 1.0).unwrap_or(d.adam_beta1),
+            adam_beta2: self.number(n, "adam_beta2", 0.0, 1.0).unwrap_or(d.adam_beta2),
+            adam_eps: self.number(n, "adam_eps", 0.0, 1.0).unwrap_or(d.adam_eps),
+        }
     }
 
     fn hole<T: Clone>(

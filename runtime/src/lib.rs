@@ -13,6 +13,7 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 mod collectives;
+pub mod train;
 mod gpu;
 
 use planc_compiler::catalog::Catalog;

@@ -121,6 +121,7 @@ mod tests {
             tied_embeddings: true,
             experts: 1,
             top_k: 1,
+            rope_theta: 10000.0,
         }
     }
 
@@ -161,6 +162,7 @@ mod tests {
                 tied_embeddings: false,
                 experts: p.experts.unwrap_or(1),
                 top_k: p.top_k.unwrap_or(1),
+                rope_theta: 500000.0,
             }
         };
         let l70 = total_params(&to_model("llama3-70b")) / 1e9;

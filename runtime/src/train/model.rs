@@ -1,0 +1,252 @@
+//! The trained model's dimensions and its parameter table: every tensor the runtime keeps,
+//! by planc's internal name, shape and place in the one flat fp32 buffer of master weights.
+//!
+//! Internally every linear weight is `[out, in]` row-major (as `torch.nn.Linear`), and the
+//! query, key and value projections are one fused tensor (`qkv_w`, rows q then k then v) so
+//! one product computes all three; a SwiGLU layer's gate and up projections are likewise one
+//! `fc_w` (gate rows first). Checkpoints translate to Hugging Face names and layouts
+//! (`checkpoint.rs`); nothing else outside this file depends on the order of the table.
+
+use planc_compiler::plan::{Mlp, Norm, Plan, Position};
+
+/// What the runtime needs of the plan's `model` block, checked for what it can run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dims {
+    pub layers: usize,
+    /// `C`
+    pub hidden: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// `F`
+    pub ffn: usize,
+    pub vocab: usize,
+    /// `S`, the trained sequence length (and the size of the learned position table).
+    pub seq_len: usize,
+    pub mlp: Mlp,
+    pub norm: Norm,
+    pub position: Position,
+    /// Biases on the linear layers (norm biases follow `norm`: layernorm has them).
+    pub bias: bool,
+    pub tied: bool,
+    pub norm_eps: f32,
+    pub rope_theta: f32,
+}
+
+impl Dims {
+    /// The model of `plan`, with `layers` overriding the layer count (`--layers K`).
+    pub fn of(plan: &Plan, layers: Option<usize>) -> Result<Dims, String> {
+        let m = &plan.model;
+        if m.experts > 1 {
+            return Err(format!(
+                "`planc run` trains dense models; this one has {} experts",
+                m.experts
+            ));
+        }
+        if m.heads == 0 || m.hidden % m.heads != 0 {
+            return Err(format!(
+                "hidden ({}) must be a multiple of heads ({})",
+                m.hidden, m.heads
+            ));
+        }
+        if m.kv_heads == 0 || m.heads % m.kv_heads != 0 {
+            return Err(format!(
+                "heads ({}) must be a multiple of kv_heads ({})",
+                m.heads, m.kv_heads
+            ));
+        }
+        let head_dim = (m.hidden / m.heads) as usize;
+        if m.position == Position::Rope && head_dim % 2 != 0 {
+            return Err(format!("rope needs an even head dimension, not {head_dim}"));
+        }
+        Ok(Dims {
+            layers: layers.unwrap_or(m.layers as usize),
+            hidden: m.hidden as usize,
+            heads: m.heads as usize,
+            kv_heads: m.kv_heads as usize,
+            head_dim,
+            ffn: m.ffn_hidden as usize,
+            vocab: m.vocab as usize,
+            seq_len: m.seq_len as usize,
+            mlp: m.mlp,
+            norm: m.norm,
+            position: m.position,
+            bias: m.bias,
+            tied: m.tied_embeddings,
+            norm_eps: 1e-5,
+            rope_theta: m.rope_theta as f32,
+        })
+    }
+
+    /// Rows of the fused query/key/value projection: `(heads + 2·kv_heads)·head_dim`.
+    pub fn qkv_rows(&self) -> usize {
+        (self.heads + 2 * self.kv_heads) * self.head_dim
+    }
+
+    /// Width of the attention output, `heads·head_dim` (= hidden).
+    pub fn attn_width(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Rows of the first MLP product: `F`, or `2F` for SwiGLU (gate then up).
+    pub fn fc_rows(&self) -> usize {
+        match self.mlp {
+            Mlp::Gelu => self.ffn,
+            Mlp::Swiglu => 2 * self.ffn,
+        }
+    }
+
+    pub fn norm_has_bias(&self) -> bool {
+        self.norm == Norm::Layernorm
+    }
+}
+
+/// One tensor of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    /// Internal name: `wte`, `wpe`, `lnf_w`, `lnf_b`, `lm_head`, or `h.{l}.{part}` with part
+    /// one of `ln1_w ln1_b qkv_w qkv_b proj_w proj_b ln2_w ln2_b fc_w fc_b fc2_w fc2_b`.
+    pub name: String,
+    pub shape: Vec<usize>,
+    /// Offset in elements into the flat buffers (weights, gradients, optimizer moments).
+    pub offset: usize,
+    /// Weight decay applies to 2-D tensors only.
+    pub decay: bool,
+    /// Initial values: normal(0, std), or a constant.
+    pub init: Init,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Init {
+    Normal(f32),
+    Const(f32),
+}
+
+impl Param {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// The whole table, in storage order. Offsets are rounded up to 64 elements so every
+/// tensor starts 256-byte aligned in fp32 and 128-byte aligned in bf16.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub list: Vec<Param>,
+    pub total: usize,
+}
+
+const ALIGN: usize = 64;
+
+impl Params {
+    pub fn new(d: &Dims) -> Params {
+        let mut list = Vec::new();
+        let mut total = 0usize;
+        let mut push = |name: String, shape: Vec<usize>, init: Init| {
+            let decay = shape.len() == 2;
+            let p = Param {
+                name,
+                shape,
+                offset: total,
+                decay,
+                init,
+            };
+            total += p.numel().div_ceil(ALIGN) * ALIGN;
+            list.push(p);
+        };
+        let std = 0.02f32;
+        let resid = std / (2.0 * d.layers.max(1) as f32).sqrt();
+        let (c, f) = (d.hidden, d.ffn);
+        push("wte".into(), vec![d.vocab, c], Init::Normal(std));
+        if d.position == Position::Learned {
+            push("wpe".into(), vec![d.seq_len, c], Init::Normal(std));
+        }
+        for l in 0..d.layers {
+            let n = |part: &str| format!("h.{l}.{part}");
+            push(n("ln1_w"), vec![c], Init::Const(1.0));
+            if d.norm_has_bias() {
+                push(n("ln1_b"), vec![c], Init::Const(0.0));
+            }
+            push(n("qkv_w"), vec![d.qkv_rows(), c], Init::Normal(std));
+            if d.bias {
+                push(n("qkv_b"), vec![d.qkv_rows()], Init::Const(0.0));
+            }
+            push(n("proj_w"), vec![c, d.attn_width()], Init::Normal(resid));
+            if d.bias {
+                push(n("proj_b"), vec![c], Init::Const(0.0));
+            }
+            push(n("ln2_w"), vec![c], Init::Const(1.0));
+            if d.norm_has_bias() {
+                push(n("ln2_b"), vec![c], Init::Const(0.0));
+            }
+            push(n("fc_w"), vec![d.fc_rows(), c], Init::Normal(std));
+            if d.bias {
+                push(n("fc_b"), vec![d.fc_rows()], Init::Const(0.0));
+            }
+            push(n("fc2_w"), vec![c, f], Init::Normal(resid));
+            if d.bias {
+                push(n("fc2_b"), vec![c], Init::Const(0.0));
+            }
+        }
+        push("lnf_w".into(), vec![c], Init::Const(1.0));
+        if d.norm_has_bias() {
+            push("lnf_b".into(), vec![c], Init::Const(0.0));
+        }
+        if !d.tied {
+            push("lm_head".into(), vec![d.vocab, c], Init::Normal(std));
+        }
+        Params { list, total }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Param> {
+        self.list.iter().find(|p| p.name == name)
+    }
+
+    /// Parameters as a model counts them (without alignment padding).
+    pub fn count(&self) -> usize {
+        self.list.iter().map(Param::numel).sum()
+    }
+
+    /// The initial weights, drawn in table order from one generator seeded by `seed`, as
+    /// if on one GPU, so every layout of a plan starts from the same values.
+    pub fn init(&self, seed: u64) -> Vec<f32> {
+        let mut w = vec![0f32; self.total];
+        let mut rng = Rng::new(seed);
+        for p in &self.list {
+            let dst = &mut w[p.offset..p.offset + p.numel()];
+            match p.init {
+                Init::Const(v) => dst.fill(v),
+                Init::Normal(std) => dst.iter_mut().for_each(|x| *x = rng.normal() * std),
+            }
+        }
+        w
+    }
+}
+
+/// A small deterministic generator (splitmix64 with Box-Muller): the initialisation must
+/// not depend on a crate's version.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x5DEE_CE66_D1CE_4E5B)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in (0, 1].
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    pub fn normal(&mut self) -> f32 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+}
