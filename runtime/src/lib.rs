@@ -13,8 +13,8 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 mod collectives;
-pub mod train;
 mod gpu;
+pub mod train;
 
 use planc_compiler::catalog::Catalog;
 use planc_compiler::cost::ops::{layer_forward, OpKind};
@@ -35,6 +35,9 @@ pub enum RunError {
     /// The plan's precision has no cuBLAS path here.
     Precision(Precision),
     Cuda(String),
+    /// The plan cannot be run as written here (too big, too many GPUs, bad data): the
+    /// message says why and what to change.
+    Plan(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -54,6 +57,7 @@ impl std::fmt::Display for RunError {
                 "`planc run` times bf16, fp16 and fp32 products; the plan's precision is {p:?}"
             ),
             RunError::Cuda(e) => write!(f, "CUDA error: {e}"),
+            RunError::Plan(e) => f.write_str(e),
         }
     }
 }
@@ -113,7 +117,7 @@ fn not_run(
 /// The catalog GPU that describes the local device: the plan's own when it is the same
 /// family, else the catalog entry of the device's family (predictions must be for the card
 /// that runs them), else the plan's with a note in the report.
-fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
+pub(crate) fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
     let family = |name: &str| name.split('_').next().unwrap_or(name).to_ascii_uppercase();
     let device_upper = device.to_ascii_uppercase();
     if device_upper.contains(&family(&plan_gpu.name)) {

@@ -1,0 +1,355 @@
+//! The thin CUDA layer the trainer stands on: one context and stream on a GPU, device
+//! buffers that count the bytes they hold (the measured side of the memory plan), the
+//! NVRTC-compiled kernels and their launches, and CUDA events for timing.
+//!
+//! Buffers are plain device pointers owned by [`Gpu`] and freed with it: the trainer
+//! allocates its whole memory plan up front and never frees during a step, so there is
+//! nothing for a borrow checker to protect and the launch arguments stay simple.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext};
+use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use planc_compiler::plan::Precision;
+
+use crate::RunError;
+
+pub fn err(e: impl std::fmt::Debug) -> RunError {
+    RunError::Cuda(format!("{e:?}"))
+}
+
+/// The kernels' source (`kernels.cu`), for NVRTC.
+pub const SOURCE: &str = include_str!("kernels.cu");
+
+/// The storage type of activations and compute weights: 0 fp32, 1 bf16, 2 fp16.
+pub fn storage_code(p: Precision) -> u32 {
+    match p {
+        Precision::Fp32 => 0,
+        Precision::Bf16 | Precision::Fp8 => 1,
+        Precision::Fp16 => 2,
+    }
+}
+
+/// Compiles the kernels for one precision to PTX. `arch` is e.g. `compute_90`; without one,
+/// NVRTC's default. Needs only libnvrtc, no GPU: CI compiles every kernel this way.
+pub fn compile(precision: Precision, arch: Option<&'static str>) -> Result<String, String> {
+    let opts = CompileOptions {
+        arch,
+        options: vec![
+            format!("-DPLANC_X={}", storage_code(precision)),
+            "--std=c++17".into(),
+        ],
+        name: Some("kernels.cu".into()),
+        ..Default::default()
+    };
+    compile_ptx_with_opts(SOURCE, opts)
+        .map(|p| p.to_src())
+        .map_err(|e| format!("{e}"))
+}
+
+/// Every kernel `kernels.cu` defines, by name: loaded at start so a missing one fails
+/// before training, not in the middle of a step.
+pub const KERNELS: &[&str] = &[
+    "cast_to_x",
+    "scale_f32",
+    "add_x",
+    "add_bias",
+    "embed_fwd",
+    "embed_bwd_tokens",
+    "embed_bwd_positions",
+    "norm_fwd",
+    "norm_bwd_input",
+    "norm_bwd_params",
+    "colsum_partial",
+    "sum_partials",
+    "gelu_fwd",
+    "gelu_bwd",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "qkv_split",
+    "qkv_merge_grad",
+    "heads_merge",
+    "heads_split",
+    "softmax_causal_fwd",
+    "softmax_causal_bwd",
+    "cross_entropy",
+    "sumsq_partial",
+    "sum_partial",
+    "adamw",
+    "sgd",
+];
+
+/// A device buffer: a pointer and its size in bytes. Copy, because the GPU owns it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Buf {
+    pub ptr: u64,
+    pub bytes: usize,
+}
+
+impl Buf {
+    pub const NULL: Buf = Buf { ptr: 0, bytes: 0 };
+
+    /// The buffer from element `at` of `elem` bytes on.
+    pub fn at(self, at: usize, elem: usize) -> Buf {
+        let off = at * elem;
+        debug_assert!(off <= self.bytes, "{off} > {}", self.bytes);
+        Buf {
+            ptr: self.ptr + off as u64,
+            bytes: self.bytes.saturating_sub(off),
+        }
+    }
+}
+
+/// A kernel argument.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    P(Buf),
+    I(i32),
+    L(i64),
+    F(f32),
+}
+
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: sys::CUstream,
+    pub name: String,
+    pub ordinal: usize,
+    module: sys::CUmodule,
+    functions: HashMap<&'static str, sys::CUfunction>,
+    owned: Vec<Buf>,
+    /// Bytes held in buffers now, and the most ever held: the memory plan, measured.
+    pub held: usize,
+    pub peak: usize,
+}
+
+impl Gpu {
+    /// Opens GPU `ordinal`, compiles the kernels for `precision` and loads them.
+    pub fn open(ordinal: usize, precision: Precision) -> Result<Gpu, RunError> {
+        // SAFETY: only probes whether the shared libraries load.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RunError::NoDriver);
+        }
+        let count = CudaContext::device_count().map_err(err)? as usize;
+        if count <= ordinal {
+            return Err(RunError::NoGpu);
+        }
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(RunError::Cuda(
+                "NVRTC (libnvrtc.so) not found; add the CUDA libraries to LD_LIBRARY_PATH".into(),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(err)?;
+        let name = ctx.name().map_err(err)?;
+        let (major, minor) = (
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .map_err(err)?,
+            ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                .map_err(err)?,
+        );
+        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+        let ptx = compile(precision, Some(arch))
+            .map_err(|e| RunError::Cuda(format!("the kernels did not compile: {e}")))?;
+        let image = CString::new(ptx).map_err(err)?;
+        ctx.bind_to_thread().map_err(err)?;
+        // SAFETY: the image is NUL-terminated PTX that lives through the call.
+        let module =
+            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(err)?;
+        let mut functions = HashMap::new();
+        for &k in KERNELS {
+            let cname = CString::new(k).expect("kernel names have no NUL");
+            // SAFETY: the module is loaded and stays so while `self` lives.
+            let f = unsafe { result::module::get_function(module, cname) }.map_err(err)?;
+            functions.insert(k, f);
+        }
+        let stream =
+            result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            name,
+            ordinal,
+            module,
+            functions,
+            owned: Vec::new(),
+            held: 0,
+            peak: 0,
+        })
+    }
+
+    /// A zeroed buffer of `bytes`, counted in the memory plan.
+    pub fn alloc(&mut self, bytes: usize) -> Result<Buf, RunError> {
+        let bytes = bytes.max(256);
+        // SAFETY: a plain device allocation, freed in Drop.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
+            RunError::Cuda(format!(
+                "out of device memory allocating {:.2} GiB with {:.2} GiB already held: {e:?}",
+                bytes as f64 / GIB,
+                self.held as f64 / GIB
+            ))
+        })?;
+        // SAFETY: the buffer was just allocated with this size.
+        unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(err)?;
+        let b = Buf { ptr, bytes };
+        self.owned.push(b);
+        self.held += bytes;
+        self.peak = self.peak.max(self.held);
+        Ok(b)
+    }
+
+    pub fn zero(&self, b: Buf) -> Result<(), RunError> {
+        // SAFETY: `b` is a live buffer of this GPU.
+        unsafe { result::memset_d8_async(b.ptr, 0, b.bytes, self.stream) }.map_err(err)
+    }
+
+    pub fn upload<T: Copy>(&self, dst: Buf, src: &[T]) -> Result<(), RunError> {
+        assert!(std::mem::size_of_val(src) <= dst.bytes, "upload overflows");
+        // SAFETY: sizes checked; synchronous with respect to the host slice.
+        unsafe {
+            result::stream::synchronize(self.stream).map_err(err)?;
+            result::memcpy_htod_sync(dst.ptr, src).map_err(err)
+        }
+    }
+
+    pub fn download<T: Copy + Default>(&self, src: Buf, n: usize) -> Result<Vec<T>, RunError> {
+        let mut out = vec![T::default(); n];
+        assert!(
+            n * std::mem::size_of::<T>() <= src.bytes,
+            "download overflows"
+        );
+        // SAFETY: sizes checked; the stream is drained first.
+        unsafe {
+            result::stream::synchronize(self.stream).map_err(err)?;
+            result::memcpy_dtoh_sync(&mut out, src.ptr).map_err(err)?;
+        }
+        Ok(out)
+    }
+
+    pub fn copy(&self, dst: Buf, src: Buf, bytes: usize) -> Result<(), RunError> {
+        assert!(bytes <= dst.bytes && bytes <= src.bytes, "copy overflows");
+        // SAFETY: sizes checked.
+        unsafe { result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, self.stream) }.map_err(err)
+    }
+
+    pub fn sync(&self) -> Result<(), RunError> {
+        // SAFETY: our own stream.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(err)
+    }
+
+    /// Launches `kernel` on `grid` blocks of `block` threads.
+    pub fn launch(
+        &self,
+        kernel: &str,
+        grid: (u32, u32),
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), RunError> {
+        let f = *self
+            .functions
+            .get(kernel)
+            .unwrap_or_else(|| panic!("kernel {kernel} is not in KERNELS"));
+        let mut vals: Vec<[u8; 8]> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::P(b) => b.ptr.to_ne_bytes(),
+                Arg::I(i) => {
+                    let mut v = [0u8; 8];
+                    v[..4].copy_from_slice(&i.to_ne_bytes());
+                    v
+                }
+                Arg::L(l) => l.to_ne_bytes(),
+                Arg::F(x) => {
+                    let mut v = [0u8; 8];
+                    v[..4].copy_from_slice(&x.to_ne_bytes());
+                    v
+                }
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = vals
+            .iter_mut()
+            .map(|v| v.as_mut_ptr() as *mut c_void)
+            .collect();
+        // SAFETY: the arguments match the kernel's parameters in kernels.cu (each launch
+        // site passes them in declaration order, with the declared widths).
+        unsafe {
+            result::launch_kernel(
+                f,
+                grid.into_dim3(),
+                (block, 1, 1),
+                0,
+                self.stream,
+                &mut params,
+            )
+        }
+        .map_err(err)
+    }
+
+    /// Launches an elementwise kernel over `n` items.
+    pub fn launch_n(&self, kernel: &str, n: usize, args: &[Arg]) -> Result<(), RunError> {
+        let block = 256u32;
+        let grid = n.div_ceil(block as usize).max(1) as u32;
+        self.launch(kernel, (grid, 1), block, args)
+    }
+
+    pub fn event(&self) -> Result<Event, RunError> {
+        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(err)?;
+        // SAFETY: a fresh event on our stream.
+        unsafe { result::event::record(e, self.stream) }.map_err(err)?;
+        Ok(Event(e))
+    }
+
+    /// Free and total device memory as the driver sees it.
+    pub fn mem_info(&self) -> Result<(usize, usize), RunError> {
+        result::mem_get_info().map_err(err)
+    }
+}
+
+trait Dim3 {
+    fn into_dim3(self) -> (u32, u32, u32);
+}
+
+impl Dim3 for (u32, u32) {
+    fn into_dim3(self) -> (u32, u32, u32) {
+        (self.0, self.1, 1)
+    }
+}
+
+pub const GIB: f64 = (1u64 << 30) as f64;
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: everything here was created by this Gpu and is not used after.
+        unsafe {
+            let _ = result::stream::synchronize(self.stream);
+            for b in self.owned.drain(..) {
+                let _ = result::free_sync(b.ptr);
+            }
+            let _ = result::module::unload(self.module);
+            let _ = result::stream::destroy(self.stream);
+        }
+    }
+}
+
+/// A recorded CUDA event.
+pub struct Event(sys::CUevent);
+
+impl Event {
+    /// Milliseconds from `self` to `later`, waiting for `later` to complete.
+    pub fn ms_to(&self, later: &Event) -> Result<f32, RunError> {
+        // SAFETY: both events were recorded on a live stream.
+        unsafe {
+            result::event::synchronize(later.0).map_err(err)?;
+            result::event::elapsed(self.0, later.0).map_err(err)
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: the event is not used after.
+        unsafe {
+            let _ = result::event::destroy(self.0);
+        }
+    }
+}

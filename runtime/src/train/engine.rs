@@ -1,0 +1,963 @@
+//! The model on one GPU: the memory plan (weights, gradients, optimizer state, activations
+//! per in-flight micro-batch, scratch), and the passes the step's program runs on it:
+//! forward of a micro-batch (through the loss), backward, and the optimizer.
+//!
+//! What each layer keeps for its backward pass follows `parallel.recompute` and
+//! `train.attention`: with `none` every layer keeps its norms' outputs, q/k/v, the attention
+//! output, the MLP input and activation (and with `standard` attention the s×s
+//! probabilities); `selective` and `flash` attention keep everything but the probabilities,
+//! which backward recomputes from q and k; `full` keeps only each layer's input and runs the
+//! layer's forward again just before its backward.
+//!
+//! The loss head (final norm, logits, cross-entropy) runs forward and backward at the end
+//! of a micro-batch's forward pass: its logits are the largest tensor of the step and are
+//! never kept, only the gradient they send into the last layer.
+
+use planc_compiler::plan::{Attention, Mlp, Norm, Optimizer, Position, Precision, Recompute};
+
+use super::blas::Blas;
+use super::cuda::{Arg, Buf, Gpu};
+use super::model::{Dims, Params};
+use crate::RunError;
+
+type Res = Result<(), RunError>;
+
+/// What the engine is built for.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub dims: Dims,
+    /// Sequences per micro-batch.
+    pub batch: usize,
+    pub precision: Precision,
+    pub attention: Attention,
+    pub recompute: Recompute,
+    pub optimizer: Optimizer,
+    /// Micro-batches whose activations are alive at once (from the step's program).
+    pub in_flight: usize,
+}
+
+/// One layer's kept activations.
+#[derive(Clone, Copy, Default)]
+struct LayerActs {
+    ln1: Buf,
+    ln1_mean: Buf,
+    ln1_rstd: Buf,
+    q: Buf,
+    k: Buf,
+    v: Buf,
+    /// Softmax probabilities [B, H, T, T]; NULL when recomputed.
+    p: Buf,
+    a: Buf,
+    x2: Buf,
+    ln2: Buf,
+    ln2_mean: Buf,
+    ln2_rstd: Buf,
+    h: Buf,
+    act: Buf,
+}
+
+/// Everything kept for one in-flight micro-batch.
+struct ActSet {
+    /// Layer inputs; `xs[layers]` is the last layer's output.
+    xs: Vec<Buf>,
+    /// Per layer, or one shared set under full recompute.
+    layers: Vec<LayerActs>,
+    /// Gradient of the last layer's output, from the loss head.
+    dx_top: Buf,
+    tokens: Buf,
+    /// Host-sorted positions of each distinct token (for the embedding gradient).
+    uniq: Buf,
+    start: Buf,
+    pos: Buf,
+    n_uniq: usize,
+}
+
+/// Buffers reused by every layer and micro-batch.
+struct Scratch {
+    qkv: Buf,
+    o: Buf,
+    /// Probabilities recomputed in backward (or computed in forward when not kept).
+    p: Buf,
+    tmp: Buf,
+    dres: Buf,
+    dln: Buf,
+    dqkv: Buf,
+    dq: Buf,
+    dk: Buf,
+    dv: Buf,
+    dp: Buf,
+    d_o: Buf,
+    da: Buf,
+    dh: Buf,
+    dact: Buf,
+    lnf: Buf,
+    lnf_mean: Buf,
+    lnf_rstd: Buf,
+    logits: Buf,
+    losses: Buf,
+    targets: Buf,
+    partials: Buf,
+    /// A throwaway layer output for recomputed forwards.
+    xout: Buf,
+}
+
+/// Bytes by what they hold, as the memory plan allocated them.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct MemoryPlan {
+    pub weights: usize,
+    pub gradients: usize,
+    pub optimizer: usize,
+    pub activations: usize,
+    pub scratch: usize,
+}
+
+pub struct Engine {
+    pub gpu: Gpu,
+    blas: Blas,
+    pub shape: Shape,
+    pub params: Params,
+    xsz: usize,
+    /// fp32 master weights, the compute copy (the same buffer in fp32), fp32 gradients,
+    /// Adam's moments.
+    pub w32: Buf,
+    pub wx: Buf,
+    pub grad: Buf,
+    pub m: Buf,
+    pub v: Buf,
+    sets: Vec<ActSet>,
+    s: Scratch,
+    /// One f32 per micro-batch: the sum of its token losses.
+    pub loss_sums: Buf,
+    pub memory: MemoryPlan,
+    /// Tracing: (name, event) marks; each span runs to the next mark.
+    pub marks: Option<Vec<(String, super::cuda::Event)>>,
+}
+
+const CHUNK_ROWS: usize = 256;
+
+impl Engine {
+    pub fn new(gpu: Gpu, shape: Shape, micro_batches: usize) -> Result<Engine, RunError> {
+        let mut gpu = gpu;
+        let blas = Blas::new(&gpu, shape.precision)?;
+        let d = shape.dims.clone();
+        let params = Params::new(&d);
+        let xsz = if shape.precision == Precision::Fp32 {
+            4
+        } else {
+            2
+        };
+        let mut mem = MemoryPlan::default();
+        let total = params.total;
+        let w32 = gpu.alloc(total * 4)?;
+        let wx = if xsz == 4 {
+            w32
+        } else {
+            gpu.alloc(total * xsz)?
+        };
+        mem.weights = total * 4 + if xsz == 4 { 0 } else { total * xsz };
+        let grad = gpu.alloc(total * 4)?;
+        mem.gradients = total * 4;
+        let (m, v) = if shape.optimizer == Optimizer::Sgd {
+            (Buf::NULL, Buf::NULL)
+        } else {
+            (gpu.alloc(total * 4)?, gpu.alloc(total * 4)?)
+        };
+        mem.optimizer = if shape.optimizer == Optimizer::Sgd {
+            0
+        } else {
+            total * 8
+        };
+
+        let (b, t) = (shape.batch, d.seq_len);
+        let n = b * t;
+        let (c, hh, dd) = (d.hidden, d.heads, d.head_dim);
+        let bhtd = b * hh * t * dd;
+        let bhtt = b * hh * t * t;
+        let keep_p = shape.attention == Attention::Standard && shape.recompute == Recompute::None;
+        let full = shape.recompute == Recompute::Full;
+        let before = gpu.held;
+        let mut sets = Vec::new();
+        for _ in 0..shape.in_flight.max(1) {
+            let mut xs = Vec::new();
+            for _ in 0..=d.layers {
+                xs.push(gpu.alloc(n * c * xsz)?);
+            }
+            let kept = if full { 1 } else { d.layers };
+            let mut layers = Vec::new();
+            for _ in 0..kept {
+                layers.push(LayerActs {
+                    ln1: gpu.alloc(n * c * xsz)?,
+                    ln1_mean: gpu.alloc(n * 4)?,
+                    ln1_rstd: gpu.alloc(n * 4)?,
+                    q: gpu.alloc(bhtd * xsz)?,
+                    k: gpu.alloc(bhtd * xsz)?,
+                    v: gpu.alloc(bhtd * xsz)?,
+                    p: if keep_p {
+                        gpu.alloc(bhtt * xsz)?
+                    } else {
+                        Buf::NULL
+                    },
+                    a: gpu.alloc(n * d.attn_width() * xsz)?,
+                    x2: gpu.alloc(n * c * xsz)?,
+                    ln2: gpu.alloc(n * c * xsz)?,
+                    ln2_mean: gpu.alloc(n * 4)?,
+                    ln2_rstd: gpu.alloc(n * 4)?,
+                    h: gpu.alloc(n * d.fc_rows() * xsz)?,
+                    act: gpu.alloc(n * d.ffn * xsz)?,
+                });
+            }
+            sets.push(ActSet {
+                xs,
+                layers,
+                dx_top: gpu.alloc(n * c * xsz)?,
+                tokens: gpu.alloc(n * 4)?,
+                uniq: gpu.alloc(n * 4)?,
+                start: gpu.alloc((n + 1) * 4)?,
+                pos: gpu.alloc(n * 4)?,
+                n_uniq: 0,
+            });
+        }
+        mem.activations = gpu.held - before;
+        let before = gpu.held;
+        let max_cols = c.max(d.qkv_rows()).max(d.fc_rows());
+        let s = Scratch {
+            qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
+            o: gpu.alloc(bhtd * xsz)?,
+            p: if keep_p {
+                Buf::NULL
+            } else {
+                gpu.alloc(bhtt * xsz)?
+            },
+            tmp: gpu.alloc(n * c * xsz)?,
+            dres: gpu.alloc(n * c * xsz)?,
+            dln: gpu.alloc(n * c * xsz)?,
+            dqkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
+            dq: gpu.alloc(bhtd * xsz)?,
+            dk: gpu.alloc(bhtd * xsz)?,
+            dv: gpu.alloc(bhtd * xsz)?,
+            dp: gpu.alloc(bhtt * xsz)?,
+            d_o: gpu.alloc(bhtd * xsz)?,
+            da: gpu.alloc(n * d.attn_width() * xsz)?,
+            dh: gpu.alloc(n * d.fc_rows() * xsz)?,
+            dact: gpu.alloc(n * d.ffn * xsz)?,
+            lnf: gpu.alloc(n * c * xsz)?,
+            lnf_mean: gpu.alloc(n * 4)?,
+            lnf_rstd: gpu.alloc(n * 4)?,
+            logits: gpu.alloc(n * d.vocab * xsz)?,
+            losses: gpu.alloc(n * 4)?,
+            targets: gpu.alloc(n * 4)?,
+            partials: gpu.alloc((2 * n.div_ceil(CHUNK_ROWS) * max_cols).max(1024) * 4)?,
+            xout: gpu.alloc(n * c * xsz)?,
+        };
+        let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
+        mem.scratch = gpu.held - before;
+        Ok(Engine {
+            gpu,
+            blas,
+            shape,
+            params,
+            xsz,
+            w32,
+            wx,
+            grad,
+            m,
+            v,
+            sets,
+            s,
+            loss_sums,
+            memory: mem,
+            marks: None,
+        })
+    }
+
+    fn mark(&mut self, name: impl FnOnce() -> String) -> Res {
+        if self.marks.is_some() {
+            let e = self.gpu.event()?;
+            self.marks.as_mut().expect("checked").push((name(), e));
+        }
+        Ok(())
+    }
+
+    /// Uploads fp32 master weights and refreshes the compute copy.
+    pub fn set_weights(&mut self, w: &[f32]) -> Res {
+        self.gpu.upload(self.w32, w)?;
+        self.refresh_compute_copy()
+    }
+
+    fn refresh_compute_copy(&self) -> Res {
+        if self.xsz != 4 {
+            let n = self.params.total;
+            self.gpu.launch_n(
+                "cast_to_x",
+                n,
+                &[Arg::P(self.wx), Arg::P(self.w32), Arg::L(n as i64)],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn wx_of(&self, name: &str) -> Buf {
+        match self.params.get(name) {
+            Some(p) => self.wx.at(p.offset, self.xsz),
+            None => Buf::NULL,
+        }
+    }
+
+    fn g_of(&self, name: &str) -> Buf {
+        match self.params.get(name) {
+            Some(p) => self.grad.at(p.offset, 4),
+            None => Buf::NULL,
+        }
+    }
+
+    pub fn zero_grads(&self) -> Res {
+        self.gpu.zero(self.grad)
+    }
+
+    fn rows(&self) -> usize {
+        self.shape.batch * self.shape.dims.seq_len
+    }
+
+    fn is_rms(&self) -> i32 {
+        i32::from(self.shape.dims.norm == Norm::Rmsnorm)
+    }
+
+    fn norm_fwd(&self, out: Buf, mean: Buf, rstd: Buf, inp: Buf, w: Buf, b: Buf) -> Res {
+        let d = &self.shape.dims;
+        self.gpu.launch(
+            "norm_fwd",
+            (self.rows() as u32, 1),
+            256,
+            &[
+                Arg::P(out),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::P(inp),
+                Arg::P(w),
+                Arg::P(b),
+                Arg::I(d.hidden as i32),
+                Arg::F(d.norm_eps),
+                Arg::I(self.is_rms()),
+            ],
+        )
+    }
+
+    /// dinp += norm backward; dw, db += the weight gradients.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_bwd(
+        &self,
+        dinp: Buf,
+        dout: Buf,
+        inp: Buf,
+        w: Buf,
+        mean: Buf,
+        rstd: Buf,
+        dw: Buf,
+        db: Buf,
+    ) -> Res {
+        let c = self.shape.dims.hidden;
+        let rows = self.rows();
+        self.gpu.launch(
+            "norm_bwd_input",
+            (rows as u32, 1),
+            256,
+            &[
+                Arg::P(dinp),
+                Arg::P(dout),
+                Arg::P(inp),
+                Arg::P(w),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::I(c as i32),
+                Arg::I(self.is_rms()),
+            ],
+        )?;
+        let chunks = rows.div_ceil(CHUNK_ROWS);
+        let part = self.s.partials;
+        self.gpu.launch(
+            "norm_bwd_params",
+            (c.div_ceil(256) as u32, chunks as u32),
+            256,
+            &[
+                Arg::P(part),
+                Arg::P(dout),
+                Arg::P(inp),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::L(rows as i64),
+                Arg::I(c as i32),
+                Arg::I(CHUNK_ROWS as i32),
+            ],
+        )?;
+        self.sum_partials(dw, part, chunks, c)?;
+        if db != Buf::NULL {
+            self.sum_partials(db, part.at(chunks * c, 4), chunks, c)?;
+        }
+        Ok(())
+    }
+
+    fn sum_partials(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
+        self.gpu.launch(
+            "sum_partials",
+            (cols.div_ceil(256) as u32, 1),
+            256,
+            &[
+                Arg::P(out),
+                Arg::P(part),
+                Arg::I(chunks as i32),
+                Arg::I(cols as i32),
+            ],
+        )
+    }
+
+    /// db[cols] += Σ_rows x[rows, cols]
+    fn bias_grad(&self, db: Buf, x: Buf, cols: usize) -> Res {
+        if db == Buf::NULL {
+            return Ok(());
+        }
+        let rows = self.rows();
+        let chunks = rows.div_ceil(CHUNK_ROWS);
+        self.gpu.launch(
+            "colsum_partial",
+            (cols.div_ceil(256) as u32, chunks as u32),
+            256,
+            &[
+                Arg::P(self.s.partials),
+                Arg::P(x),
+                Arg::L(rows as i64),
+                Arg::I(cols as i32),
+                Arg::I(CHUNK_ROWS as i32),
+            ],
+        )?;
+        self.sum_partials(db, self.s.partials, chunks, cols)
+    }
+
+    fn add_bias(&self, x: Buf, b: Buf, cols: usize) -> Res {
+        if b == Buf::NULL {
+            return Ok(());
+        }
+        let rows = self.rows();
+        self.gpu.launch_n(
+            "add_bias",
+            rows * cols,
+            &[
+                Arg::P(x),
+                Arg::P(b),
+                Arg::L(rows as i64),
+                Arg::I(cols as i32),
+            ],
+        )
+    }
+
+    fn attn_args(&self) -> (usize, usize, usize, usize, usize) {
+        let d = &self.shape.dims;
+        (self.shape.batch, d.seq_len, d.heads, d.kv_heads, d.head_dim)
+    }
+
+    fn softmax_fwd(&self, p: Buf) -> Res {
+        let (b, t, h, _, dd) = self.attn_args();
+        self.gpu.launch(
+            "softmax_causal_fwd",
+            ((b * h * t) as u32, 1),
+            t.clamp(32, 1024).next_power_of_two().min(1024) as u32,
+            &[
+                Arg::P(p),
+                Arg::I(t as i32),
+                Arg::F(1.0 / (dd as f32).sqrt()),
+            ],
+        )
+    }
+
+    /// One layer forward: `x_out` = layer(`x_in`), keeping what `a` holds.
+    fn layer_fwd(&mut self, l: usize, x_in: Buf, x_out: Buf, a: LayerActs) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
+        let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
+        self.mark(|| format!("L{l} attention norm"))?;
+        self.norm_fwd(
+            a.ln1,
+            a.ln1_mean,
+            a.ln1_rstd,
+            x_in,
+            w(self, "ln1_w"),
+            w(self, "ln1_b"),
+        )?;
+        self.mark(|| format!("L{l} qkv"))?;
+        self.blas
+            .linear(self.s.qkv, a.ln1, w(self, "qkv_w"), n, c, qr)?;
+        self.add_bias(self.s.qkv, w(self, "qkv_b"), qr)?;
+        let (b, t, h, g, dd) = self.attn_args();
+        self.gpu.launch_n(
+            "qkv_split",
+            b * h * t * dd,
+            &[
+                Arg::P(a.q),
+                Arg::P(a.k),
+                Arg::P(a.v),
+                Arg::P(self.s.qkv),
+                Arg::I(b as i32),
+                Arg::I(t as i32),
+                Arg::I(h as i32),
+                Arg::I(g as i32),
+                Arg::I(dd as i32),
+                Arg::I(i32::from(d.position == Position::Rope)),
+                Arg::F(d.rope_theta),
+            ],
+        )?;
+        self.mark(|| format!("L{l} attention core"))?;
+        let p = if a.p != Buf::NULL { a.p } else { self.s.p };
+        self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
+        self.softmax_fwd(p)?;
+        self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
+        self.gpu.launch_n(
+            "heads_merge",
+            b * t * h * dd,
+            &[
+                Arg::P(a.a),
+                Arg::P(self.s.o),
+                Arg::I(b as i32),
+                Arg::I(t as i32),
+                Arg::I(h as i32),
+                Arg::I(dd as i32),
+            ],
+        )?;
+        self.mark(|| format!("L{l} attention projection"))?;
+        self.blas
+            .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
+        self.add_bias(self.s.tmp, w(self, "proj_b"), c)?;
+        self.add(a.x2, x_in, self.s.tmp, n * c)?;
+        self.mark(|| format!("L{l} mlp norm"))?;
+        self.norm_fwd(
+            a.ln2,
+            a.ln2_mean,
+            a.ln2_rstd,
+            a.x2,
+            w(self, "ln2_w"),
+            w(self, "ln2_b"),
+        )?;
+        self.mark(|| format!("L{l} mlp up"))?;
+        self.blas.linear(a.h, a.ln2, w(self, "fc_w"), n, c, fr)?;
+        self.add_bias(a.h, w(self, "fc_b"), fr)?;
+        self.mark(|| format!("L{l} mlp activation"))?;
+        match d.mlp {
+            Mlp::Gelu => self.gpu.launch_n(
+                "gelu_fwd",
+                n * f,
+                &[Arg::P(a.act), Arg::P(a.h), Arg::L((n * f) as i64)],
+            )?,
+            Mlp::Swiglu => self.gpu.launch_n(
+                "swiglu_fwd",
+                n * f,
+                &[
+                    Arg::P(a.act),
+                    Arg::P(a.h),
+                    Arg::L(n as i64),
+                    Arg::I(f as i32),
+                ],
+            )?,
+        }
+        self.mark(|| format!("L{l} mlp down"))?;
+        self.blas
+            .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
+        self.add_bias(self.s.tmp, w(self, "fc2_b"), c)?;
+        self.add(x_out, a.x2, self.s.tmp, n * c)
+    }
+
+    fn add(&self, out: Buf, a: Buf, b: Buf, n: usize) -> Res {
+        self.gpu.launch_n(
+            "add_x",
+            n,
+            &[Arg::P(out), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
+        )
+    }
+
+    /// One layer backward: `dres` holds d(output) and becomes d(input).
+    fn layer_bwd(&mut self, l: usize, x_in: Buf, a: LayerActs) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
+        let gr = |s: &Self, part: &str| s.g_of(&format!("h.{l}.{part}"));
+        let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
+        let s = &self.s;
+        let (dres, dln, dh, dact) = (s.dres, s.dln, s.dh, s.dact);
+        self.mark(|| format!("L{l} mlp down backward"))?;
+        self.blas
+            .linear_dinp(dact, dres, w(self, "fc2_w"), n, f, c)?;
+        self.blas
+            .linear_dw(gr(self, "fc2_w"), dres, a.act, n, f, c)?;
+        self.bias_grad(gr(self, "fc2_b"), dres, c)?;
+        self.mark(|| format!("L{l} mlp activation backward"))?;
+        match d.mlp {
+            Mlp::Gelu => self.gpu.launch_n(
+                "gelu_bwd",
+                n * f,
+                &[
+                    Arg::P(dh),
+                    Arg::P(a.h),
+                    Arg::P(dact),
+                    Arg::L((n * f) as i64),
+                ],
+            )?,
+            Mlp::Swiglu => self.gpu.launch_n(
+                "swiglu_bwd",
+                n * f,
+                &[
+                    Arg::P(dh),
+                    Arg::P(a.h),
+                    Arg::P(dact),
+                    Arg::L(n as i64),
+                    Arg::I(f as i32),
+                ],
+            )?,
+        }
+        self.mark(|| format!("L{l} mlp up backward"))?;
+        self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
+        self.blas.linear_dw(gr(self, "fc_w"), dh, a.ln2, n, c, fr)?;
+        self.bias_grad(gr(self, "fc_b"), dh, fr)?;
+        self.mark(|| format!("L{l} mlp norm backward"))?;
+        self.norm_bwd(
+            dres,
+            dln,
+            a.x2,
+            w(self, "ln2_w"),
+            a.ln2_mean,
+            a.ln2_rstd,
+            gr(self, "ln2_w"),
+            gr(self, "ln2_b"),
+        )?;
+        self.mark(|| format!("L{l} attention projection backward"))?;
+        let aw = d.attn_width();
+        let s = &self.s;
+        self.blas
+            .linear_dinp(s.da, dres, w(self, "proj_w"), n, aw, c)?;
+        self.blas
+            .linear_dw(gr(self, "proj_w"), dres, a.a, n, aw, c)?;
+        self.bias_grad(gr(self, "proj_b"), dres, c)?;
+        let (b, t, h, g, dd) = self.attn_args();
+        self.mark(|| format!("L{l} attention core backward"))?;
+        let s = &self.s;
+        self.gpu.launch_n(
+            "heads_split",
+            b * t * h * dd,
+            &[
+                Arg::P(s.d_o),
+                Arg::P(s.da),
+                Arg::I(b as i32),
+                Arg::I(t as i32),
+                Arg::I(h as i32),
+                Arg::I(dd as i32),
+            ],
+        )?;
+        let p = if a.p != Buf::NULL {
+            a.p
+        } else {
+            self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
+            self.softmax_fwd(s.p)?;
+            s.p
+        };
+        self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
+        self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
+        self.gpu.launch(
+            "softmax_causal_bwd",
+            ((b * h * t) as u32, 1),
+            t.clamp(32, 1024).next_power_of_two().min(1024) as u32,
+            &[
+                Arg::P(s.dp),
+                Arg::P(p),
+                Arg::I(t as i32),
+                Arg::F(1.0 / (dd as f32).sqrt()),
+            ],
+        )?;
+        self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
+        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)?;
+        self.gpu.launch_n(
+            "qkv_merge_grad",
+            n * qr,
+            &[
+                Arg::P(s.dqkv),
+                Arg::P(s.dq),
+                Arg::P(s.dk),
+                Arg::P(s.dv),
+                Arg::I(b as i32),
+                Arg::I(t as i32),
+                Arg::I(h as i32),
+                Arg::I(g as i32),
+                Arg::I(dd as i32),
+                Arg::I(i32::from(d.position == Position::Rope)),
+                Arg::F(d.rope_theta),
+            ],
+        )?;
+        self.mark(|| format!("L{l} qkv backward"))?;
+        let s = &self.s;
+        self.blas
+            .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
+        self.blas
+            .linear_dw(gr(self, "qkv_w"), s.dqkv, a.ln1, n, c, qr)?;
+        self.bias_grad(gr(self, "qkv_b"), s.dqkv, qr)?;
+        self.mark(|| format!("L{l} attention norm backward"))?;
+        self.norm_bwd(
+            dres,
+            dln,
+            x_in,
+            w(self, "ln1_w"),
+            a.ln1_mean,
+            a.ln1_rstd,
+            gr(self, "ln1_w"),
+            gr(self, "ln1_b"),
+        )
+    }
+
+    /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's
+    /// backward runs here too (see the module comment). `dscale` scales the loss gradient:
+    /// 1 / (tokens of the step), times the fp16 loss scale.
+    pub fn forward(
+        &mut self,
+        set: usize,
+        j: usize,
+        inputs: &[u32],
+        targets: &[u32],
+        dscale: f32,
+    ) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let c = d.hidden;
+        self.mark(|| format!("F{j} embedding"))?;
+        // The embedding gradient sums each token's positions in a fixed order.
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&i| (inputs[i as usize], i));
+        let mut uniq = Vec::new();
+        let mut start = Vec::new();
+        for (k, &i) in order.iter().enumerate() {
+            if uniq.last() != Some(&(inputs[i as usize] as i32)) {
+                uniq.push(inputs[i as usize] as i32);
+                start.push(k as i32);
+            }
+        }
+        start.push(n as i32);
+        let pos: Vec<i32> = order.iter().map(|&i| i as i32).collect();
+        let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
+        let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
+        {
+            let st = &mut self.sets[set];
+            st.n_uniq = uniq.len();
+            self.gpu.upload(st.tokens, &toks)?;
+            self.gpu.upload(st.uniq, &uniq)?;
+            self.gpu.upload(st.start, &start)?;
+            self.gpu.upload(st.pos, &pos)?;
+        }
+        self.gpu.upload(self.s.targets, &tg)?;
+        let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
+        self.gpu.launch_n(
+            "embed_fwd",
+            n * c,
+            &[
+                Arg::P(x0),
+                Arg::P(tokens),
+                Arg::P(self.wx_of("wte")),
+                Arg::P(self.wx_of("wpe")),
+                Arg::L(n as i64),
+                Arg::I(c as i32),
+                Arg::I(d.seq_len as i32),
+            ],
+        )?;
+        let full = self.shape.recompute == Recompute::Full;
+        for l in 0..d.layers {
+            let st = &self.sets[set];
+            let (xi, xo) = (st.xs[l], st.xs[l + 1]);
+            let a = st.layers[if full { 0 } else { l }];
+            self.layer_fwd(l, xi, xo, a)?;
+        }
+        // The loss head, forward and backward.
+        self.mark(|| format!("F{j} loss head"))?;
+        let xl = self.sets[set].xs[d.layers];
+        let s = &self.s;
+        self.norm_fwd(
+            s.lnf,
+            s.lnf_mean,
+            s.lnf_rstd,
+            xl,
+            self.wx_of("lnf_w"),
+            self.wx_of("lnf_b"),
+        )?;
+        let head = if d.tied { "wte" } else { "lm_head" };
+        self.blas
+            .linear(s.logits, s.lnf, self.wx_of(head), n, c, d.vocab)?;
+        self.gpu.launch(
+            "cross_entropy",
+            (n as u32, 1),
+            1024,
+            &[
+                Arg::P(s.logits),
+                Arg::P(s.losses),
+                Arg::P(s.targets),
+                Arg::I(d.vocab as i32),
+                Arg::F(dscale),
+            ],
+        )?;
+        self.gpu.launch(
+            "sum_partial",
+            (1, 1),
+            1024,
+            &[
+                Arg::P(self.loss_sums.at(j, 4)),
+                Arg::P(s.losses),
+                Arg::L(n as i64),
+            ],
+        )?;
+        self.blas
+            .linear_dinp(s.dln, s.logits, self.wx_of(head), n, c, d.vocab)?;
+        self.blas
+            .linear_dw(self.g_of(head), s.logits, s.lnf, n, c, d.vocab)?;
+        let top = self.sets[set].dx_top;
+        self.gpu.zero(top)?;
+        self.norm_bwd(
+            top,
+            s.dln,
+            xl,
+            self.wx_of("lnf_w"),
+            s.lnf_mean,
+            s.lnf_rstd,
+            self.g_of("lnf_w"),
+            self.g_of("lnf_b"),
+        )
+    }
+
+    /// Backward of the micro-batch held in activation set `set`.
+    pub fn backward(&mut self, set: usize, j: usize) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let c = d.hidden;
+        let full = self.shape.recompute == Recompute::Full;
+        self.gpu
+            .copy(self.s.dres, self.sets[set].dx_top, n * c * self.xsz)?;
+        for l in (0..d.layers).rev() {
+            let st = &self.sets[set];
+            let xi = st.xs[l];
+            let a = st.layers[if full { 0 } else { l }];
+            if full {
+                self.mark(|| format!("L{l} recompute"))?;
+                let xout = self.s.xout;
+                self.layer_fwd(l, xi, xout, a)?;
+            }
+            self.layer_bwd(l, xi, a)?;
+        }
+        self.mark(|| format!("B{j} embedding backward"))?;
+        let st = &self.sets[set];
+        self.gpu.launch(
+            "embed_bwd_tokens",
+            (st.n_uniq as u32, 1),
+            256,
+            &[
+                Arg::P(self.g_of("wte")),
+                Arg::P(self.s.dres),
+                Arg::P(st.uniq),
+                Arg::P(st.start),
+                Arg::P(st.pos),
+                Arg::I(c as i32),
+            ],
+        )?;
+        if d.position == Position::Learned {
+            let t = d.seq_len;
+            self.gpu.launch_n(
+                "embed_bwd_positions",
+                t * c,
+                &[
+                    Arg::P(self.g_of("wpe")),
+                    Arg::P(self.s.dres),
+                    Arg::I(self.shape.batch as i32),
+                    Arg::I(t as i32),
+                    Arg::I(c as i32),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The global gradient norm (of the gradients as accumulated, before unscaling).
+    pub fn grad_norm(&self) -> Result<f64, RunError> {
+        let blocks = 1024usize;
+        self.gpu.launch(
+            "sumsq_partial",
+            (blocks as u32, 1),
+            256,
+            &[
+                Arg::P(self.s.partials),
+                Arg::P(self.grad),
+                Arg::L(self.params.total as i64),
+            ],
+        )?;
+        let part: Vec<f32> = self.gpu.download(self.s.partials, blocks)?;
+        Ok(part.iter().map(|&x| x as f64).sum::<f64>().sqrt())
+    }
+
+    /// The summed token losses of micro-batches 0..k.
+    pub fn loss_sum(&self, k: usize) -> Result<f64, RunError> {
+        let v: Vec<f32> = self.gpu.download(self.loss_sums, k)?;
+        Ok(v.iter().map(|&x| x as f64).sum())
+    }
+
+    /// One optimizer update over every tensor; `gscale` multiplies the gradients first
+    /// (clipping, loss-scale removal); `t` counts updates from 1.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update(
+        &self,
+        lr: f32,
+        wd: f32,
+        (b1, b2, eps): (f32, f32, f32),
+        t: u64,
+        gscale: f32,
+    ) -> Res {
+        let bc1 = 1.0 - (b1 as f64).powi(t as i32);
+        let bc2 = 1.0 - (b2 as f64).powi(t as i32);
+        let wx = if self.xsz == 4 { Buf::NULL } else { self.wx };
+        for p in &self.params.list {
+            let n = p.numel();
+            let decay = if p.decay { wd } else { 0.0 };
+            let w = self.w32.at(p.offset, 4);
+            let wxp = if wx == Buf::NULL {
+                Buf::NULL
+            } else {
+                wx.at(p.offset, self.xsz)
+            };
+            let g = self.grad.at(p.offset, 4);
+            if self.shape.optimizer == Optimizer::Sgd {
+                self.gpu.launch_n(
+                    "sgd",
+                    n,
+                    &[
+                        Arg::P(w),
+                        Arg::P(wxp),
+                        Arg::P(g),
+                        Arg::L(n as i64),
+                        Arg::F(lr),
+                        Arg::F(decay),
+                        Arg::F(gscale),
+                    ],
+                )?;
+            } else {
+                self.gpu.launch_n(
+                    "adamw",
+                    n,
+                    &[
+                        Arg::P(w),
+                        Arg::P(wxp),
+                        Arg::P(g),
+                        Arg::P(self.m.at(p.offset, 4)),
+                        Arg::P(self.v.at(p.offset, 4)),
+                        Arg::L(n as i64),
+                        Arg::F(lr),
+                        Arg::F(b1),
+                        Arg::F(b2),
+                        Arg::F(eps),
+                        Arg::F(decay),
+                        Arg::F(bc1 as f32),
+                        Arg::F(bc2.sqrt() as f32),
+                        Arg::F(gscale),
+                    ],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}

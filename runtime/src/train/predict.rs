@@ -1,0 +1,75 @@
+//! What planc predicts for the run it is about to make: the same plan, priced for the GPU
+//! that runs it (the catalog entry of the local device's family) with the layers that run,
+//! by the cost model and the simulator that `planc check` uses.
+
+use planc_compiler::cost::estimate;
+use planc_compiler::plan::Plan;
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PredictedMemory {
+    pub weights: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    pub activations: f64,
+    pub other: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Prediction {
+    pub catalog_gpu: String,
+    pub step_s: f64,
+    pub peak_bytes: f64,
+    pub memory: PredictedMemory,
+    pub flops_per_step: f64,
+    /// Dense peak of one GPU at the plan's precision (for MFU).
+    pub peak_flops: f64,
+    /// Bytes per layer and the layer-independent rest, for `--layers` advice.
+    per_layer: f64,
+    fixed: f64,
+}
+
+impl Prediction {
+    /// The most layers whose predicted memory fits in `bytes`.
+    pub fn layers_that_fit(&self, bytes: f64) -> u64 {
+        if self.per_layer <= 0.0 {
+            return 0;
+        }
+        ((bytes - self.fixed) / self.per_layer).max(0.0).floor() as u64
+    }
+}
+
+pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
+    let mut p = plan.clone();
+    let gpu = crate::catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
+    for g in &mut p.cluster.groups {
+        g.gpu = gpu.clone();
+    }
+    let est = estimate(&p);
+    let step_s = planc_simulator::simulate(&p)
+        .map(|s| s.breakdown.step_s)
+        .unwrap_or(est.step_s);
+    let st = &est.stages[est.peak_stage].memory;
+    // Memory is affine in the layer count: price one more layer to find the slope.
+    let mut q = p.clone();
+    q.model.layers += 1;
+    let est1 = estimate(&q);
+    let st1 = &est1.stages[est1.peak_stage].memory;
+    let per_layer = (st1.total_bytes - st.total_bytes).max(0.0);
+    Prediction {
+        catalog_gpu: gpu.name.clone(),
+        step_s,
+        peak_bytes: st.total_bytes,
+        memory: PredictedMemory {
+            weights: st.weights_bytes,
+            gradients: st.gradients_bytes,
+            optimizer: st.optimizer_bytes,
+            activations: st.activations_bytes,
+            other: st.other_bytes,
+        },
+        flops_per_step: est.flops_per_step,
+        peak_flops: est.peak_flops_per_gpu,
+        per_layer,
+        fixed: st.total_bytes - per_layer * p.model.layers as f64,
+    }
+}

@@ -1,0 +1,38 @@
+//! Every training kernel compiles with NVRTC for every precision, on any machine that has
+//! libnvrtc (a GPU is not needed): a kernel that does not compile fails here, not in the
+//! middle of a GPU run. `.ci/run` installs NVRTC from PyPI (`nvidia-cuda-nvrtc`); without
+//! it the test prints SKIPPED and passes.
+
+use planc_compiler::plan::Precision;
+use planc_runtime::train::cuda::{compile, KERNELS};
+
+#[test]
+fn every_kernel_compiles_for_every_precision() {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED kernel compilation: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    for p in [Precision::Fp32, Precision::Bf16, Precision::Fp16] {
+        for arch in ["compute_80", "compute_90"] {
+            let ptx = compile(p, Some(arch)).unwrap_or_else(|e| panic!("{p} {arch}: {e}"));
+            for k in KERNELS {
+                assert!(
+                    ptx.contains(&format!(".entry {k}(")),
+                    "{p} {arch}: kernel {k} missing from the PTX"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_broken_kernel_is_reported_with_its_line() {
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED kernel compilation: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    let bad = cudarc::nvrtc::compile_ptx("extern \"C\" __global__ void k() { undefined_thing; }");
+    let msg = format!("{:?}", bad.expect_err("an undefined name must not compile"));
+    assert!(msg.contains("undefined_thing"), "{msg}");
+}
