@@ -13,8 +13,8 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 mod collectives;
-pub mod train;
 mod gpu;
+pub mod train;
 
 use planc_compiler::catalog::Catalog;
 use planc_compiler::cost::ops::{layer_forward, OpKind};

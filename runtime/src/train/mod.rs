@@ -2,4 +2,5 @@
 //! `data` the token stream, `checkpoint` the Hugging Face checkpoints; the CUDA side lives
 //! in `kernels.cu` (compiled with NVRTC) and `engine`.
 
+pub mod data;
 pub mod model;
