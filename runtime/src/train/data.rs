@@ -75,9 +75,22 @@ impl Tokens {
         if self.width == 2 && vocab > u16::MAX as usize {
             return None;
         }
-        (0..self.len())
-            .map(|i| (i, self.get(i)))
-            .find(|&(_, t)| t as usize >= vocab)
+        // One pass over a file that may hold billions of tokens: decode by chunks rather
+        // than through `get`'s bounds checks.
+        match self.width {
+            2 => self
+                .map
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)
+                .enumerate()
+                .find(|&(_, t)| t as usize >= vocab),
+            _ => self
+                .map
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .enumerate()
+                .find(|&(_, t)| t as usize >= vocab),
+        }
     }
 }
 
