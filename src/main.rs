@@ -9,6 +9,7 @@ mod render;
 mod run;
 mod simulate;
 mod solve;
+mod train;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -175,22 +176,61 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
-    /// Time the plan's own operations on the local GPU and compare them with the model.
+    /// Train the plan's model on the local GPU, and compare the run with the prediction.
     ///
-    /// One layer's forward matrix products run through cuBLAS at the per-GPU shapes the
-    /// plan implies (after tp/sp/cp sharding), in its precision; memory-bound kernels are
-    /// timed as copies of the same bytes. The report gives each operation's predicted and
-    /// measured time and the efficiencies this device reaches. Needs an NVIDIA GPU and the
-    /// CUDA libraries (libcuda, libcublas) on the library path; exit 2 without them.
+    /// The model of the `model` block (GPT or Llama family) trains natively through CUDA,
+    /// cuBLAS and kernels compiled at start with NVRTC: forward, backward, loss, AdamW/SGD,
+    /// gradient accumulation over micro-batches, recompute, in fp32, bf16 or fp16, on the
+    /// data of `train.data` (a token file) or the synthetic corpus. The step executes the
+    /// same per-rank program `planc simulate` prices. Each step prints a line (loss,
+    /// tokens/s, MFU, memory); at the end the measured step time and peak memory stand next
+    /// to planc's prediction for this plan on this GPU. Contract: shared/spec/run.md.
+    ///
+    /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc) on the
+    /// library path: exit 2 without them. A plan too big for the GPU is refused with its
+    /// predicted memory and the `--layers K` that fits; exit 1 for plan and run errors.
     ///
     /// Examples:
-    ///   planc run examples/llama3-8b-1x8h100.tp
-    ///   planc run plan.tp --repeat 50 --format json | jq .measured_gemm_efficiency
+    ///   planc run examples/gpt2-124m-1gpu.tp --steps 50
+    ///   planc run plan.tp --save ckpt --save-every 100 --metrics m.jsonl
+    ///   planc run plan.tp --resume ckpt --steps 100
+    ///   planc run examples/llama3-8b-1x8h100.tp --layers 2 --steps 5 --trace run.json
+    ///   planc run plan.tp --ops            # time one layer's operations instead
     #[command(verbatim_doc_comment)]
     Run {
         /// The plan file (`.tp`).
         file: PathBuf,
-        /// Timed runs per operation (the median is reported).
+        /// Optimizer steps to run (default: `train.steps`, else 10).
+        #[arg(long)]
+        steps: Option<u64>,
+        /// Save checkpoints into DIR: the initial weights, every --save-every steps, the end.
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
+        /// Steps between checkpoints (with --save).
+        #[arg(long, value_name = "K")]
+        save_every: Option<u64>,
+        /// Continue from the newest complete checkpoint in DIR.
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
+        /// Append one JSON object per step to FILE.
+        #[arg(long, value_name = "FILE")]
+        metrics: Option<PathBuf>,
+        /// Write a Chrome/Perfetto trace of the real run (per-operation times from CUDA
+        /// events), in the shape of `planc simulate --trace`.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Run K of the model's layers (every other dimension as planned).
+        #[arg(long, value_name = "K")]
+        layers: Option<usize>,
+        /// Replace an existing --trace file.
+        #[arg(long)]
+        force: bool,
+        /// Instead of training, time one layer's operations (cuBLAS products at the plan's
+        /// per-GPU shapes, memory-bound kernels as copies, collectives with NCCL) next to
+        /// the model's predictions.
+        #[arg(long)]
+        ops: bool,
+        /// With --ops: timed runs per operation (the median is reported).
         #[arg(long, default_value_t = 20)]
         repeat: usize,
         #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -313,10 +353,40 @@ fn main() -> ExitCode {
         } => fmt::run(&files, check, color_choice(color)),
         Command::Run {
             file,
+            ops: true,
             repeat,
             format,
             color,
+            ..
         } => run::run(&file, repeat, format == Format::Json, color_choice(color)),
+        Command::Run {
+            file,
+            steps,
+            save,
+            save_every,
+            resume,
+            metrics,
+            trace,
+            layers,
+            force,
+            format,
+            color,
+            ..
+        } => train::run(
+            &file,
+            train::Args {
+                steps,
+                save,
+                save_every,
+                resume,
+                metrics,
+                trace,
+                layers,
+                json: format == Format::Json,
+                force,
+            },
+            color_choice(color),
+        ),
         Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),
     }

@@ -43,20 +43,20 @@ impl Dims {
                 m.experts
             ));
         }
-        if m.heads == 0 || m.hidden % m.heads != 0 {
+        if m.heads == 0 || !m.hidden.is_multiple_of(m.heads) {
             return Err(format!(
                 "hidden ({}) must be a multiple of heads ({})",
                 m.hidden, m.heads
             ));
         }
-        if m.kv_heads == 0 || m.heads % m.kv_heads != 0 {
+        if m.kv_heads == 0 || !m.heads.is_multiple_of(m.kv_heads) {
             return Err(format!(
                 "heads ({}) must be a multiple of kv_heads ({})",
                 m.heads, m.kv_heads
             ));
         }
         let head_dim = (m.hidden / m.heads) as usize;
-        if m.position == Position::Rope && head_dim % 2 != 0 {
+        if m.position == Position::Rope && !head_dim.is_multiple_of(2) {
             return Err(format!("rope needs an even head dimension, not {head_dim}"));
         }
         Ok(Dims {

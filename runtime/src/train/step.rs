@@ -1,0 +1,410 @@
+//! The training loop: the plan's step program executed on the engine, the learning-rate
+//! schedule, clipping and fp16 loss scaling, checkpoints, metrics and the prediction the
+//! run is compared with.
+//!
+//! The step is the simulator's per-rank program for this plan (`planc_simulator::lower`):
+//! the runtime walks rank 0's instructions (forward and backward passes in the schedule's
+//! order, then the optimizer) instead of deriving its own order, so what `planc simulate`
+//! prices is what runs. On one GPU the program has no messages or collectives.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use planc_compiler::plan::{LrSchedule, Plan, Precision, RunSettings};
+use planc_simulator::program::Instr;
+use planc_simulator::schedule::Pass;
+use serde::Serialize;
+
+use super::cuda::Gpu;
+use super::engine::{Engine, MemoryPlan, Shape};
+use super::model::Dims;
+use super::{checkpoint, data, predict};
+use crate::RunError;
+
+/// What the command line adds to the plan.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub steps: Option<u64>,
+    pub save: Option<PathBuf>,
+    pub save_every: Option<u64>,
+    pub resume: Option<PathBuf>,
+    pub layers: Option<usize>,
+    /// The folder of the plan file (the token file is relative to it).
+    pub plan_dir: PathBuf,
+    /// A digest of the plan's text, kept in checkpoints.
+    pub plan_hash: String,
+    /// Record per-operation times for a trace.
+    pub trace: bool,
+}
+
+/// One step's figures: the contract's metrics line.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepMetrics {
+    pub step: u64,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub peak_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<bool>,
+}
+
+/// A span of the real run, for the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Span {
+    pub step: u64,
+    pub name: String,
+    pub start_s: f64,
+    pub dur_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub device: String,
+    pub catalog_gpu: String,
+    pub steps: Vec<StepMetrics>,
+    /// Median step time over the steps after the first (which includes warm-up).
+    pub measured_step_s: f64,
+    pub predicted_step_s: f64,
+    pub measured_peak_bytes: u64,
+    pub predicted_peak_bytes: u64,
+    pub memory: MemoryPlan,
+    pub predicted_memory: predict::PredictedMemory,
+    /// Device memory the CUDA context and libraries hold outside planc's buffers.
+    pub context_bytes: u64,
+    pub params: usize,
+    pub tokens_per_step: u64,
+    pub micro_batches: u64,
+    pub checkpoints: Vec<PathBuf>,
+    pub resumed_from: Option<PathBuf>,
+    #[serde(skip)]
+    pub spans: Vec<Span>,
+}
+
+/// The learning rate of step `s` (0-based) of `steps`: linear warm-up over `warmup_steps`,
+/// then constant or cosine from `lr` down to `min_lr` at the last step.
+pub fn learning_rate(r: &RunSettings, s: u64, steps: u64) -> f64 {
+    if s < r.warmup_steps {
+        return r.lr * (s + 1) as f64 / r.warmup_steps as f64;
+    }
+    match r.lr_schedule {
+        LrSchedule::Constant => r.lr,
+        LrSchedule::Cosine => {
+            let span = steps.saturating_sub(1).saturating_sub(r.warmup_steps);
+            if span == 0 {
+                return r.lr;
+            }
+            let x = ((s - r.warmup_steps) as f64 / span as f64).min(1.0);
+            r.min_lr + 0.5 * (r.lr - r.min_lr) * (1.0 + (std::f64::consts::PI * x).cos())
+        }
+    }
+}
+
+/// Refuses what one GPU cannot run, with the way out.
+pub fn refuse(plan: &Plan, local_gpus: usize) -> Result<(), RunError> {
+    let world = plan.cluster.world_size() as usize;
+    if world > local_gpus {
+        return Err(RunError::Plan(format!(
+            "the plan's layout needs {world} GPUs (tp {} × pp {} × cp {} × dp {}); this machine has {local_gpus}",
+            plan.parallel.tp, plan.parallel.pp, plan.parallel.cp, plan.parallel.dp
+        )));
+    }
+    if world > 1 {
+        return Err(RunError::Plan(format!(
+            "the plan's layout spreads over {world} GPUs; `planc run` trains on one GPU so far \
+             (set the cluster to 1 node of 1 GPU, tp = pp = dp = cp = 1)"
+        )));
+    }
+    Ok(())
+}
+
+pub fn train(
+    plan: &Plan,
+    opts: &Options,
+    mut on_step: impl FnMut(&StepMetrics),
+) -> Result<Summary, RunError> {
+    let dims = Dims::of(plan, opts.layers).map_err(RunError::Plan)?;
+    let settings = &plan.train.run;
+    let precision = plan.train.precision;
+    if precision == Precision::Fp8 {
+        return Err(RunError::Precision(precision));
+    }
+    let gpu = Gpu::open(0, precision)?;
+    let local = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
+    refuse(plan, local)?;
+    let (free0, total) = gpu.mem_info()?;
+    let context_bytes = (total - free0) as u64;
+
+    let mut run_plan = plan.clone();
+    if let Some(k) = opts.layers {
+        run_plan.model.layers = k as u64;
+    }
+    let prediction = predict::predict(&run_plan, &gpu.name);
+    if prediction.peak_bytes > total as f64 * 0.98 {
+        return Err(RunError::Plan(format!(
+            "the plan needs {:.1} GiB per GPU (predicted), this {} has {:.1} GiB; run fewer \
+             layers with `--layers K` to measure the per-layer truth (K = {} fits)",
+            prediction.peak_bytes / super::cuda::GIB,
+            gpu.name,
+            total as f64 / super::cuda::GIB,
+            prediction.layers_that_fit(total as f64 * 0.9).max(1)
+        )));
+    }
+
+    let program = planc_simulator::lower::lower(&run_plan).0;
+    let instrs = program.ranks[0].clone();
+    let micro_batches = program.micro_batches as usize;
+    // Activation sets alive at once: forwards not yet matched by their backward.
+    let in_flight = instrs
+        .iter()
+        .scan(0i64, |live, i| {
+            match i {
+                Instr::Run(w) if w.pass == Pass::Forward => *live += 1,
+                Instr::Run(w) if w.pass == Pass::Backward => *live -= 1,
+                _ => {}
+            }
+            Some(*live)
+        })
+        .max()
+        .unwrap_or(1)
+        .max(1) as usize;
+    let shape = Shape {
+        dims: dims.clone(),
+        batch: plan.parallel.micro_batch as usize,
+        precision,
+        attention: plan.train.attention,
+        recompute: plan.parallel.recompute,
+        optimizer: plan.train.optimizer,
+        in_flight,
+    };
+    let mut eng = Engine::new(gpu, shape, micro_batches)?;
+    let params = eng.params.clone();
+    let source = data::open(&opts.plan_dir, settings, dims.vocab, dims.seq_len)
+        .map_err(|e| RunError::Plan(e.to_string()))?;
+
+    // Weights: the seed's, or the newest checkpoint's.
+    let mut start_step = 0u64;
+    let mut opt_step = 0u64;
+    let mut loss_scale: f32 = if precision == Precision::Fp16 {
+        65536.0
+    } else {
+        1.0
+    };
+    let mut resumed_from = None;
+    let weights = match &opts.resume {
+        Some(dir) => match checkpoint::latest(dir).map_err(|e| RunError::Plan(e.to_string()))? {
+            Some(path) => {
+                let (w, opt, meta) = checkpoint::load(&path, &dims, &params)
+                    .map_err(|e| RunError::Plan(e.to_string()))?;
+                if let Some(o) = opt {
+                    if eng.m.ptr != 0 {
+                        eng.gpu.upload(eng.m, &o.m)?;
+                        eng.gpu.upload(eng.v, &o.v)?;
+                    }
+                    opt_step = o.step;
+                    if o.loss_scale > 0.0 {
+                        loss_scale = o.loss_scale;
+                    }
+                }
+                start_step = meta.step;
+                resumed_from = Some(path);
+                w
+            }
+            None => {
+                return Err(RunError::Plan(format!(
+                    "--resume {}: no complete checkpoint there",
+                    dir.display()
+                )))
+            }
+        },
+        None => params.init(settings.seed),
+    };
+    eng.set_weights(&weights)?;
+    drop(weights);
+
+    let steps = opts.steps.unwrap_or(settings.steps);
+    let g = plan.train.global_batch;
+    let s_len = dims.seq_len;
+    let tokens_per_step = g * s_len as u64;
+    let dscale = 1.0 / tokens_per_step as f32;
+    let mut summary_steps = Vec::new();
+    let mut checkpoints = Vec::new();
+    let mut spans = Vec::new();
+    let mut good_steps = 0u64;
+    let save =
+        |eng: &Engine, step: u64, opt_step: u64, loss_scale: f32| -> Result<PathBuf, RunError> {
+            let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
+            let (m, v) = if eng.m.ptr != 0 {
+                (
+                    eng.gpu.download(eng.m, params.total)?,
+                    eng.gpu.download(eng.v, params.total)?,
+                )
+            } else {
+                (vec![0.0; params.total], vec![0.0; params.total])
+            };
+            let state = checkpoint::OptimizerState {
+                step: opt_step,
+                m,
+                v,
+                loss_scale,
+            };
+            let meta = checkpoint::Meta {
+                step,
+                samples_consumed: step * g,
+                plan_hash: opts.plan_hash.clone(),
+                layout: "tp1-pp1-dp1".into(),
+                planc_version: env!("CARGO_PKG_VERSION").into(),
+            };
+            let dir = opts.save.as_ref().expect("saving needs --save");
+            checkpoint::save(dir, &dims, &params, &w, &state, &meta)
+                .map_err(|e| RunError::Plan(format!("checkpoint: {e}")))
+        };
+    if opts.save.is_some() && resumed_from.is_none() {
+        checkpoints.push(save(&eng, 0, 0, loss_scale)?);
+    }
+    let flops = prediction.flops_per_step;
+    let peak_flops = prediction.peak_flops;
+    let trace_origin = Instant::now();
+    for step in start_step..start_step + steps {
+        if opts.trace {
+            eng.marks = Some(Vec::new());
+        }
+        let t0 = Instant::now();
+        eng.zero_grads()?;
+        let mut set_of = vec![usize::MAX; micro_batches];
+        let mut free: Vec<usize> = (0..in_flight).rev().collect();
+        let mb = plan.parallel.micro_batch as usize;
+        for ins in &instrs {
+            match ins {
+                Instr::Run(w) => {
+                    let j = w.micro_batch as usize;
+                    match w.pass {
+                        Pass::Forward => {
+                            let set = free
+                                .pop()
+                                .expect("the program keeps within its in-flight count");
+                            set_of[j] = set;
+                            let (inp, tgt) =
+                                source.micro_batch(step, g as usize, 1, 0, mb, j, s_len);
+                            eng.forward(set, j, &inp, &tgt, dscale * loss_scale)?;
+                        }
+                        Pass::Backward | Pass::WeightGrad => {
+                            let set = set_of[j];
+                            eng.backward(set, j)?;
+                            free.push(set);
+                        }
+                    }
+                }
+                // One rank, one GPU: no messages; the optimizer runs below.
+                Instr::Send { .. }
+                | Instr::Recv { .. }
+                | Instr::Collective { .. }
+                | Instr::Optimizer => {}
+            }
+        }
+        let loss = eng.loss_sum(micro_batches)? / tokens_per_step as f64;
+        let raw_norm = eng.grad_norm()?;
+        let grad_norm = raw_norm / loss_scale as f64;
+        // The schedule spans `train.steps` whatever `--steps` says, so a run stopped and
+        // resumed follows the same learning rates as one that never stopped.
+        let lr = learning_rate(settings, step, settings.steps);
+        let mut skipped = None;
+        if !grad_norm.is_finite() && precision == Precision::Fp16 {
+            loss_scale = (loss_scale / 2.0).max(1.0);
+            good_steps = 0;
+            skipped = Some(true);
+        } else {
+            let clip = if settings.grad_clip > 0.0 && grad_norm > settings.grad_clip {
+                settings.grad_clip / (grad_norm + 1e-6)
+            } else {
+                1.0
+            };
+            opt_step += 1;
+            eng.update(
+                lr as f32,
+                settings.weight_decay as f32,
+                (
+                    settings.adam_beta1 as f32,
+                    settings.adam_beta2 as f32,
+                    settings.adam_eps as f32,
+                ),
+                opt_step,
+                (clip / loss_scale as f64) as f32,
+            )?;
+            if precision == Precision::Fp16 {
+                good_steps += 1;
+                if good_steps % 1000 == 0 {
+                    loss_scale *= 2.0;
+                }
+            }
+        }
+        eng.gpu.sync()?;
+        let step_s = t0.elapsed().as_secs_f64();
+        if let Some(marks) = eng.marks.take() {
+            let base = trace_origin.elapsed().as_secs_f64() - step_s;
+            for w in marks.windows(2) {
+                let dur = w[0].1.ms_to(&w[1].1)? as f64 / 1e3;
+                let at = marks[0].1.ms_to(&w[0].1)? as f64 / 1e3;
+                spans.push(Span {
+                    step: step + 1,
+                    name: w[0].0.clone(),
+                    start_s: base + at,
+                    dur_s: dur,
+                });
+            }
+        }
+        let tps = tokens_per_step as f64 / step_s;
+        let tflops = flops / step_s / 1e12;
+        let m = StepMetrics {
+            step: step + 1,
+            loss,
+            grad_norm,
+            lr,
+            step_s,
+            tokens_per_s: tps,
+            tflops_per_gpu: tflops,
+            mfu: tflops * 1e12 / peak_flops,
+            peak_bytes: eng.gpu.peak as u64 + context_bytes,
+            skipped,
+        };
+        on_step(&m);
+        summary_steps.push(m);
+        let done = step + 1;
+        if let (Some(_), Some(k)) = (&opts.save, opts.save_every) {
+            if k > 0 && done % k == 0 && done != start_step + steps {
+                checkpoints.push(save(&eng, done, opt_step, loss_scale)?);
+            }
+        }
+    }
+    if opts.save.is_some() {
+        checkpoints.push(save(&eng, start_step + steps, opt_step, loss_scale)?);
+    }
+    let mut times: Vec<f64> = summary_steps.iter().skip(1).map(|m| m.step_s).collect();
+    if times.is_empty() {
+        times = summary_steps.iter().map(|m| m.step_s).collect();
+    }
+    times.sort_by(f64::total_cmp);
+    let measured_step_s = times.get(times.len() / 2).copied().unwrap_or(0.0);
+    Ok(Summary {
+        device: eng.gpu.name.clone(),
+        catalog_gpu: prediction.catalog_gpu.clone(),
+        steps: summary_steps,
+        measured_step_s,
+        predicted_step_s: prediction.step_s,
+        measured_peak_bytes: eng.gpu.peak as u64 + context_bytes,
+        predicted_peak_bytes: prediction.peak_bytes as u64,
+        memory: eng.memory.clone(),
+        predicted_memory: prediction.memory.clone(),
+        context_bytes,
+        params: params.count(),
+        tokens_per_step,
+        micro_batches: micro_batches as u64,
+        checkpoints,
+        resumed_from,
+        spans,
+    })
+}

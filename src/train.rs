@@ -1,0 +1,233 @@
+//! `planc run FILE`: trains the plan's model on the local GPU (`planc_runtime::train`),
+//! with a live line per step, `--metrics` JSON lines, `--trace`, checkpoints, and at the end
+//! the measured step time and peak memory next to planc's prediction for this plan here.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+use planc_runtime::train::step::{train, Options, StepMetrics, Summary};
+use planc_runtime::RunError;
+use serde_json::json;
+
+use crate::{load, output, render};
+
+pub struct Args {
+    pub steps: Option<u64>,
+    pub save: Option<PathBuf>,
+    pub save_every: Option<u64>,
+    pub resume: Option<PathBuf>,
+    pub metrics: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
+    pub layers: Option<usize>,
+    pub json: bool,
+    pub force: bool,
+}
+
+pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
+    if args.save_every.is_some() && args.save.is_none() {
+        eprintln!("error: --save-every needs --save DIR");
+        return ExitCode::from(2);
+    }
+    if let Some(t) = &args.trace {
+        if t.exists() && !args.force {
+            eprintln!(
+                "error: `{}` exists; pass --force to replace it",
+                t.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let checked = match load::checked(file) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let mut err = StandardStream::stderr(color);
+    let _ = render::diagnostics(&mut err, &checked);
+    let Some(plan) = checked.plan.as_ref().filter(|_| checked.ok()) else {
+        eprintln!("{}: not running a plan with errors", file.display());
+        return ExitCode::from(1);
+    };
+    let text = std::fs::read(file).unwrap_or_default();
+    let opts = Options {
+        steps: args.steps,
+        save: args.save.clone(),
+        save_every: args.save_every,
+        resume: args.resume.clone(),
+        layers: args.layers,
+        plan_dir: file
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from(".")),
+        plan_hash: planc_runtime::train::plan_hash(&text),
+        trace: args.trace.is_some(),
+    };
+    let mut metrics = match &args.metrics {
+        Some(p) => match OpenOptions::new().create(true).append(true).open(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("error: cannot open `{}`: {e}", p.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
+    let total = args.steps.unwrap_or(plan.train.run.steps);
+    let mut metrics_error = None;
+    let result = train(plan, &opts, |m: &StepMetrics| {
+        eprintln!("{}", step_line(m, total));
+        if let Some(f) = metrics.as_mut() {
+            let line = serde_json::to_string(m).expect("metrics serialise");
+            if let Err(e) = writeln!(f, "{line}").and_then(|_| f.flush()) {
+                metrics_error.get_or_insert(e);
+            }
+        }
+    });
+    let summary = match result {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(match e {
+                RunError::NoDriver | RunError::NoGpu | RunError::NoCublas => 2,
+                _ => 1,
+            });
+        }
+    };
+    if let Some(e) = metrics_error {
+        eprintln!("warning: writing the metrics failed: {e}");
+    }
+    if let Some(t) = &args.trace {
+        let trace = chrome_trace(&summary, file);
+        let bytes = serde_json::to_vec(&trace).expect("the trace serialises");
+        if let Err(e) = output::write_new(t, &bytes, args.force) {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+        eprintln!("trace    {} ({} spans)", t.display(), summary.spans.len());
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).expect("the summary serialises")
+        );
+    } else {
+        print!("{}", human(&summary));
+    }
+    ExitCode::SUCCESS
+}
+
+fn gib(b: f64) -> String {
+    format!("{:.2} GiB", b / (1u64 << 30) as f64)
+}
+
+fn step_line(m: &StepMetrics, total: u64) -> String {
+    format!(
+        "step {:>4}/{total}  loss {:.4}  grad_norm {:.3}  lr {:.2e}  {:.1} ms  {:.0} tok/s  MFU {:.1} %  mem {}{}",
+        m.step,
+        m.loss,
+        m.grad_norm,
+        m.lr,
+        m.step_s * 1e3,
+        m.tokens_per_s,
+        m.mfu * 100.0,
+        gib(m.peak_bytes as f64),
+        if m.skipped == Some(true) {
+            "  (skipped: fp16 overflow, loss scale halved)"
+        } else {
+            ""
+        }
+    )
+}
+
+fn human(s: &Summary) -> String {
+    let ratio = |m: f64, p: f64| {
+        if p > 0.0 {
+            format!("{:.2}×", m / p)
+        } else {
+            "-".into()
+        }
+    };
+    let mem = &s.memory;
+    let pm = &s.predicted_memory;
+    let mut out = format!(
+        "device   {} (predicted as the catalog's {})\n\
+         model    {:.1} M parameters, {} tokens per step in {} micro-batches\n",
+        s.device,
+        s.catalog_gpu,
+        s.params as f64 / 1e6,
+        s.tokens_per_step,
+        s.micro_batches
+    );
+    if let Some(r) = &s.resumed_from {
+        out += &format!("resumed  from {}\n", r.display());
+    }
+    out += &format!(
+        "time     step {:.1} ms measured (median after the first step), {:.1} ms predicted: {}\n",
+        s.measured_step_s * 1e3,
+        s.predicted_step_s * 1e3,
+        ratio(s.measured_step_s, s.predicted_step_s)
+    );
+    out += &format!(
+        "memory   peak {} measured, {} predicted: {}\n\
+         \x20        {:<12} {:>11} {:>11}\n",
+        gib(s.measured_peak_bytes as f64),
+        gib(s.predicted_peak_bytes as f64),
+        ratio(s.measured_peak_bytes as f64, s.predicted_peak_bytes as f64),
+        "",
+        "measured",
+        "predicted"
+    );
+    for (name, m, p) in [
+        ("weights", mem.weights as f64, pm.weights),
+        ("gradients", mem.gradients as f64, pm.gradients),
+        ("optimizer", mem.optimizer as f64, pm.optimizer),
+        ("activations", mem.activations as f64, pm.activations),
+        (
+            "other",
+            (mem.scratch as u64 + s.context_bytes) as f64,
+            pm.other,
+        ),
+    ] {
+        out += &format!("         {name:<12} {:>11} {:>11}\n", gib(m), gib(p));
+    }
+    if let Some(last) = s.steps.last() {
+        out += &format!(
+            "speed    {:.0} tokens/s  {:.1} model TFLOP/s  MFU {:.1} %  (last step)\n",
+            last.tokens_per_s,
+            last.tflops_per_gpu,
+            last.mfu * 100.0
+        );
+    }
+    for c in &s.checkpoints {
+        out += &format!("saved    {}\n", c.display());
+    }
+    out
+}
+
+/// The real run in the shape of `planc simulate --trace`: one process for the GPU, one
+/// thread for its compute stream, an event per operation.
+fn chrome_trace(s: &Summary, plan: &Path) -> serde_json::Value {
+    let mut events = vec![
+        json!({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": format!("rank 0 (measured on {})", s.device)}}),
+        json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "compute"}}),
+    ];
+    for sp in &s.spans {
+        events.push(json!({
+            "ph": "X",
+            "name": sp.name,
+            "cat": "measured",
+            "pid": 0,
+            "tid": 0,
+            "ts": sp.start_s * 1e6,
+            "dur": sp.dur_s * 1e6,
+            "args": {"step": sp.step},
+        }));
+    }
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"plan": plan.display().to_string(), "source": "planc run"},
+    })
+}
