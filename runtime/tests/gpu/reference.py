@@ -209,6 +209,10 @@ def load_model(torch, transformers, AutoModelForCausalLM, ckpt, attn):
             if getattr(cfg, k, 0) not in (0, 0.0, None)}
     if drop:
         print(f"note: config.json sets dropout {drop}; running in eval mode, so it is off")
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None)
+    if rope is not None:
+        # transformers 5 moved rope_theta into rope_parameters; show what it really uses.
+        print(f"rope as loaded: {rope}")
     model = model.float().cuda().eval()  # eval: no dropout; gradients still flow
     return model
 
