@@ -61,7 +61,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
-        plan_hash: planc_runtime::train::plan_hash(&text),
+        plan_hash: planc_runtime::train::plan_hash(&String::from_utf8_lossy(&text)),
         trace: args.trace.is_some(),
     };
     let mut metrics = match &args.metrics {

@@ -1214,8 +1214,12 @@ impl<'a> Resolver<'a> {
                 .number(n, "weight_decay", 0.0, 10.0)
                 .unwrap_or(d.weight_decay),
             grad_clip: self.number(n, "grad_clip", 0.0, 1e9).unwrap_or(d.grad_clip),
-            adam_beta1: self.number(n, "adam_beta1", 0.0, 1.0).unwrap_or(d.adam_beta1),
-            adam_beta2: self.number(n, "adam_beta2", 0.0, 1.0).unwrap_or(d.adam_beta2),
+            adam_beta1: self
+                .number(n, "adam_beta1", 0.0, 1.0)
+                .unwrap_or(d.adam_beta1),
+            adam_beta2: self
+                .number(n, "adam_beta2", 0.0, 1.0)
+                .unwrap_or(d.adam_beta2),
             adam_eps: self.number(n, "adam_eps", 0.0, 1.0).unwrap_or(d.adam_eps),
         }
     }

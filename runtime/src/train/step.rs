@@ -337,7 +337,7 @@ pub fn train(
             )?;
             if precision == Precision::Fp16 {
                 good_steps += 1;
-                if good_steps % 1000 == 0 {
+                if good_steps.is_multiple_of(1000) {
                     loss_scale *= 2.0;
                 }
             }
