@@ -39,6 +39,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("train", "precision") => "fp32, fp16, bf16 or fp8",
         ("train", "optimizer") => "adam, adamw or sgd",
         ("train", "tokens") => "tokens to train on, for the time to train",
+        ("train", "dropout") => {
+            "attention and hidden dropout probability; default 0 (Megatron-LM's own default is 0.1)"
+        }
         ("train", "data") => {
             "token file for `planc run` (uint16/uint32 ids, no header), relative to the plan; default: the synthetic corpus"
         }

@@ -181,6 +181,9 @@ pub struct Train {
     pub optimizer: Optimizer,
     pub tokens: Option<f64>,
     pub attention: Attention,
+    /// Attention and hidden dropout probability. Dropout keeps masks (and the dropped
+    /// attention probabilities) for backward; without it those tensors do not exist.
+    pub dropout: f64,
     /// What `planc run` needs beyond the cost model: data, seed, schedule, optimizer constants.
     pub run: RunSettings,
 }

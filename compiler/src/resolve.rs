@@ -1186,6 +1186,7 @@ impl<'a> Resolver<'a> {
         let attention = self
             .enumeration(n, "attention", Attention::NAMES, Attention::parse)
             .unwrap_or(Attention::Flash);
+        let dropout = self.number(n, "dropout", 0.0, 0.99).unwrap_or(0.0);
         let run = self.lower_run_settings(n);
         Some(Train {
             global_batch: global_batch?,
@@ -1193,6 +1194,7 @@ impl<'a> Resolver<'a> {
             optimizer,
             tokens,
             attention,
+            dropout,
             run,
         })
     }

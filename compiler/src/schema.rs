@@ -95,6 +95,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "optimizer",
             "tokens",
             "attention",
+            "dropout",
             "data",
             "seed",
             "steps",

@@ -103,6 +103,12 @@ pub fn megatron(
     if t.attention == Attention::Standard {
         model.push(Arg::text("--attention-backend", "unfused"));
     }
+    // Stated even when 0: Megatron-LM's own default is 0.1, and the memory planc predicts
+    // depends on it (dropout keeps masks). The fused loss keeps logits in bf16, as priced.
+    let dropout = format!("{}", t.dropout);
+    model.push(Arg::text("--attention-dropout", dropout.clone()));
+    model.push(Arg::text("--hidden-dropout", dropout));
+    model.push(Arg::switch("--cross-entropy-loss-fusion"));
 
     let mut parallel = vec![
         Arg::num("--tensor-model-parallel-size", p.tp),

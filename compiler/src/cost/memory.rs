@@ -89,8 +89,10 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
         let shard = if p.sequence_parallel { t } else { 1.0 };
         return 2.0 * sbh / shard * elem;
     }
-    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs, dropout masks.
-    let replicated = 10.0 * sbh;
+    let dropout = plan.train.dropout > 0.0;
+    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs (8·sbh), and with
+    // dropout its two 1-byte masks (2·sbh in Table 2's 2-byte units).
+    let replicated = if dropout { 10.0 } else { 8.0 } * sbh;
     // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
     let qkv = 2.0 * s * b * (h + 2.0 * kv);
     let attn_out = 2.0 * sbh;
@@ -99,12 +101,12 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
         Mlp::Swiglu => 6.0 * s * b * f,
     };
     let split = qkv + attn_out + mlp_mid;
-    // Scores, softmax and dropout of the s×s attention matrix: gone with flash attention
-    // or selective recompute.
+    // The s×s attention matrix: the softmax output (2), and with dropout its mask (1) and
+    // the dropped probabilities (2); gone with flash attention or selective recompute.
     let a = m.heads as f64;
     let full_seq = m.seq_len as f64;
     let core = if plan.train.attention == Attention::Standard && p.recompute == Recompute::None {
-        5.0 * a * s * full_seq * b
+        (if dropout { 5.0 } else { 2.0 }) * a * s * full_seq * b
     } else {
         0.0
     };
@@ -158,8 +160,9 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
         full.parallel.recompute = Recompute::Selective;
         activations += layer_activation_bytes(&full);
     }
-    if stage == 0 {
-        // Embedding output and its dropout mask, per micro-batch in flight.
+    if stage == 0 && plan.train.dropout > 0.0 {
+        // The embedding's dropout output and mask, per micro-batch in flight (without
+        // dropout the embedding output is the first layer's input, counted there).
         let shard = if p.sequence_parallel {
             p.tp as f64
         } else {
@@ -168,11 +171,21 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
         activations += 1.5 * sbh * elem / shard * in_flight(plan, 0, micro_batches);
     }
     if stage == p.pp - 1 {
-        // Logits in fp32 for the loss (vocab-parallel), and the final norm's input.
-        let s_b = (m.seq_len / p.cp * p.micro_batch) as f64;
-        activations += 4.0 * s_b * m.vocab as f64 / p.tp as f64 + 2.0 * sbh / p.tp as f64;
+        // The final norm's input. The logits are held in the training precision only while
+        // the fused cross-entropy turns them into their gradient (planc's runtime, Megatron's
+        // --cross-entropy-loss-fusion): transient, below.
+        activations += 2.0 * sbh / p.tp as f64;
     }
     let mut other = RUNTIME_OVERHEAD_BYTES;
+    if stage == p.pp - 1 {
+        let s_b = (m.seq_len / p.cp * p.micro_batch) as f64;
+        other += elem * s_b * m.vocab as f64 / p.tp as f64;
+    }
+    if plan.train.attention == Attention::Standard {
+        // Backward's gradient of one layer's s×s scores, alive while that layer runs.
+        let a = m.heads as f64;
+        other += elem * a * (m.seq_len / p.cp * m.seq_len * p.micro_batch) as f64 / p.tp as f64;
+    }
     if p.zero >= 3 {
         // Gathered parameters of the layer in use and the one prefetched.
         let lp = layer_params(m);
@@ -196,13 +209,14 @@ mod tests {
     use super::*;
     use crate::check::check_source;
 
-    /// GPT-3 175B on 64 A100s as in Korthikanti et al. (tp 8, pp 8), with knobs to vary.
+    /// GPT-3 175B on 64 A100s as in Korthikanti et al. (tp 8, pp 8, dropout 0.1 as the
+    /// paper trains), with knobs to vary.
     fn gpt3(parallel: &str, train: &str) -> Plan {
         let text = format!(
             "cluster c {{ nodes = 8, gpus_per_node = 8, gpu = A100_SXM_80GB
                 inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us }} }}
              model gpt3 {{ preset = \"gpt3-175b\" }}
-             train {{ global_batch = 64, precision = bf16, optimizer = adam {train} }}
+             train {{ global_batch = 64, precision = bf16, optimizer = adam, dropout = 0.1 {train} }}
              parallel {{ tp = 8, pp = 8, dp = auto, micro_batch = 1 {parallel} }}"
         );
         let checked = check_source("t.tp", &text);
@@ -267,10 +281,12 @@ mod tests {
         // (1.5·sbh elements of 2 bytes, split by SP) per micro-batch.
         let embedding = 1.5 * S * H * 2.0 / T;
         assert!(close(act(0), (layer * 9.0 + embedding) * 8.0, 1e-12));
-        // Last: 9 layers × 1 in flight, the fp32 logits of one micro-batch split by tp,
-        // and the final norm's input.
-        let logits = 4.0 * S * 51200.0 / T;
-        assert!(close(act(7), layer * 9.0 + logits + 2.0 * S * H / T, 1e-12));
+        // Last: 9 layers × 1 in flight and the final norm's input; the logits of one
+        // micro-batch (2 bytes, split by tp) are transient, under `other`.
+        assert!(close(act(7), layer * 9.0 + 2.0 * S * H / T, 1e-12));
+        let logits = 2.0 * S * 51200.0 / T;
+        let other = |s: u64| stage_memory(&plan, s, 64).other_bytes;
+        assert!(close(other(7) - other(3), logits, 1e-12));
         // Against the even split (12 layers each), the first stage sheds 3 of its 12
         // layers' activations in every one of its 8 micro-batches.
         let even = gpt3(", sequence_parallel = true, recompute = selective", "");
@@ -306,6 +322,26 @@ mod tests {
             18.0 / 16.0 * p,
             1e-12
         ));
+    }
+
+    #[test]
+    fn without_dropout_no_masks_and_only_the_softmax_output_are_kept() {
+        let sbh = S * H;
+        let no_dropout = |parallel: &str, train: &str| {
+            let mut p = gpt3(parallel, train);
+            p.train.dropout = 0.0;
+            p
+        };
+        // 34 − 2 (the two 1-byte masks): 32·sbh/t with TP + SP.
+        let plan = no_dropout(", sequence_parallel = true, recompute = selective", "");
+        assert!(close(layer_activation_bytes(&plan), 32.0 * sbh / T, 1e-12));
+        // Standard attention keeps the softmax output only: 2as/h instead of 5as/h.
+        let plan = no_dropout(
+            ", sequence_parallel = true, recompute = none",
+            ", attention = standard",
+        );
+        let want = sbh * (32.0 / T + 2.0 * A * S / (H * T));
+        assert!(close(layer_activation_bytes(&plan), want, 1e-12));
     }
 
     #[test]

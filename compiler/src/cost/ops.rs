@@ -129,13 +129,14 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                     k: d,
                 },
             ));
-            // Write scores, softmax read+write, dropout read+write+mask, read by the
-            // weighted sum: 13 bytes per score at 2-byte precision.
+            // Write scores, softmax read+write, read by the weighted sum: 8 bytes per score
+            // at 2-byte precision; dropout adds read+write+mask: 13.
             let scores = batch_heads * s * s_full;
+            let per_score = if plan.train.dropout > 0.0 { 6.5 } else { 4.0 };
             ops.push(op(
                 "softmax_dropout",
                 OpKind::Memory {
-                    bytes: 6.5 * scores * e,
+                    bytes: per_score * scores * e,
                 },
             ));
             ops.push(op(

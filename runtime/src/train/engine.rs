@@ -154,7 +154,9 @@ impl Engine {
         } else {
             gpu.alloc(total * xsz)?
         };
-        mem.weights = total * 4 + if xsz == 4 { 0 } else { total * xsz };
+        // Counted as the cost model counts them (Megatron's convention): in mixed precision
+        // the compute copy is the weights and the fp32 master copy is optimizer state.
+        mem.weights = total * xsz;
         let grad = gpu.alloc(total * 4)?;
         mem.gradients = total * 4;
         let (m, v) = if shape.optimizer == Optimizer::Sgd {
@@ -166,7 +168,7 @@ impl Engine {
             0
         } else {
             total * 8
-        };
+        } + if xsz == 4 { 0 } else { total * 4 };
 
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;

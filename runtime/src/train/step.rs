@@ -51,6 +51,11 @@ pub struct StepMetrics {
     pub peak_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<bool>,
+    /// On the last step only: planc's prediction for this plan on this device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_step_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_peak_bytes: Option<u64>,
 }
 
 /// A span of the real run, for the trace.
@@ -111,6 +116,12 @@ pub fn refuse(plan: &Plan, local_gpus: usize) -> Result<(), RunError> {
         return Err(RunError::Plan(format!(
             "the plan's layout needs {world} GPUs (tp {} × pp {} × cp {} × dp {}); this machine has {local_gpus}",
             plan.parallel.tp, plan.parallel.pp, plan.parallel.cp, plan.parallel.dp
+        )));
+    }
+    if plan.train.dropout > 0.0 {
+        return Err(RunError::Plan(format!(
+            "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
+            plan.train.dropout
         )));
     }
     if world > 1 {
@@ -370,6 +381,9 @@ pub fn train(
             mfu: tflops * 1e12 / peak_flops,
             peak_bytes: eng.gpu.peak as u64 + context_bytes,
             skipped,
+            predicted_step_s: (step + 1 == start_step + steps).then_some(prediction.step_s),
+            predicted_peak_bytes: (step + 1 == start_step + steps)
+                .then_some(prediction.peak_bytes as u64),
         };
         on_step(&m);
         summary_steps.push(m);
