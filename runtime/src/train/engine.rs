@@ -460,12 +460,14 @@ impl Engine {
 
     fn softmax_fwd(&self, p: Buf) -> Res {
         let (b, t, h, _, dd) = self.attn_args();
+        let rows = b * h * t;
         self.gpu.launch(
             "softmax_causal_fwd",
-            ((b * h * t) as u32, 1),
-            t.clamp(32, 1024).next_power_of_two().min(1024) as u32,
+            (rows.div_ceil(8) as u32, 1),
+            256,
             &[
                 Arg::P(p),
+                Arg::L(rows as i64),
                 Arg::I(t as i32),
                 Arg::F(1.0 / (dd as f32).sqrt()),
             ],
@@ -662,13 +664,15 @@ impl Engine {
         };
         self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
         self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
+        let rows = b * h * t;
         self.gpu.launch(
             "softmax_causal_bwd",
-            ((b * h * t) as u32, 1),
-            t.clamp(32, 1024).next_power_of_two().min(1024) as u32,
+            (rows.div_ceil(8) as u32, 1),
+            256,
             &[
                 Arg::P(s.dp),
                 Arg::P(p),
+                Arg::L(rows as i64),
                 Arg::I(t as i32),
                 Arg::F(1.0 / (dd as f32).sqrt()),
             ],

@@ -411,33 +411,51 @@ __global__ void heads_split(X* o, const X* out, int B, int T, int H, int D) {
     o[i] = out[(((long)b * T + t) * H + h) * D + d];
 }
 
-// Causal softmax of scale·scores, in place, one block per row of one (b, h): row t keeps
-// columns 0..t, the rest become 0.
-__global__ void softmax_causal_fwd(X* p, int T, float scale) {
-    long row = blockIdx.x;
+// exp(a − m), with exp(−∞ − −∞) taken as 0 (an empty share of a row).
+__device__ __forceinline__ float exp_from(float a, float m) {
+    return a == -INFINITY ? 0.0f : expf(a - m);
+}
+
+// Causal softmax of scale·scores, in place, one warp per row of one (b, h): row t keeps
+// columns 0..t, the rest become 0. One pass finds the maximum and the sum together
+// (online rescaling), a second writes: the row is read twice and written once.
+__global__ void softmax_causal_fwd(X* p, long rows, int T, float scale) {
+    long row = blockIdx.x * (long)(blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= rows) return;
+    int lane = threadIdx.x % WARP;
     int t = row % T;
     X* x = p + row * T;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) m = fmaxf(m, ld(x[j]) * scale);
-    m = block_max(m);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) s += expf(ld(x[j]) * scale - m);
-    s = block_sum(s);
+    float m = -INFINITY, s = 0.0f;
+    for (int j = lane; j <= t; j += WARP) {
+        float v = ld(x[j]) * scale;
+        float mn = fmaxf(m, v);
+        s = s * exp_from(m, mn) + expf(v - mn);
+        m = mn;
+    }
+    for (int o = WARP / 2; o > 0; o /= 2) {
+        float mo = __shfl_xor_sync(0xffffffffu, m, o);
+        float so = __shfl_xor_sync(0xffffffffu, s, o);
+        float mn = fmaxf(m, mo);
+        s = s * exp_from(m, mn) + so * exp_from(mo, mn);
+        m = mn;
+    }
     float inv = 1.0f / s;
-    for (int j = threadIdx.x; j < T; j += blockDim.x)
+    for (int j = lane; j < T; j += WARP)
         x[j] = st(j <= t ? expf(ld(x[j]) * scale - m) * inv : 0.0f);
 }
 
-// dS = scale · P ∘ (dP − Σ_j P·dP), in place over dp.
-__global__ void softmax_causal_bwd(X* dp, const X* p, int T, float scale) {
-    long row = blockIdx.x;
+// dS = scale · P ∘ (dP − Σ_j P·dP), in place over dp; one warp per row.
+__global__ void softmax_causal_bwd(X* dp, const X* p, long rows, int T, float scale) {
+    long row = blockIdx.x * (long)(blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= rows) return;
+    int lane = threadIdx.x % WARP;
     int t = row % T;
     const X* pr = p + row * T;
     X* d = dp + row * T;
     float s = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) s += ld(pr[j]) * ld(d[j]);
-    s = block_sum(s);
-    for (int j = threadIdx.x; j < T; j += blockDim.x)
+    for (int j = lane; j <= t; j += WARP) s += ld(pr[j]) * ld(d[j]);
+    s = warp_sum(s);
+    for (int j = lane; j < T; j += WARP)
         d[j] = st(j <= t ? scale * ld(pr[j]) * (ld(d[j]) - s) : 0.0f);
 }
 
@@ -448,20 +466,23 @@ __global__ void softmax_causal_bwd(X* dp, const X* p, int T, float scale) {
 __global__ void cross_entropy(X* logits, float* loss, const int* target, int V, float dscale) {
     long row = blockIdx.x;
     X* x = logits + row * V;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ld(x[j]));
-    m = block_max(m);
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(ld(x[j]) - m);
-    s = block_sum(s);
+    // One pass for the maximum and the sum together (online rescaling), one to write.
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = ld(x[j]);
+        float mn = fmaxf(m, v);
+        s = s * exp_from(m, mn) + expf(v - mn);
+        m = mn;
+    }
+    float mx = block_max(m);
+    s = block_sum(s * exp_from(m, mx));
     int tgt = target[row];
     float lt = ld(x[tgt]);
     __syncthreads();
-    float lse = m + logf(s);
-    if (threadIdx.x == 0) loss[row] = lse - lt;
+    if (threadIdx.x == 0) loss[row] = mx + logf(s) - lt;
     float inv = 1.0f / s;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float pj = expf(ld(x[j]) - m) * inv;
+        float pj = expf(ld(x[j]) - mx) * inv;
         x[j] = st((pj - (j == tgt ? 1.0f : 0.0f)) * dscale);
     }
 }
