@@ -129,6 +129,9 @@ pub struct Engine {
     /// One f32 per micro-batch: the sum of its token losses.
     pub loss_sums: Buf,
     pub memory: MemoryPlan,
+    /// Rope's cosines and sines [T, D/2] (NULL without rope).
+    rope_cos: Buf,
+    rope_sin: Buf,
     /// Tracing: (name, event) marks; each span runs to the next mark.
     pub marks: Option<Vec<(String, super::cuda::Event)>>,
 }
@@ -172,6 +175,14 @@ impl Engine {
 
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
+        // The permutation kernels index in 32 bits.
+        let largest = (n * d.qkv_rows()).max(b * d.heads * t * t);
+        if largest >= 1 << 31 {
+            return Err(RunError::Plan(format!(
+                "a micro-batch of {b} × {t} tokens makes tensors of {largest} elements; the \
+                 runtime's kernels index up to 2^31: lower micro_batch"
+            )));
+        }
         let (c, hh, dd) = (d.hidden, d.heads, d.head_dim);
         let bhtd = b * hh * t * dd;
         let bhtt = b * hh * t * t;
@@ -252,6 +263,15 @@ impl Engine {
             xout: gpu.alloc(n * c * xsz)?,
         };
         let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
+        let (rope_cos, rope_sin) = if d.position == Position::Rope {
+            let (c, s) = rope_table(&d);
+            let (bc, bs) = (gpu.alloc(c.len() * 4)?, gpu.alloc(s.len() * 4)?);
+            gpu.upload(bc, &c)?;
+            gpu.upload(bs, &s)?;
+            (bc, bs)
+        } else {
+            (Buf::NULL, Buf::NULL)
+        };
         mem.scratch = gpu.held - before;
         Ok(Engine {
             gpu,
@@ -268,6 +288,8 @@ impl Engine {
             s,
             loss_sums,
             memory: mem,
+            rope_cos,
+            rope_sin,
             marks: None,
         })
     }
@@ -507,8 +529,8 @@ impl Engine {
                 Arg::I(h as i32),
                 Arg::I(g as i32),
                 Arg::I(dd as i32),
-                Arg::I(i32::from(d.position == Position::Rope)),
-                Arg::F(d.rope_theta),
+                Arg::P(self.rope_cos),
+                Arg::P(self.rope_sin),
             ],
         )?;
         self.mark(|| format!("L{l} attention core"))?;
@@ -658,10 +680,14 @@ impl Engine {
         let p = if a.p != Buf::NULL {
             a.p
         } else {
+            self.mark(|| format!("L{l} attention probabilities recompute"))?;
+            let s = &self.s;
             self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
             self.softmax_fwd(s.p)?;
             s.p
         };
+        self.mark(|| format!("L{l} attention core backward products"))?;
+        let s = &self.s;
         self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
         self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
         let rows = b * h * t;
@@ -679,6 +705,8 @@ impl Engine {
         )?;
         self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
         self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)?;
+        self.mark(|| format!("L{l} attention qkv gradient merge"))?;
+        let s = &self.s;
         self.gpu.launch_n(
             "qkv_merge_grad",
             n * qr,
@@ -692,8 +720,8 @@ impl Engine {
                 Arg::I(h as i32),
                 Arg::I(g as i32),
                 Arg::I(dd as i32),
-                Arg::I(i32::from(d.position == Position::Rope)),
-                Arg::F(d.rope_theta),
+                Arg::P(self.rope_cos),
+                Arg::P(self.rope_sin),
             ],
         )?;
         self.mark(|| format!("L{l} qkv backward"))?;
@@ -968,4 +996,21 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// Rope's table as Hugging Face's Llama computes it: inverse frequencies
+/// `1 / theta^(2i/D)` and angles `t · inv` in fp32, their cosines and sines rounded to fp32.
+pub fn rope_table(d: &Dims) -> (Vec<f32>, Vec<f32>) {
+    let half = d.head_dim / 2;
+    let mut c = Vec::with_capacity(d.seq_len * half);
+    let mut s = Vec::with_capacity(d.seq_len * half);
+    for t in 0..d.seq_len {
+        for i in 0..half {
+            let inv = 1.0f32 / d.rope_theta.powf((2 * i) as f32 / d.head_dim as f32);
+            let angle = (t as f32 * inv) as f64;
+            c.push(angle.cos() as f32);
+            s.push(angle.sin() as f32);
+        }
+    }
+    (c, s)
 }

@@ -297,40 +297,36 @@ __global__ void swiglu_bwd(X* dh, const X* h, const X* dout, long rows, int F) {
 
 // ---- attention ----------------------------------------------------------------------------
 
-// Rope as Llama applies it ("rotate half"): element i pairs with i + D/2.
-__device__ __forceinline__ void rope_angle(int t, int i, int D, float theta, float* c, float* s) {
-    float inv = 1.0f / powf(theta, (float)(2 * i) / (float)D);
-    float a = (float)t * inv;
-    *c = cosf(a);
-    *s = sinf(a);
-}
+// Rope as Llama applies it ("rotate half"): element i pairs with i + D/2. The angles'
+// cosines and sines come from a table [T, D/2] made once on the host (the sine of a large
+// angle is slow to compute on the device, and the table is what Hugging Face computes).
+//
+// Index arithmetic below is 32-bit: the engine refuses tensors of 2³¹ elements or more.
 
-// qkv[B, T, (H + 2G)·D] → q, k, v [B, H, T, D]: rope on q and k when `rope`, and each
-// key/value head repeated for the H / G query heads that share it.
+// qkv[B, T, (H + 2G)·D] → q, k, v [B, H, T, D]: rope on q and k when `rcos` is not null,
+// and each key/value head repeated for the H / G query heads that share it.
 __global__ void qkv_split(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
-                          int rope, float theta) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    long total = (long)B * H * T * D;
+                          const float* rcos, const float* rsin) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned total = (unsigned)B * H * T * D;
     if (i >= total) return;
-    int d = i % D;
-    int t = (i / D) % T;
-    int h = (i / ((long)D * T)) % H;
-    int b = i / ((long)D * T * H);
-    int g = h / (H / G);
-    long row = ((long)b * T + t) * (long)(H + 2 * G) * D;
-    const X* qs = qkv + row + (long)h * D;
-    const X* ks = qkv + row + (long)(H + g) * D;
-    const X* vs = qkv + row + (long)(H + G + g) * D;
-    if (rope) {
-        int half = D / 2;
-        int j = d < half ? d : d - half;
-        float c, s;
-        rope_angle(t, j, D, theta, &c, &s);
-        float qa = ld(qs[d]), ka = ld(ks[d]);
+    unsigned d = i % D;
+    unsigned t = (i / D) % T;
+    unsigned h = (i / (D * T)) % H;
+    unsigned b = i / (D * T * H);
+    unsigned g = h / (H / G);
+    const X* row = qkv + ((unsigned long long)b * T + t) * (unsigned long long)(H + 2 * G) * D;
+    const X* qs = row + h * D;
+    const X* ks = row + (H + g) * D;
+    const X* vs = row + (H + G + g) * D;
+    if (rcos) {
+        unsigned half = D / 2;
+        unsigned j = d < half ? d : d - half;
+        float c = rcos[t * half + j], s = rsin[t * half + j];
         float qo = d < half ? -ld(qs[d + half]) : ld(qs[d - half]);
         float ko = d < half ? -ld(ks[d + half]) : ld(ks[d - half]);
-        q[i] = st(qa * c + qo * s);
-        k[i] = st(ka * c + ko * s);
+        q[i] = st(ld(qs[d]) * c + qo * s);
+        k[i] = st(ld(ks[d]) * c + ko * s);
     } else {
         q[i] = qs[d];
         k[i] = ks[d];
@@ -341,74 +337,75 @@ __global__ void qkv_split(X* q, X* k, X* v, const X* qkv, int B, int T, int H, i
 // The inverse of qkv_split for gradients: un-rotate dq and dk, and sum the gradients of the
 // query heads that share a key/value head, in head order. One thread per element of dqkv.
 __global__ void qkv_merge_grad(X* dqkv, const X* dq, const X* dk, const X* dv, int B, int T,
-                               int H, int G, int D, int rope, float theta) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    long W = (long)(H + 2 * G) * D;
-    long total = (long)B * T * W;
+                               int H, int G, int D, const float* rcos, const float* rsin) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned W = (unsigned)(H + 2 * G) * D;
+    unsigned total = (unsigned)B * T * W;
     if (i >= total) return;
-    long col = i % W;
-    int t = (i / W) % T;
-    int b = i / (W * T);
-    int head = col / D, d = col % D;
-    int half = D / 2;
+    unsigned col = i % W;
+    unsigned t = (i / W) % T;
+    unsigned b = i / (W * T);
+    unsigned head = col / D, d = col % D;
+    unsigned half = D / 2;
+    unsigned j = d < half ? d : d - half;
+    float c = 1.0f, s = 0.0f;
     // Rotation transpose: x[d] = y[d]·cos + y[d ± half]·(±sin).
-    if (head < H) {
-        const X* src = dq + (((long)b * H + head) * T + t) * D;
-        float val;
-        if (rope) {
-            int j = d < half ? d : d - half;
-            float c, s;
-            rope_angle(t, j, D, theta, &c, &s);
+    if (head < (unsigned)H) {
+        const X* src = dq + (((unsigned long long)b * H + head) * T + t) * D;
+        float val = ld(src[d]);
+        if (rcos) {
+            c = rcos[t * half + j];
+            s = rsin[t * half + j];
             float o = d < half ? ld(src[d + half]) : -ld(src[d - half]);
-            val = ld(src[d]) * c + o * s;
-        } else {
-            val = ld(src[d]);
+            val = val * c + o * s;
         }
         dqkv[i] = st(val);
         return;
     }
-    int is_v = head >= H + G;
-    int g = is_v ? head - H - G : head - H;
-    int rep = H / G;
+    bool is_v = head >= (unsigned)(H + G);
+    unsigned g = is_v ? head - H - G : head - H;
+    unsigned rep = H / G;
+    bool rot = rcos && !is_v;
+    if (rot) {
+        c = rcos[t * half + j];
+        s = rsin[t * half + j];
+    }
     float acc = 0.0f;
-    for (int r = 0; r < rep; r++) {
-        int h = g * rep + r;
-        const X* src = (is_v ? dv : dk) + (((long)b * H + h) * T + t) * D;
-        if (rope && !is_v) {
-            int j = d < half ? d : d - half;
-            float c, s;
-            rope_angle(t, j, D, theta, &c, &s);
+    for (unsigned r = 0; r < rep; r++) {
+        unsigned h = g * rep + r;
+        const X* src = (is_v ? dv : dk) + (((unsigned long long)b * H + h) * T + t) * D;
+        float val = ld(src[d]);
+        if (rot) {
             float o = d < half ? ld(src[d + half]) : -ld(src[d - half]);
-            acc += ld(src[d]) * c + o * s;
-        } else {
-            acc += ld(src[d]);
+            val = val * c + o * s;
         }
+        acc += val;
     }
     dqkv[i] = st(acc);
 }
 
 // o[B, H, T, D] → out[B, T, H·D]
 __global__ void heads_merge(X* out, const X* o, int B, int T, int H, int D) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    long total = (long)B * T * H * D;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned total = (unsigned)B * T * H * D;
     if (i >= total) return;
-    int d = i % D;
-    int h = (i / D) % H;
-    int t = (i / ((long)D * H)) % T;
-    int b = i / ((long)D * H * T);
-    out[i] = o[(((long)b * H + h) * T + t) * D + d];
+    unsigned d = i % D;
+    unsigned h = (i / D) % H;
+    unsigned t = (i / (D * H)) % T;
+    unsigned b = i / (D * H * T);
+    out[i] = o[(((unsigned long long)b * H + h) * T + t) * D + d];
 }
 
 // out[B, T, H·D] → o[B, H, T, D] (the gradient's way back)
 __global__ void heads_split(X* o, const X* out, int B, int T, int H, int D) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    long total = (long)B * T * H * D;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned total = (unsigned)B * T * H * D;
     if (i >= total) return;
-    int d = i % D;
-    int t = (i / D) % T;
-    int h = (i / ((long)D * T)) % H;
-    int b = i / ((long)D * T * H);
-    o[i] = out[(((long)b * T + t) * H + h) * D + d];
+    unsigned d = i % D;
+    unsigned t = (i / D) % T;
+    unsigned h = (i / (D * T)) % H;
+    unsigned b = i / (D * T * H);
+    o[i] = out[(((unsigned long long)b * T + t) * H + h) * D + d];
 }
 
 // exp(a − m), with exp(−∞ − −∞) taken as 0 (an empty share of a row).
