@@ -437,8 +437,13 @@ __global__ void softmax_causal_fwd(X* p, long rows, int T, float scale) {
         m = mn;
     }
     float inv = 1.0f / s;
-    for (int j = lane; j < T; j += WARP)
-        x[j] = st(j <= t ? expf(ld(x[j]) * scale - m) * inv : 0.0f);
+    for (int j = lane; j < T; j += WARP) {
+        if (j <= t) {
+            x[j] = st(expf(ld(x[j]) * scale - m) * inv);
+        } else {
+            x[j] = st(0.0f);  // masked: never read
+        }
+    }
 }
 
 // dS = scale · P ∘ (dP − Σ_j P·dP), in place over dp; one warp per row.
@@ -452,8 +457,13 @@ __global__ void softmax_causal_bwd(X* dp, const X* p, long rows, int T, float sc
     float s = 0.0f;
     for (int j = lane; j <= t; j += WARP) s += ld(pr[j]) * ld(d[j]);
     s = warp_sum(s);
-    for (int j = lane; j < T; j += WARP)
-        d[j] = st(j <= t ? scale * ld(pr[j]) * (ld(d[j]) - s) : 0.0f);
+    for (int j = lane; j < T; j += WARP) {
+        if (j <= t) {
+            d[j] = st(scale * ld(pr[j]) * (ld(d[j]) - s));
+        } else {
+            d[j] = st(0.0f);  // masked: never read
+        }
+    }
 }
 
 // ---- loss ---------------------------------------------------------------------------------
