@@ -2,6 +2,7 @@
 
 mod emit;
 mod fmt;
+mod launch;
 mod load;
 mod lsp;
 mod output;
@@ -225,6 +226,17 @@ enum Command {
         /// Replace an existing --trace file.
         #[arg(long)]
         force: bool,
+        /// Nodes of the run (each runs `planc run` with its --node-rank); default: Slurm's
+        /// SLURM_NNODES, else 1.
+        #[arg(long, value_name = "N")]
+        nnodes: Option<usize>,
+        /// This node's index, 0 to N−1; default: Slurm's SLURM_NODEID, else 0.
+        #[arg(long, value_name = "R")]
+        node_rank: Option<usize>,
+        /// HOST:PORT where rank 0 (on node 0) meets the others; default on one node: a free
+        /// loopback port; else MASTER_ADDR:MASTER_PORT.
+        #[arg(long, value_name = "HOST:PORT")]
+        master: Option<String>,
         /// Instead of training, time one layer's operations (cuBLAS products at the plan's
         /// per-GPU shapes, memory-bound kernels as copies, collectives with NCCL) next to
         /// the model's predictions.
@@ -369,6 +381,9 @@ fn main() -> ExitCode {
             trace,
             layers,
             force,
+            nnodes,
+            node_rank,
+            master,
             format,
             color,
             ..
@@ -384,6 +399,9 @@ fn main() -> ExitCode {
                 layers,
                 json: format == Format::Json,
                 force,
+                nnodes,
+                node_rank,
+                master,
             },
             color_choice(color),
         ),

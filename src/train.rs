@@ -8,11 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
-use planc_runtime::train::step::{train, Options, StepMetrics, Summary};
+use planc_runtime::train::dist::World;
+use planc_runtime::train::step::{refuse, train, Options, StepMetrics, Summary};
 use planc_runtime::RunError;
 use serde_json::json;
 
-use crate::{load, output, render};
+use crate::{launch, load, output, render};
 
 pub struct Args {
     pub steps: Option<u64>,
@@ -24,6 +25,9 @@ pub struct Args {
     pub layers: Option<usize>,
     pub json: bool,
     pub force: bool,
+    pub nnodes: Option<usize>,
+    pub node_rank: Option<usize>,
+    pub master: Option<String>,
 }
 
 pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
@@ -44,12 +48,38 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let mut err = StandardStream::stderr(color);
-    let _ = render::diagnostics(&mut err, &checked);
+    // A rank started by planc's own launcher: the launcher has shown the diagnostics.
+    let launched = std::env::var_os("PLANC_RANK").is_some();
+    if !launched {
+        let mut err = StandardStream::stderr(color);
+        let _ = render::diagnostics(&mut err, &checked);
+    }
     let Some(plan) = checked.plan.as_ref().filter(|_| checked.ok()) else {
         eprintln!("{}: not running a plan with errors", file.display());
         return ExitCode::from(1);
     };
+    let world = match World::from_env() {
+        Some(w) => w,
+        None if plan.cluster.world_size() > 1 => {
+            let size = plan.cluster.world_size() as usize;
+            let all = World {
+                rank: 0,
+                size,
+                local_rank: 0,
+                master: String::new(),
+            };
+            if let Err(e) = refuse(plan, &all) {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+            let nodes = launch::Nodes::resolve(args.nnodes, args.node_rank, args.master.clone());
+            let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+            return launch::launch(size, &nodes, &argv);
+        }
+        None => World::ONE,
+    };
+    // Only rank 0 reports; the others train and stay quiet unless they fail.
+    let lead = world.rank == 0;
     let text = std::fs::read(file).unwrap_or_default();
     let opts = Options {
         steps: args.steps,
@@ -64,7 +94,8 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
         plan_hash: planc_runtime::train::plan_hash(&String::from_utf8_lossy(&text)),
         trace: args.trace.is_some(),
     };
-    let mut metrics = match &args.metrics {
+    let metrics_path = args.metrics.as_ref().filter(|_| lead);
+    let mut metrics = match metrics_path {
         Some(p) => match OpenOptions::new().create(true).append(true).open(p) {
             Ok(f) => Some(f),
             Err(e) => {
@@ -76,7 +107,10 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     };
     let total = args.steps.unwrap_or(plan.train.run.steps);
     let mut metrics_error = None;
-    let result = train(plan, &opts, |m: &StepMetrics| {
+    let result = train(plan, &opts, &world, |m: &StepMetrics| {
+        if !lead {
+            return;
+        }
         eprintln!("{}", step_line(m, total));
         if let Some(f) = metrics.as_mut() {
             let line = serde_json::to_string(m).expect("metrics serialise");
@@ -95,6 +129,9 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             });
         }
     };
+    if !lead {
+        return ExitCode::SUCCESS;
+    }
     if let Some(e) = metrics_error {
         eprintln!("warning: writing the metrics failed: {e}");
     }

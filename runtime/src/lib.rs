@@ -117,6 +117,17 @@ fn not_run(
 /// The catalog GPU that describes the local device: the plan's own when it is the same
 /// family, else the catalog entry of the device's family (predictions must be for the card
 /// that runs them), else the plan's with a note in the report.
+/// GPUs the CUDA driver shows here; 0 without a driver.
+pub fn local_gpu_count() -> usize {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return 0;
+    }
+    cudarc::driver::CudaContext::device_count()
+        .unwrap_or(0)
+        .max(0) as usize
+}
+
 pub(crate) fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
     let family = |name: &str| name.split('_').next().unwrap_or(name).to_ascii_uppercase();
     let device_upper = device.to_ascii_uppercase();

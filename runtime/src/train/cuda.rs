@@ -114,6 +114,9 @@ pub enum Arg {
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: sys::CUstream,
+    /// Where collectives run, beside the compute stream (data-parallel reductions overlap
+    /// the rest of backward).
+    pub comm: sys::CUstream,
     pub name: String,
     pub ordinal: usize,
     module: sys::CUmodule,
@@ -165,9 +168,11 @@ impl Gpu {
         }
         let stream =
             result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
+        let comm = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(err)?;
         Ok(Gpu {
             ctx,
             stream,
+            comm,
             name,
             ordinal,
             module,
@@ -196,6 +201,18 @@ impl Gpu {
         self.held += bytes;
         self.peak = self.peak.max(self.held);
         Ok(b)
+    }
+
+    /// Frees a buffer from `alloc` (transient ones: checkpoint gathers).
+    pub fn free(&mut self, b: Buf) -> Result<(), RunError> {
+        if let Some(i) = self.owned.iter().position(|o| *o == b) {
+            self.sync()?;
+            // SAFETY: the buffer is ours and the stream is drained.
+            unsafe { result::free_sync(b.ptr) }.map_err(err)?;
+            self.owned.swap_remove(i);
+            self.held -= b.bytes;
+        }
+        Ok(())
     }
 
     pub fn zero(&self, b: Buf) -> Result<(), RunError> {
@@ -299,6 +316,35 @@ impl Gpu {
         Ok(Event(e))
     }
 
+    /// The communication stream waits for what the compute stream has queued so far.
+    pub fn comm_after_compute(&self) -> Result<(), RunError> {
+        self.order(self.stream, self.comm)
+    }
+
+    /// The compute stream waits for what the communication stream has queued so far.
+    pub fn compute_after_comm(&self) -> Result<(), RunError> {
+        self.order(self.comm, self.stream)
+    }
+
+    /// Makes `later` wait for what `earlier` has queued so far (no host wait).
+    fn order(&self, earlier: sys::CUstream, later: sys::CUstream) -> Result<(), RunError> {
+        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).map_err(err)?;
+        // SAFETY: both streams belong to this GPU; the event is destroyed once queued (CUDA
+        // keeps it alive until the wait completes).
+        unsafe {
+            result::event::record(e, earlier).map_err(err)?;
+            result::stream::wait_event(later, e, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+                .map_err(err)?;
+            result::event::destroy(e).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    pub fn sync_comm(&self) -> Result<(), RunError> {
+        // SAFETY: our own stream.
+        unsafe { result::stream::synchronize(self.comm) }.map_err(err)
+    }
+
     /// Free and total device memory as the driver sees it.
     pub fn mem_info(&self) -> Result<(usize, usize), RunError> {
         result::mem_get_info().map_err(err)
@@ -326,7 +372,9 @@ impl Drop for Gpu {
                 let _ = result::free_sync(b.ptr);
             }
             let _ = result::module::unload(self.module);
+            let _ = result::stream::synchronize(self.comm);
             let _ = result::stream::destroy(self.stream);
+            let _ = result::stream::destroy(self.comm);
         }
     }
 }

@@ -34,6 +34,29 @@ pub struct Shape {
     pub optimizer: Optimizer,
     /// Micro-batches whose activations are alive at once (from the step's program).
     pub in_flight: usize,
+    /// Data-parallel size and this rank's place in it; with `zero ≥ 1` the optimizer state
+    /// (Adam's moments) is this rank's shard of the flat buffer only.
+    pub dp: usize,
+    pub dp_rank: usize,
+    pub zero: u64,
+}
+
+impl Shape {
+    /// The flat buffers' length: the table's, padded so `dp` equal shards tile it.
+    pub fn padded(&self, total: usize) -> usize {
+        total.div_ceil(64 * self.dp) * 64 * self.dp
+    }
+
+    /// This rank's shard `[lo, hi)` of the flat buffers under ZeRO, else everything.
+    pub fn shard(&self, total: usize) -> (usize, usize) {
+        let padded = self.padded(total);
+        if self.zero >= 1 && self.dp > 1 {
+            let n = padded / self.dp;
+            (n * self.dp_rank, n * (self.dp_rank + 1))
+        } else {
+            (0, padded)
+        }
+    }
 }
 
 /// One layer's kept activations.
@@ -129,6 +152,8 @@ pub struct Engine {
     /// One f32 per micro-batch: the sum of its token losses.
     pub loss_sums: Buf,
     pub memory: MemoryPlan,
+    /// A few f32 for values reduced across ranks (loss, gradient norm).
+    pub scalars: Buf,
     /// Rope's cosines and sines [T, D/2] (NULL without rope).
     rope_cos: Buf,
     rope_sin: Buf,
@@ -150,7 +175,8 @@ impl Engine {
             2
         };
         let mut mem = MemoryPlan::default();
-        let total = params.total;
+        let total = shape.padded(params.total);
+        let (lo, hi) = shape.shard(params.total);
         let w32 = gpu.alloc(total * 4)?;
         let wx = if xsz == 4 {
             w32
@@ -165,12 +191,12 @@ impl Engine {
         let (m, v) = if shape.optimizer == Optimizer::Sgd {
             (Buf::NULL, Buf::NULL)
         } else {
-            (gpu.alloc(total * 4)?, gpu.alloc(total * 4)?)
+            (gpu.alloc((hi - lo) * 4)?, gpu.alloc((hi - lo) * 4)?)
         };
         mem.optimizer = if shape.optimizer == Optimizer::Sgd {
             0
         } else {
-            total * 8
+            (hi - lo) * 8
         } + if xsz == 4 { 0 } else { total * 4 };
 
         let (b, t) = (shape.batch, d.seq_len);
@@ -263,6 +289,7 @@ impl Engine {
             xout: gpu.alloc(n * c * xsz)?,
         };
         let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
+        let scalars = gpu.alloc(64 * 4)?;
         let (rope_cos, rope_sin) = if d.position == Position::Rope {
             let (c, s) = rope_table(&d);
             let (bc, bs) = (gpu.alloc(c.len() * 4)?, gpu.alloc(s.len() * 4)?);
@@ -288,6 +315,7 @@ impl Engine {
             s,
             loss_sums,
             memory: mem,
+            scalars,
             rope_cos,
             rope_sin,
             marks: None,
@@ -310,7 +338,7 @@ impl Engine {
         self.refresh_compute_copy()
     }
 
-    fn refresh_compute_copy(&self) -> Res {
+    pub fn refresh_compute_copy(&self) -> Res {
         if self.xsz != 4 {
             let n = self.params.total;
             self.gpu.launch_n(
@@ -859,8 +887,15 @@ impl Engine {
         )
     }
 
-    /// Backward of the micro-batch held in activation set `set`.
-    pub fn backward(&mut self, set: usize, j: usize) -> Res {
+    /// Backward of the micro-batch held in activation set `set`. `after_layer(self, l)`
+    /// runs once layer `l`'s gradients are complete for this micro-batch (for the
+    /// data-parallel reduction to start while backward goes on).
+    pub fn backward(
+        &mut self,
+        set: usize,
+        j: usize,
+        after_layer: &mut dyn FnMut(&Engine, usize) -> Res,
+    ) -> Res {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let c = d.hidden;
@@ -877,6 +912,7 @@ impl Engine {
                 self.layer_fwd(l, xi, xout, a)?;
             }
             self.layer_bwd(l, xi, a)?;
+            after_layer(self, l)?;
         }
         self.mark(|| format!("B{j} embedding backward"))?;
         let st = &self.sets[set];
@@ -933,8 +969,25 @@ impl Engine {
         Ok(v.iter().map(|&x| x as f64).sum())
     }
 
-    /// One optimizer update over every tensor; `gscale` multiplies the gradients first
-    /// (clipping, loss-scale removal); `t` counts updates from 1.
+    /// The flat-buffer range `[lo, hi)` of layer `l`'s tensors.
+    pub fn layer_range(&self, l: usize) -> (usize, usize) {
+        let first = self
+            .params
+            .get(&format!("h.{l}.ln1_w"))
+            .expect("every layer has a first norm");
+        let next = self
+            .params
+            .list
+            .iter()
+            .find(|p| p.offset > first.offset && !p.name.starts_with(&format!("h.{l}.")))
+            .map(|p| p.offset)
+            .unwrap_or(self.params.total);
+        (first.offset, next)
+    }
+
+    /// One optimizer update over this rank's shard `[lo, hi)` of the flat buffers (all of
+    /// them without ZeRO); `gscale` multiplies the gradients first (clipping, loss-scale
+    /// removal); `t` counts updates from 1. Adam's moments are indexed from `lo`.
     #[allow(clippy::too_many_arguments)]
     pub fn update(
         &self,
@@ -943,20 +996,25 @@ impl Engine {
         (b1, b2, eps): (f32, f32, f32),
         t: u64,
         gscale: f32,
+        (lo, hi): (usize, usize),
     ) -> Res {
         let bc1 = 1.0 - (b1 as f64).powi(t as i32);
         let bc2 = 1.0 - (b2 as f64).powi(t as i32);
         let wx = if self.xsz == 4 { Buf::NULL } else { self.wx };
         for p in &self.params.list {
-            let n = p.numel();
+            let (a, b) = (p.offset.max(lo), (p.offset + p.numel()).min(hi));
+            if a >= b {
+                continue;
+            }
+            let n = b - a;
             let decay = if p.decay { wd } else { 0.0 };
-            let w = self.w32.at(p.offset, 4);
+            let w = self.w32.at(a, 4);
             let wxp = if wx == Buf::NULL {
                 Buf::NULL
             } else {
-                wx.at(p.offset, self.xsz)
+                wx.at(a, self.xsz)
             };
-            let g = self.grad.at(p.offset, 4);
+            let g = self.grad.at(a, 4);
             if self.shape.optimizer == Optimizer::Sgd {
                 self.gpu.launch_n(
                     "sgd",
@@ -979,8 +1037,8 @@ impl Engine {
                         Arg::P(w),
                         Arg::P(wxp),
                         Arg::P(g),
-                        Arg::P(self.m.at(p.offset, 4)),
-                        Arg::P(self.v.at(p.offset, 4)),
+                        Arg::P(self.m.at(a - lo, 4)),
+                        Arg::P(self.v.at(a - lo, 4)),
                         Arg::L(n as i64),
                         Arg::F(lr),
                         Arg::F(b1),
@@ -995,6 +1053,27 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// Σ g² over `[lo, hi)` of the gradient buffer, on the device (one f32 at `out`).
+    pub fn grad_sumsq(&self, (lo, hi): (usize, usize), out: Buf) -> Result<(), RunError> {
+        let blocks = 1024usize;
+        self.gpu.launch(
+            "sumsq_partial",
+            (blocks as u32, 1),
+            256,
+            &[
+                Arg::P(self.s.partials),
+                Arg::P(self.grad.at(lo, 4)),
+                Arg::L((hi - lo) as i64),
+            ],
+        )?;
+        self.gpu.launch(
+            "sum_partial",
+            (1, 1),
+            1024,
+            &[Arg::P(out), Arg::P(self.s.partials), Arg::L(blocks as i64)],
+        )
     }
 }
 

@@ -8,6 +8,7 @@ pub mod blas;
 pub mod checkpoint;
 pub mod cuda;
 pub mod data;
+pub mod dist;
 pub mod engine;
 pub mod model;
 pub mod predict;

@@ -8,6 +8,7 @@
 //! prices is what runs. On one GPU the program has no messages or collectives.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use planc_compiler::plan::{LrSchedule, Plan, Precision, RunSettings};
@@ -15,7 +16,9 @@ use planc_simulator::program::Instr;
 use planc_simulator::schedule::Pass;
 use serde::Serialize;
 
+use super::cuda::Buf;
 use super::cuda::Gpu;
+use super::dist::{self, Comm, World};
 use super::engine::{Engine, MemoryPlan, Shape};
 use super::model::Dims;
 use super::{checkpoint, data, predict};
@@ -109,25 +112,38 @@ pub fn learning_rate(r: &RunSettings, s: u64, steps: u64) -> f64 {
     }
 }
 
-/// Refuses what one GPU cannot run, with the way out.
-pub fn refuse(plan: &Plan, local_gpus: usize) -> Result<(), RunError> {
-    let world = plan.cluster.world_size() as usize;
-    if world > local_gpus {
-        return Err(RunError::Plan(format!(
-            "the plan's layout needs {world} GPUs (tp {} × pp {} × cp {} × dp {}); this machine has {local_gpus}",
-            plan.parallel.tp, plan.parallel.pp, plan.parallel.cp, plan.parallel.dp
-        )));
-    }
+/// Refuses what this runtime cannot run (yet), with the way out.
+pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
+    let p = &plan.parallel;
+    let size = plan.cluster.world_size() as usize;
     if plan.train.dropout > 0.0 {
         return Err(RunError::Plan(format!(
             "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
             plan.train.dropout
         )));
     }
-    if world > 1 {
+    let unsupported: Vec<String> = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)]
+        .iter()
+        .filter(|(_, v)| *v > 1)
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    if !unsupported.is_empty() {
         return Err(RunError::Plan(format!(
-            "the plan's layout spreads over {world} GPUs; `planc run` trains on one GPU so far \
-             (set the cluster to 1 node of 1 GPU, tp = pp = dp = cp = 1)"
+            "`planc run` runs data parallelism (dp, zero 0 and 1) across GPUs so far; this plan \
+             also sets {} (tensor, pipeline, context and expert parallelism are not run yet)",
+            unsupported.join(", ")
+        )));
+    }
+    if p.zero >= 2 {
+        return Err(RunError::Plan(format!(
+            "`planc run` runs zero 0 and 1; the plan sets zero = {}",
+            p.zero
+        )));
+    }
+    if world.size != size {
+        return Err(RunError::Plan(format!(
+            "the plan's layout has {size} GPUs but {} ranks were started",
+            world.size
         )));
     }
     Ok(())
@@ -136,6 +152,7 @@ pub fn refuse(plan: &Plan, local_gpus: usize) -> Result<(), RunError> {
 pub fn train(
     plan: &Plan,
     opts: &Options,
+    world: &World,
     mut on_step: impl FnMut(&StepMetrics),
 ) -> Result<Summary, RunError> {
     let dims = Dims::of(plan, opts.layers).map_err(RunError::Plan)?;
@@ -144,9 +161,24 @@ pub fn train(
     if precision == Precision::Fp8 {
         return Err(RunError::Precision(precision));
     }
-    let gpu = Gpu::open(0, precision)?;
-    let local = cudarc::driver::CudaContext::device_count().unwrap_or(1) as usize;
-    refuse(plan, local)?;
+    refuse(plan, world)?;
+    let gpu = Gpu::open(world.local_rank, precision)?;
+    let dp = plan.parallel.dp as usize;
+    let dp_rank = world.rank; // tp = pp = 1: the data-parallel rank is the rank
+    let comms: Vec<Arc<Comm>> = if world.size > 1 {
+        dist::communicators(
+            world,
+            &dist::data_parallel_groups(world.size, 1, dp),
+            "data-parallel",
+        )?
+        .into_iter()
+        .map(Arc::new)
+        .collect()
+    } else {
+        Vec::new()
+    };
+    let dpc = comms.first().cloned();
+    let watchdog = dist::Watchdog::start(world.rank, comms.clone());
     let (free0, total) = gpu.mem_info()?;
     let context_bytes = (total - free0) as u64;
 
@@ -191,6 +223,9 @@ pub fn train(
         recompute: plan.parallel.recompute,
         optimizer: plan.train.optimizer,
         in_flight,
+        dp,
+        dp_rank,
+        zero: plan.parallel.zero,
     };
     let mut eng = Engine::new(gpu, shape, micro_batches)?;
     let params = eng.params.clone();
@@ -206,6 +241,7 @@ pub fn train(
         1.0
     };
     let mut resumed_from = None;
+    let shard = eng.shape.shard(params.total);
     let weights = match &opts.resume {
         Some(dir) => match checkpoint::latest(dir).map_err(|e| RunError::Plan(e.to_string()))? {
             Some(path) => {
@@ -213,8 +249,13 @@ pub fn train(
                     .map_err(|e| RunError::Plan(e.to_string()))?;
                 if let Some(o) = opt {
                     if eng.m.ptr != 0 {
-                        eng.gpu.upload(eng.m, &o.m)?;
-                        eng.gpu.upload(eng.v, &o.v)?;
+                        // This rank's shard of the moments (all of them without ZeRO).
+                        let (lo, hi) = shard;
+                        let hi_n = hi.min(o.m.len());
+                        if lo < hi_n {
+                            eng.gpu.upload(eng.m, &o.m[lo..hi_n])?;
+                            eng.gpu.upload(eng.v, &o.v[lo..hi_n])?;
+                        }
                     }
                     opt_step = o.step;
                     if o.loss_scale > 0.0 {
@@ -246,17 +287,35 @@ pub fn train(
     let mut checkpoints = Vec::new();
     let mut spans = Vec::new();
     let mut good_steps = 0u64;
-    let save =
-        |eng: &Engine, step: u64, opt_step: u64, loss_scale: f32| -> Result<PathBuf, RunError> {
-            let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
-            let (m, v) = if eng.m.ptr != 0 {
-                (
-                    eng.gpu.download(eng.m, params.total)?,
-                    eng.gpu.download(eng.v, params.total)?,
-                )
-            } else {
-                (vec![0.0; params.total], vec![0.0; params.total])
-            };
+    // Every rank takes part (the moments of a ZeRO shard are gathered first); rank 0 writes.
+    let save = |eng: &mut Engine,
+                step: u64,
+                opt_step: u64,
+                loss_scale: f32|
+     -> Result<Option<PathBuf>, RunError> {
+        let padded = eng.shape.padded(params.total);
+        let (lo, hi) = shard;
+        let gathered = |eng: &mut Engine, b: Buf| -> Result<Vec<f32>, RunError> {
+            if b.ptr == 0 {
+                return Ok(vec![0.0; params.total]);
+            }
+            match (&dpc, hi - lo < padded) {
+                (Some(c), true) => {
+                    let full = eng.gpu.alloc(padded * 4)?;
+                    c.all_gather(b, full, hi - lo, 4, eng.gpu.stream as u64)?;
+                    let v = eng.gpu.download(full, params.total)?;
+                    eng.gpu.free(full)?;
+                    Ok(v)
+                }
+                _ => eng.gpu.download(b, params.total),
+            }
+        };
+        let (m, v) = (gathered(eng, eng.m)?, gathered(eng, eng.v)?);
+        if world.rank != 0 {
+            return Ok(None);
+        }
+        let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
+        {
             let state = checkpoint::OptimizerState {
                 step: opt_step,
                 m,
@@ -267,15 +326,17 @@ pub fn train(
                 step,
                 samples_consumed: step * g,
                 plan_hash: opts.plan_hash.clone(),
-                layout: "tp1-pp1-dp1".into(),
+                layout: format!("tp1-pp1-dp{dp}-zero{}", plan.parallel.zero),
                 planc_version: env!("CARGO_PKG_VERSION").into(),
             };
             let dir = opts.save.as_ref().expect("saving needs --save");
             checkpoint::save(dir, &dims, &params, &w, &state, &meta)
+                .map(Some)
                 .map_err(|e| RunError::Plan(format!("checkpoint: {e}")))
-        };
+        }
+    };
     if opts.save.is_some() && resumed_from.is_none() {
-        checkpoints.push(save(&eng, 0, 0, loss_scale)?);
+        checkpoints.extend(save(&mut eng, 0, 0, loss_scale)?);
     }
     let flops = prediction.flops_per_step;
     let peak_flops = prediction.peak_flops;
@@ -289,6 +350,10 @@ pub fn train(
         let mut set_of = vec![usize::MAX; micro_batches];
         let mut free: Vec<usize> = (0..in_flight).rev().collect();
         let mb = plan.parallel.micro_batch as usize;
+        let mut backwards = 0usize;
+        let zero = plan.parallel.zero;
+        let (stream, comm_stream) = (eng.gpu.stream as u64, eng.gpu.comm as u64);
+        let mut reduced = Vec::new();
         for ins in &instrs {
             match ins {
                 Instr::Run(w) => {
@@ -300,25 +365,82 @@ pub fn train(
                                 .expect("the program keeps within its in-flight count");
                             set_of[j] = set;
                             let (inp, tgt) =
-                                source.micro_batch(step, g as usize, 1, 0, mb, j, s_len);
+                                source.micro_batch(step, g as usize, dp, dp_rank, mb, j, s_len);
                             eng.forward(set, j, &inp, &tgt, dscale * loss_scale)?;
                         }
                         Pass::Backward | Pass::WeightGrad => {
                             let set = set_of[j];
-                            eng.backward(set, j)?;
+                            backwards += 1;
+                            let last = backwards == micro_batches;
+                            // Without ZeRO, each layer's gradients are all-reduced as soon
+                            // as the last micro-batch's backward has produced them, on the
+                            // communication stream, while backward goes on.
+                            let mut hook = |e: &Engine, l: usize| -> Result<(), RunError> {
+                                if let (Some(c), true, 0) = (&dpc, last, zero) {
+                                    let (lo, hi) = e.layer_range(l);
+                                    e.gpu.comm_after_compute()?;
+                                    c.all_reduce_sum(e.grad.at(lo, 4), hi - lo, comm_stream)?;
+                                    reduced.push((lo, hi));
+                                }
+                                Ok(())
+                            };
+                            eng.backward(set, j, &mut hook)?;
                             free.push(set);
                         }
                     }
                 }
-                // One rank, one GPU: no messages; the optimizer runs below.
+                // Data parallelism only: no pipeline messages; the reductions and the
+                // optimizer run below.
                 Instr::Send { .. }
                 | Instr::Recv { .. }
                 | Instr::Collective { .. }
                 | Instr::Optimizer => {}
             }
         }
+        if let Some(c) = &dpc {
+            let padded = eng.shape.padded(params.total);
+            if zero == 0 {
+                // What the layers' reductions did not cover: embeddings, final norm, head.
+                reduced.sort();
+                let mut at = 0;
+                let mut rest = Vec::new();
+                for &(lo, hi) in &reduced {
+                    if lo > at {
+                        rest.push((at, lo));
+                    }
+                    at = at.max(hi);
+                }
+                rest.push((at, padded));
+                eng.gpu.comm_after_compute()?;
+                for (lo, hi) in rest {
+                    c.all_reduce_sum(eng.grad.at(lo, 4), hi - lo, comm_stream)?;
+                }
+                eng.gpu.compute_after_comm()?;
+            } else {
+                // The distributed optimizer: each rank keeps the sum of its shard.
+                let (lo, hi) = shard;
+                c.reduce_scatter_sum(eng.grad, eng.grad.at(lo, 4), hi - lo, stream)?;
+            }
+            c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
+        }
+        watchdog.waiting(format!(
+            "the step-{} gradient reduction ({})",
+            step + 1,
+            dpc.as_ref().map(|c| c.name.as_str()).unwrap_or("one rank")
+        ));
         let loss = eng.loss_sum(micro_batches)? / tokens_per_step as f64;
-        let raw_norm = eng.grad_norm()?;
+        // The norm over the whole model: of this rank's shard under ZeRO, summed over ranks.
+        let norm_range = if dpc.is_some() && zero >= 1 {
+            shard
+        } else {
+            (0, params.total)
+        };
+        eng.grad_sumsq(norm_range, eng.scalars)?;
+        if let (Some(c), true) = (&dpc, zero >= 1) {
+            c.all_reduce_sum(eng.scalars, 1, stream)?;
+        }
+        let raw_norm = (eng.gpu.download::<f32>(eng.scalars, 1)?[0] as f64).sqrt();
+        watchdog.done();
         let grad_norm = raw_norm / loss_scale as f64;
         // The schedule spans `train.steps` whatever `--steps` says, so a run stopped and
         // resumed follows the same learning rates as one that never stopped.
@@ -345,7 +467,14 @@ pub fn train(
                 ),
                 opt_step,
                 (clip / loss_scale as f64) as f32,
+                shard,
             )?;
+            if let (Some(c), true) = (&dpc, zero >= 1) {
+                // Every rank's updated shard of the master weights, to every rank.
+                let (lo, hi) = shard;
+                c.all_gather(eng.w32.at(lo, 4), eng.w32, hi - lo, 4, stream)?;
+                eng.refresh_compute_copy()?;
+            }
             if precision == Precision::Fp16 {
                 good_steps += 1;
                 if good_steps.is_multiple_of(1000) {
@@ -353,7 +482,9 @@ pub fn train(
                 }
             }
         }
+        watchdog.waiting(format!("the step-{} weight update", step + 1));
         eng.gpu.sync()?;
+        watchdog.done();
         let step_s = t0.elapsed().as_secs_f64();
         if let Some(marks) = eng.marks.take() {
             let base = trace_origin.elapsed().as_secs_f64() - step_s;
@@ -390,12 +521,12 @@ pub fn train(
         let done = step + 1;
         if let (Some(_), Some(k)) = (&opts.save, opts.save_every) {
             if k > 0 && done % k == 0 && done != start_step + steps {
-                checkpoints.push(save(&eng, done, opt_step, loss_scale)?);
+                checkpoints.extend(save(&mut eng, done, opt_step, loss_scale)?);
             }
         }
     }
     if opts.save.is_some() {
-        checkpoints.push(save(&eng, start_step + steps, opt_step, loss_scale)?);
+        checkpoints.extend(save(&mut eng, start_step + steps, opt_step, loss_scale)?);
     }
     let mut times: Vec<f64> = summary_steps.iter().skip(1).map(|m| m.step_s).collect();
     if times.is_empty() {

@@ -1,0 +1,394 @@
+//! Several GPUs: who this process is (its rank, from `planc run`'s launcher, `torchrun` or
+//! Slurm), how the ranks meet (rank 0 listens on the master address and hands every rank
+//! the NCCL unique ids of its groups over TCP), the communicators, and the watchdog that
+//! turns a hang into an error naming the collective each rank waits in.
+//!
+//! Ranks are laid out as `planc check` places them: tensor-parallel innermost, then data,
+//! then pipeline (rank = tp_rank + tp·(dp_rank + dp·pp_rank)).
+
+use std::ffi::c_void;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cudarc::nccl::result as nccl;
+use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
+
+use super::cuda::Buf;
+use crate::RunError;
+
+/// This process's place in the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct World {
+    pub rank: usize,
+    pub size: usize,
+    /// The GPU ordinal on this node.
+    pub local_rank: usize,
+    /// `host:port` where rank 0 listens.
+    pub master: String,
+}
+
+impl World {
+    pub const ONE: World = World {
+        rank: 0,
+        size: 1,
+        local_rank: 0,
+        master: String::new(),
+    };
+
+    /// The world from the environment: planc's own launcher sets `PLANC_RANK`,
+    /// `PLANC_LOCAL_RANK`, `PLANC_WORLD_SIZE`, `PLANC_MASTER`; torchrun sets `RANK`,
+    /// `LOCAL_RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`. None when neither did.
+    pub fn from_env() -> Option<World> {
+        let var = |k: &str| std::env::var(k).ok();
+        let num = |k: &str| var(k).and_then(|v| v.parse::<usize>().ok());
+        if let (Some(rank), Some(size), Some(master)) = (
+            num("PLANC_RANK"),
+            num("PLANC_WORLD_SIZE"),
+            var("PLANC_MASTER"),
+        ) {
+            return Some(World {
+                rank,
+                size,
+                local_rank: num("PLANC_LOCAL_RANK").unwrap_or(0),
+                master,
+            });
+        }
+        if let (Some(rank), Some(size), Some(addr), Some(port)) = (
+            num("RANK"),
+            num("WORLD_SIZE"),
+            var("MASTER_ADDR"),
+            var("MASTER_PORT"),
+        ) {
+            return Some(World {
+                rank,
+                size,
+                local_rank: num("LOCAL_RANK").unwrap_or(0),
+                master: format!("{addr}:{port}"),
+            });
+        }
+        None
+    }
+}
+
+/// A NCCL communicator over one group, driven on one stream.
+pub struct Comm {
+    raw: ncclComm_t,
+    pub rank: usize,
+    pub size: usize,
+    pub name: String,
+}
+
+// SAFETY: a communicator is used by one thread at a time (the rank's main thread); the
+// watchdog only aborts it, which NCCL allows from another thread.
+unsafe impl Send for Comm {}
+unsafe impl Sync for Comm {}
+
+fn nerr(what: &str, e: impl std::fmt::Debug) -> RunError {
+    RunError::Cuda(format!("NCCL {what}: {e:?}"))
+}
+
+impl Comm {
+    pub fn all_reduce_sum(&self, buf: Buf, count: usize, stream: u64) -> Result<(), RunError> {
+        // SAFETY: `buf` holds `count` f32 on this rank's GPU; the stream is this rank's.
+        unsafe {
+            nccl::all_reduce(
+                buf.ptr as *const c_void,
+                buf.ptr as *mut c_void,
+                count,
+                ncclDataType_t::ncclFloat32,
+                ncclRedOp_t::ncclSum,
+                self.raw,
+                stream as _,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| nerr("all-reduce", e))
+    }
+
+    /// `out` (count f32) = the sum over ranks of this rank's share of `inp` (count·size f32).
+    pub fn reduce_scatter_sum(
+        &self,
+        inp: Buf,
+        out: Buf,
+        count: usize,
+        stream: u64,
+    ) -> Result<(), RunError> {
+        // SAFETY: sizes as documented, on this rank's GPU and stream.
+        unsafe {
+            nccl::reduce_scatter(
+                inp.ptr as *const c_void,
+                out.ptr as *mut c_void,
+                count,
+                ncclDataType_t::ncclFloat32,
+                ncclRedOp_t::ncclSum,
+                self.raw,
+                stream as _,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| nerr("reduce-scatter", e))
+    }
+
+    /// `out` (count·size elements of `bytes` each) = every rank's `inp` (count), in rank order.
+    pub fn all_gather(
+        &self,
+        inp: Buf,
+        out: Buf,
+        count: usize,
+        elem_bytes: usize,
+        stream: u64,
+    ) -> Result<(), RunError> {
+        let (n, ty) = match elem_bytes {
+            4 => (count, ncclDataType_t::ncclFloat32),
+            // bf16/fp16 moved as raw 16-bit words: gathering does no arithmetic.
+            2 => (count, ncclDataType_t::ncclUint8),
+            _ => unreachable!("elements are 2 or 4 bytes"),
+        };
+        let n = if elem_bytes == 2 { n * 2 } else { n };
+        // SAFETY: sizes as documented, on this rank's GPU and stream.
+        unsafe {
+            nccl::all_gather(
+                inp.ptr as *const c_void,
+                out.ptr as *mut c_void,
+                n,
+                ty,
+                self.raw,
+                stream as _,
+            )
+        }
+        .map(|_| ())
+        .map_err(|e| nerr("all-gather", e))
+    }
+
+    pub fn abort(&self) {
+        // SAFETY: aborting is allowed at any time; the communicator is not used after.
+        unsafe {
+            let _ = nccl::comm_abort(self.raw);
+        }
+    }
+}
+
+/// How long a rank waits for the others to meet or for a collective before it gives up.
+pub fn timeout() -> Duration {
+    std::env::var("PLANC_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(300))
+}
+
+/// The groups of a rank, as (name, members in group-rank order); the unique id of group k
+/// of the list below is the k-th that rank 0 sends.
+pub fn data_parallel_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize>> {
+    let pp = world / (tp * dp);
+    let mut groups = Vec::new();
+    for p in 0..pp {
+        for t in 0..tp {
+            groups.push((0..dp).map(|d| t + tp * (d + dp * p)).collect());
+        }
+    }
+    groups
+}
+
+/// Meets the other ranks and makes the communicator of every group that holds this rank.
+/// Rank 0 listens on `world.master`, creates one NCCL id per group and sends each rank all
+/// of them; the others connect (retrying until the timeout).
+pub fn communicators(
+    world: &World,
+    groups: &[Vec<usize>],
+    name: &str,
+) -> Result<Vec<Comm>, RunError> {
+    // SAFETY: probes the shared library only.
+    if !unsafe { cudarc::nccl::sys::is_culib_present() } {
+        return Err(RunError::Cuda(
+            "NCCL (libnccl.so.2) not found; add it to LD_LIBRARY_PATH".into(),
+        ));
+    }
+    let deadline = Instant::now() + timeout();
+    let ids: Vec<ncclUniqueId> = if world.rank == 0 {
+        let ids: Vec<ncclUniqueId> = groups
+            .iter()
+            .map(|_| nccl::get_uniqueid().map_err(|e| nerr("unique id", e)))
+            .collect::<Result<_, _>>()?;
+        let listener = TcpListener::bind(&world.master).map_err(|e| {
+            RunError::Plan(format!(
+                "rank 0 cannot listen on {}: {e} (choose another --master port)",
+                world.master
+            ))
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| RunError::Cuda(e.to_string()))?;
+        let mut joined = vec![false; world.size];
+        joined[0] = true;
+        while joined.iter().any(|j| !j) {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).ok();
+                    let mut r = [0u8; 4];
+                    s.read_exact(&mut r)
+                        .map_err(|e| RunError::Cuda(e.to_string()))?;
+                    let r = u32::from_le_bytes(r) as usize;
+                    if r >= world.size {
+                        continue;
+                    }
+                    for id in &ids {
+                        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+                        s.write_all(&bytes)
+                            .map_err(|e| RunError::Cuda(e.to_string()))?;
+                    }
+                    joined[r] = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        let missing: Vec<String> = joined
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, j)| !**j)
+                            .map(|(r, _)| r.to_string())
+                            .collect();
+                        return Err(RunError::Plan(format!(
+                            "rank 0 waited {:?} on {} for ranks {} to join; they never came \
+                             (check --nnodes, --node-rank, --master on every node)",
+                            timeout(),
+                            world.master,
+                            missing.join(", ")
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(RunError::Cuda(e.to_string())),
+            }
+        }
+        ids
+    } else {
+        let mut s = loop {
+            match TcpStream::connect(&world.master) {
+                Ok(s) => break s,
+                Err(e) => {
+                    if Instant::now() > deadline {
+                        return Err(RunError::Plan(format!(
+                            "rank {} could not reach rank 0 at {} within {:?}: {e}",
+                            world.rank,
+                            world.master,
+                            timeout()
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        };
+        s.write_all(&(world.rank as u32).to_le_bytes())
+            .map_err(|e| RunError::Cuda(e.to_string()))?;
+        let mut ids = Vec::new();
+        for _ in groups {
+            let mut b = [0u8; 128];
+            s.read_exact(&mut b).map_err(|e| {
+                RunError::Plan(format!(
+                    "rank {}: rank 0 hung up during the rendezvous: {e}",
+                    world.rank
+                ))
+            })?;
+            ids.push(ncclUniqueId {
+                internal: b.map(|x| x as std::ffi::c_char),
+            });
+        }
+        ids
+    };
+    let mut comms = Vec::new();
+    for (k, members) in groups.iter().enumerate() {
+        let Some(me) = members.iter().position(|&r| r == world.rank) else {
+            continue;
+        };
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: every member calls this with the same id and group size.
+        unsafe { nccl::comm_init_rank(&mut raw, members.len() as i32, ids[k], me as i32) }
+            .map_err(|e| nerr("init", e))?;
+        comms.push(Comm {
+            raw,
+            rank: me,
+            size: members.len(),
+            name: format!(
+                "{name} group of ranks {}",
+                members
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        });
+    }
+    Ok(comms)
+}
+
+/// Turns a wait past the timeout into an error: the main thread says what it is about to
+/// wait in; if that wait outlives the timeout the watchdog prints it, aborts the
+/// communicators (which frees the stuck collective) and ends the process.
+pub struct Watchdog {
+    state: Arc<(Mutex<String>, AtomicU64, AtomicBool)>,
+}
+
+impl Watchdog {
+    pub fn start(rank: usize, comms: Vec<Arc<Comm>>) -> Watchdog {
+        let state = Arc::new((
+            Mutex::new(String::new()),
+            AtomicU64::new(0),
+            AtomicBool::new(false),
+        ));
+        let s = state.clone();
+        let limit = timeout();
+        std::thread::spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            if s.2.load(Ordering::Relaxed) {
+                return;
+            }
+            let since = s.1.load(Ordering::Relaxed);
+            if since == 0 {
+                continue;
+            }
+            let waited = ORIGIN
+                .elapsed()
+                .saturating_sub(Duration::from_millis(since - 1));
+            if waited > limit {
+                let what = s.0.lock().map(|w| w.clone()).unwrap_or_default();
+                eprintln!(
+                    "error: rank {rank} waited {:.0} s in {what}; the other ranks of its groups \
+                     did not join (a rank died or the ranks run different programs). Aborting \
+                     the communicators.",
+                    waited.as_secs_f64()
+                );
+                for c in &comms {
+                    c.abort();
+                }
+                std::process::exit(1);
+            }
+        });
+        Watchdog { state }
+    }
+
+    /// Marks the start of a wait in `what`.
+    pub fn waiting(&self, what: String) {
+        if let Ok(mut w) = self.state.0.lock() {
+            *w = what;
+        }
+        // Milliseconds since ORIGIN, plus one: 0 means "not waiting".
+        self.state
+            .1
+            .store(1 + ORIGIN.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub fn done(&self) {
+        self.state.1.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.state.2.store(true, Ordering::Relaxed);
+    }
+}
+
+static ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);

@@ -1,0 +1,181 @@
+//! `planc run` of a plan with several GPUs: one process per local GPU, started here and
+//! watched until they end. Each child is this same program with the same arguments and
+//! `PLANC_RANK`, `PLANC_LOCAL_RANK`, `PLANC_WORLD_SIZE`, `PLANC_MASTER` set; rank 0 hosts
+//! the rendezvous. When one child fails or is killed, the others are stopped at once and
+//! the failure is named; children die with this process (no rank is left behind).
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitCode};
+use std::time::{Duration, Instant};
+
+/// Where this node stands among the nodes of the run.
+pub struct Nodes {
+    pub nnodes: usize,
+    pub node_rank: usize,
+    /// `host:port` of rank 0; chosen here (loopback, a free port) on one node.
+    pub master: Option<String>,
+}
+
+impl Nodes {
+    /// The flags, else what Slurm sets (`SLURM_NNODES`, `SLURM_NODEID`, `MASTER_ADDR`,
+    /// `MASTER_PORT`), else one node.
+    pub fn resolve(
+        nnodes: Option<usize>,
+        node_rank: Option<usize>,
+        master: Option<String>,
+    ) -> Nodes {
+        let env = |k: &str| std::env::var(k).ok();
+        let nnodes = nnodes
+            .or_else(|| env("SLURM_NNODES").and_then(|v| v.parse().ok()))
+            .unwrap_or(1);
+        let node_rank = node_rank
+            .or_else(|| env("SLURM_NODEID").and_then(|v| v.parse().ok()))
+            .unwrap_or(0);
+        let master = master.or_else(|| match (env("MASTER_ADDR"), env("MASTER_PORT")) {
+            (Some(a), Some(p)) => Some(format!("{a}:{p}")),
+            _ => None,
+        });
+        Nodes {
+            nnodes,
+            node_rank,
+            master,
+        }
+    }
+}
+
+fn free_port() -> Option<u16> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()
+        .and_then(|l| l.local_addr().ok())
+        .map(|a| a.port())
+}
+
+/// Starts this node's ranks and waits for them.
+pub fn launch(world: usize, nodes: &Nodes, args: &[OsString]) -> ExitCode {
+    if nodes.nnodes == 0 || !world.is_multiple_of(nodes.nnodes) || nodes.node_rank >= nodes.nnodes {
+        eprintln!(
+            "error: {} nodes (node rank {}) cannot split the plan's {world} GPUs evenly",
+            nodes.nnodes, nodes.node_rank
+        );
+        return ExitCode::from(2);
+    }
+    let local = world / nodes.nnodes;
+    let master = match (&nodes.master, nodes.nnodes) {
+        (Some(m), _) => m.clone(),
+        (None, 1) => match free_port() {
+            Some(p) => format!("127.0.0.1:{p}"),
+            None => {
+                eprintln!("error: no free port on loopback for the rendezvous");
+                return ExitCode::from(1);
+            }
+        },
+        (None, _) => {
+            eprintln!("error: several nodes need --master HOST:PORT (the address of node 0)");
+            return ExitCode::from(2);
+        }
+    };
+    let gpus = planc_runtime::local_gpu_count();
+    if gpus < local {
+        eprintln!(
+            "error: the plan places {local} GPUs on this node ({world} over {} nodes); this machine has {gpus}",
+            nodes.nnodes
+        );
+        return ExitCode::from(1);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: cannot find this program to start its ranks: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "launch   {local} ranks on this node (node {} of {}), {world} in all, rendezvous at {master}",
+        nodes.node_rank, nodes.nnodes
+    );
+    let mut children: Vec<(usize, Child)> = Vec::new();
+    for i in 0..local {
+        let rank = nodes.node_rank * local + i;
+        let mut cmd = Command::new(&exe);
+        cmd.args(args)
+            .env("PLANC_RANK", rank.to_string())
+            .env("PLANC_LOCAL_RANK", i.to_string())
+            .env("PLANC_WORLD_SIZE", world.to_string())
+            .env("PLANC_MASTER", &master)
+            .env(
+                "NCCL_NVLS_ENABLE",
+                std::env::var("NCCL_NVLS_ENABLE").unwrap_or("0".into()),
+            );
+        // SAFETY: prctl in the child before exec only sets its death signal.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(c) => children.push((rank, c)),
+            Err(e) => {
+                eprintln!("error: cannot start rank {rank}: {e}");
+                stop(&mut children);
+                return ExitCode::from(1);
+            }
+        }
+    }
+    loop {
+        let mut running = 0;
+        for k in 0..children.len() {
+            let (rank, child) = &mut children[k];
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => {}
+                Ok(Some(status)) => {
+                    let why = match (status.code(), status.signal()) {
+                        (Some(c), _) => format!("exited with status {c}"),
+                        (None, Some(sig)) => format!("was killed by signal {sig}"),
+                        _ => "ended abnormally".into(),
+                    };
+                    let rank = *rank;
+                    eprintln!(
+                        "error: rank {rank} (pid {}) {why}; stopping the other ranks",
+                        child.id()
+                    );
+                    children.remove(k);
+                    stop(&mut children);
+                    return ExitCode::from(1);
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    eprintln!("error: cannot watch rank {rank}: {e}");
+                    stop(&mut children);
+                    return ExitCode::from(1);
+                }
+            }
+        }
+        if running == 0 {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// SIGTERM to every child, SIGKILL to those alive 5 s later, then reap them all.
+fn stop(children: &mut [(usize, Child)]) {
+    for (_, c) in children.iter() {
+        // SAFETY: signalling our own child.
+        unsafe {
+            libc::kill(c.id() as i32, libc::SIGTERM);
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    for (_, c) in children.iter_mut() {
+        while Instant::now() < until {
+            if let Ok(Some(_)) = c.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
