@@ -246,7 +246,7 @@ fn solve_emits_the_best_plan_in_one_step() {
 
 #[test]
 fn run_says_plainly_when_there_is_no_gpu() {
-    let run = planc(&["run", "examples/llama3-8b-1x8h100.tp", "--repeat", "3"]);
+    let run = planc(&["run", "examples/llama3-8b-1x8h100.tp", "--ops", "--repeat", "3"]);
     match run.code {
         // CI and most build machines: no CUDA driver.
         2 => assert!(
@@ -262,6 +262,21 @@ fn run_says_plainly_when_there_is_no_gpu() {
         ),
         code => panic!("exit {code}: {}", run.stderr),
     }
+    // Training: without a driver, exit 2 and say so; with one, the run trains.
+    let train = planc(&["run", "examples/gpt2-124m-1gpu.tp", "--steps", "1"]);
+    match train.code {
+        2 => assert!(
+            train.stderr.contains("needs a machine with an NVIDIA GPU"),
+            "{}",
+            train.stderr
+        ),
+        0 => assert!(train.stderr.contains("step    1/1"), "{}", train.stderr),
+        code => panic!("exit {code}: {}", train.stderr),
+    }
+    // A layout the runtime does not run yet is refused before any GPU is touched.
+    let tp = planc(&["run", "examples/llama3-8b-1x8h100.tp"]);
+    assert_eq!(tp.code, 1, "{}", tp.stderr);
+    assert!(tp.stderr.contains("cp = 2"), "{}", tp.stderr);
     let bad = planc(&["run", "examples/oom-llama3-70b-8xa100.tp"]);
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("not running a plan with errors"));
