@@ -246,7 +246,13 @@ fn solve_emits_the_best_plan_in_one_step() {
 
 #[test]
 fn run_says_plainly_when_there_is_no_gpu() {
-    let run = planc(&["run", "examples/llama3-8b-1x8h100.tp", "--ops", "--repeat", "3"]);
+    let run = planc(&[
+        "run",
+        "examples/llama3-8b-1x8h100.tp",
+        "--ops",
+        "--repeat",
+        "3",
+    ]);
     match run.code {
         // CI and most build machines: no CUDA driver.
         2 => assert!(

@@ -421,7 +421,12 @@ pub fn train(
                 let (lo, hi) = shard;
                 c.reduce_scatter_sum(eng.grad, eng.grad.at(lo, 4), hi - lo, stream)?;
             }
-            c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
+            // Fault injection for the hang test: PLANC_FAULT=skip-collective:RANK:STEP makes
+            // that rank skip the loss reduction of that step, as a rank running another
+            // program would.
+            if !fault_skips(world.rank, step + 1) {
+                c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
+            }
         }
         watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",
@@ -552,4 +557,8 @@ pub fn train(
         resumed_from,
         spans,
     })
+}
+
+fn fault_skips(rank: usize, step: u64) -> bool {
+    std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("skip-collective:{rank}:{step}"))
 }

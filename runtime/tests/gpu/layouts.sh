@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# layouts.sh: planc run across 2 GPUs against the one-GPU run of the same plan, on a machine
+# with 2 GPUs. Needs python3 (reference.py make-data and same-losses need no torch).
+#
+#   PLANC=path/to/planc runtime/tests/gpu/layouts.sh OUTDIR
+#
+# Cases: dp 2 with zero 0 and zero 1 (fp32 within 1e-4, bf16 within 2e-2 of one GPU), two
+# node processes meeting over loopback, a rank killed mid-run (named error, no process
+# left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+PLANC=${PLANC:-planc}
+PY=${PYTHON:-python3}
+out=${1:?usage: PLANC=path/to/planc $0 OUTDIR}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+ref="$here/reference.py"
+plans="$out/plans"
+rm -rf "$plans" && mkdir -p "$plans"
+"$PY" "$ref" make-data "$plans/tokens.bin" --vocab 4096 --tokens 30011 --seed 1 >/dev/null || exit 2
+export NCCL_NVLS_ENABLE=0
+results=()
+record() { results+=("$1: $2"); echo "== $1: $2"; }
+
+# two_gpus BASE NAME ZERO: BASE with the cluster widened to 2 GPUs and dp 2.
+two_gpus() {
+    sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*dp[[:space:]]*=[[:space:]]*\)1/\12/' \
+        -e "s/^\([[:space:]]*tp[[:space:]]*=.*\)/\1\n    zero = $3/" "$here/$1.tp" >"$plans/$2.tp"
+}
+
+run() { # NAME PLAN [ARGS...]: planc run for 20 steps into OUTDIR/NAME
+    local name=$1 plan=$2
+    shift 2
+    mkdir -p "$out/$name"
+    "$PLANC" run "$plan" --steps 20 --metrics "$out/$name/m.jsonl" "$@" >"$out/$name/log" 2>&1
+}
+
+compare() { # NAME BASE TOL
+    if "$PY" "$ref" same-losses "$out/$2/m.jsonl" "$out/$1/m.jsonl" --first 1 --last 20 --tol "$3" >"$out/$1/cmp" 2>&1; then
+        record "$1" "ok ($(tail -n 1 "$out/$1/cmp"))"
+    else
+        record "$1" "FAIL ($(tail -n 3 "$out/$1/cmp" | tr '\n' ' '))"
+    fi
+}
+
+for base in gpt-fp32 llama-fp32 gpt-bf16 llama-bf16; do
+    tol=1e-4
+    [[ $base == *bf16 ]] && tol=2e-2
+    cp "$here/$base.tp" "$plans/$base.tp"
+    run "$base" "$plans/$base.tp" || { record "$base" "FAIL (one GPU: $(tail -n 2 "$out/$base/log"))"; continue; }
+    for z in 0 1; do
+        two_gpus "$base" "$base-dp2-zero$z" "$z"
+        if run "$base-dp2-zero$z" "$plans/$base-dp2-zero$z.tp"; then
+            compare "$base-dp2-zero$z" "$base" "$tol"
+        else
+            record "$base-dp2-zero$z" "FAIL ($(tail -n 3 "$out/$base-dp2-zero$z/log" | tr '\n' ' '))"
+        fi
+    done
+done
+
+# Two node processes, one GPU each, meeting over loopback.
+name=gpt-fp32-2nodes
+mkdir -p "$out/$name"
+port=$((20000 + RANDOM % 20000))
+CUDA_VISIBLE_DEVICES=1 "$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 20 --nnodes 2 --node-rank 1 \
+    --master 127.0.0.1:$port >"$out/$name/log1" 2>&1 &
+CUDA_VISIBLE_DEVICES=0 "$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 20 --nnodes 2 --node-rank 0 \
+    --master 127.0.0.1:$port --metrics "$out/$name/m.jsonl" >"$out/$name/log" 2>&1
+wait
+compare "$name" gpt-fp32 1e-4
+
+# A rank killed mid-run: the launcher names it and stops the other; nothing is left.
+name=killed-rank
+mkdir -p "$out/$name"
+start=$(date +%s)
+"$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 100000 >"$out/$name/log" 2>&1 &
+launcher=$!
+sleep 8
+victim=$(grep -l 'PLANC_RANK=1' /proc/[0-9]*/environ 2>/dev/null | head -n 1 | cut -d/ -f3)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $launcher
+code=$?
+sleep 1
+left=$(grep -l 'PLANC_RANK=' /proc/[0-9]*/environ 2>/dev/null | wc -l)
+if [ "$code" = 1 ] && grep -q "rank 1 .*killed by signal 9" "$out/$name/log" && [ "$left" = 0 ]; then
+    record "$name" "ok (exit 1 after $(( $(date +%s) - start )) s: $(grep 'rank 1' "$out/$name/log" | head -n 1))"
+else
+    record "$name" "FAIL (exit $code, $left processes left: $(tail -n 3 "$out/$name/log" | tr '\n' ' '))"
+fi
+
+# A planted mismatch: rank 1 skips the loss reduction of step 3; the watchdog must name
+# the wait and end the run within the timeout.
+name=skipped-collective
+mkdir -p "$out/$name"
+start=$(date +%s)
+PLANC_TIMEOUT_S=20 PLANC_FAULT=skip-collective:1:3 timeout 120 "$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 20 >"$out/$name/log" 2>&1
+code=$?
+left=$(grep -l 'PLANC_RANK=' /proc/[0-9]*/environ 2>/dev/null | wc -l)
+if [ "$code" = 1 ] && grep -q "waited .* in the step-" "$out/$name/log" && [ "$left" = 0 ]; then
+    record "$name" "ok (exit 1 after $(( $(date +%s) - start )) s: $(grep 'waited' "$out/$name/log" | head -n 1))"
+else
+    record "$name" "FAIL (exit $code after $(( $(date +%s) - start )) s, $left left: $(tail -n 4 "$out/$name/log" | tr '\n' ' '))"
+fi
+
+printf '%s\n' "${results[@]}"
+! printf '%s\n' "${results[@]}" | grep -q FAIL
