@@ -1,5 +1,6 @@
 //! The `planc` command line.
 
+mod calibrate;
 mod emit;
 mod fmt;
 mod launch;
@@ -251,6 +252,34 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
+    /// Measure this machine and write a device profile (TOML) for the cost model.
+    ///
+    /// Times, with the runtime's own code paths: matrix products over a grid of shapes
+    /// (including the thin ones of tensor-parallel shards), memory-bound kernels by size,
+    /// the attention core, and NCCL all-reduce / all-gather / reduce-scatter by message
+    /// size for each group size the machine has. The profile records the device, driver,
+    /// NVRTC and NCCL versions and the date. Needs an NVIDIA GPU (exit 2 without).
+    ///
+    /// Examples:
+    ///   planc calibrate
+    ///   planc calibrate --gpus 2 -o h200-node.toml
+    #[command(verbatim_doc_comment)]
+    Calibrate {
+        /// Where to write the profile (default: <catalog gpu>.profile.toml).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Largest group for the collectives (default: every local GPU).
+        #[arg(long, value_name = "N")]
+        gpus: Option<usize>,
+        /// Precision of the products and kernels.
+        #[arg(long, default_value = "bf16", value_parser = ["bf16", "fp16", "fp32"])]
+        precision: String,
+        /// Replace an existing profile file.
+        #[arg(long)]
+        force: bool,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
     /// Serve editors: a language server (LSP) on standard input and output.
     ///
     /// Diagnostics as you type (the same check as `planc check`, imports included), hover
@@ -404,6 +433,19 @@ fn main() -> ExitCode {
                 master,
             },
             color_choice(color),
+        ),
+        Command::Calibrate {
+            output,
+            gpus,
+            precision,
+            force,
+            format,
+        } => calibrate::run(
+            output,
+            gpus,
+            planc_compiler::plan::Precision::parse(&precision).expect("clap checked it"),
+            force,
+            format == Format::Json,
         ),
         Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),

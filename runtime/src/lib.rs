@@ -12,6 +12,7 @@
 //! CUDA is loaded when a run starts (cudarc's dynamic loading), so planc builds and runs
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
+pub mod calibrate;
 mod collectives;
 mod gpu;
 pub mod train;
@@ -45,7 +46,7 @@ impl std::fmt::Display for RunError {
         match self {
             RunError::NoDriver => write!(
                 f,
-                "no CUDA driver found (libcuda.so): `planc run` needs a machine with an NVIDIA GPU"
+                "no CUDA driver found (libcuda.so): this command needs a machine with an NVIDIA GPU"
             ),
             RunError::NoGpu => write!(f, "the CUDA driver sees no GPU"),
             RunError::NoCublas => write!(

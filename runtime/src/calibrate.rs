@@ -1,0 +1,320 @@
+//! `planc calibrate`: measures the machine it runs on with the runtime's own code paths —
+//! matrix products through cuBLAS as training calls them, memory-bound training kernels by
+//! size, the attention core, and NCCL collectives by message and group size — and returns a
+//! device profile: the curves the cost model's constants stand in for, with provenance.
+//!
+//! Each figure is the median of timed repeats after warm-up, on random data.
+
+use std::time::Instant;
+
+use planc_compiler::plan::{Gpu as CatalogGpu, Precision};
+use serde::{Deserialize, Serialize};
+
+use crate::collectives::Collectives;
+use crate::gpu::Runner;
+use crate::train::blas::Blas;
+use crate::train::cuda::{Arg, Gpu};
+use crate::RunError;
+use planc_compiler::cost::comm::Collective;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Provenance {
+    pub device: String,
+    pub catalog_gpu: String,
+    pub driver_version: i32,
+    pub nvrtc_version: String,
+    pub nccl_version: Option<i32>,
+    pub precision: String,
+    pub measured_at_unix_s: u64,
+    pub planc_version: String,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GemmPoint {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub seconds: f64,
+    pub tflops: f64,
+    /// Achieved / the catalog's dense peak at this precision.
+    pub efficiency: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    /// Bytes read plus bytes written by one launch.
+    pub bytes: usize,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+    /// Achieved / the catalog's HBM bandwidth.
+    pub efficiency: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AttentionPoint {
+    pub kind: String,
+    pub batch_heads: usize,
+    pub seq: usize,
+    pub head_dim: usize,
+    pub seconds: f64,
+    /// Causal attention FLOPs (forward) per second.
+    pub tflops: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CollectivePoint {
+    pub op: String,
+    pub gpus: usize,
+    pub bytes: usize,
+    pub seconds: f64,
+    /// nccl-tests' bus bandwidth: algorithm bandwidth times the op's bus factor.
+    pub bus_gb_per_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Profile {
+    pub provenance: Provenance,
+    pub gemm: Vec<GemmPoint>,
+    pub memory: Vec<MemoryPoint>,
+    pub attention: Vec<AttentionPoint>,
+    pub collectives: Vec<CollectivePoint>,
+}
+
+/// The shapes of training products: square-ish large ones, and the thin ones of
+/// tensor-parallel shards and small-hidden models (one side 256–1024).
+fn gemm_grid() -> Vec<(usize, usize, usize)> {
+    let mut g = Vec::new();
+    for &tokens in &[2048usize, 8192, 16384] {
+        for &h in &[768usize, 2048, 4096, 8192] {
+            g.push((tokens, 3 * h, h));
+            g.push((tokens, h, 4 * h));
+        }
+        for &thin in &[256usize, 512, 1024] {
+            g.push((tokens, thin, 4096));
+            g.push((tokens, 4096, thin));
+        }
+    }
+    g.push((8192, 8192, 8192));
+    g
+}
+
+fn memory_sizes() -> Vec<usize> {
+    (16..=30).step_by(1).map(|p| 1usize << p).collect()
+}
+
+/// Measures this machine; `gpus` limits the collectives' group sizes (default: every GPU).
+/// `progress(done, total, what)` is called before each measurement.
+pub fn calibrate(
+    precision: Precision,
+    gpus: Option<usize>,
+    progress: &dyn Fn(usize, usize, &str),
+) -> Result<Profile, RunError> {
+    let started = Instant::now();
+    let mut runner = Runner::open(precision)?;
+    let device = runner.device_name.clone();
+    let catalog = crate::catalog_gpu_for(&runner.device_name, &fallback_gpu());
+    let peak = catalog.peak(precision).unwrap_or(f64::NAN);
+    let n_gpus = gpus.unwrap_or(runner.gpu_count).min(runner.gpu_count);
+    let grid = gemm_grid();
+    let sizes = memory_sizes();
+    let attn = [
+        (96usize, 1024usize, 64usize),
+        (192, 1024, 64),
+        (64, 2048, 128),
+        (32, 4096, 128),
+    ];
+    let coll_sizes: Vec<usize> = (16..=30).step_by(2).map(|p| 1usize << p).collect();
+    let coll_ops = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ];
+    let groups: Vec<usize> = (2..=n_gpus).filter(|g| g.is_power_of_two()).collect();
+    let total =
+        grid.len() + sizes.len() + attn.len() + groups.len() * coll_ops.len() * coll_sizes.len();
+    let mut done = 0;
+
+    let mut gemm = Vec::new();
+    for &(m, n, k) in &grid {
+        progress(done, total, &format!("product {m}×{n}×{k}"));
+        let s = runner.gemm(m, n, k, 10)?;
+        let tflops = 2.0 * (m * n * k) as f64 / s / 1e12;
+        gemm.push(GemmPoint {
+            m,
+            n,
+            k,
+            seconds: s,
+            tflops,
+            efficiency: tflops * 1e12 / peak,
+        });
+        done += 1;
+    }
+    drop(runner);
+
+    let mut gpu = Gpu::open(0, precision)?;
+    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let largest = *sizes.last().expect("sizes");
+    let elems = largest / (3 * xsz) + 1;
+    let (a, b, c) = (
+        gpu.alloc(elems * xsz)?,
+        gpu.alloc(elems * xsz)?,
+        gpu.alloc(elems * xsz)?,
+    );
+    let mut memory = Vec::new();
+    for &bytes in &sizes {
+        progress(done, total, &format!("memory-bound kernel, {bytes} bytes"));
+        // `add_x` reads two tensors and writes one: 3 elements of traffic each.
+        let n = (bytes / (3 * xsz)).max(1);
+        let s = time(&gpu, 20, || {
+            gpu.launch_n(
+                "add_x",
+                n,
+                &[Arg::P(c), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
+            )
+        })?;
+        let moved = n * 3 * xsz;
+        memory.push(MemoryPoint {
+            bytes: moved,
+            seconds: s,
+            gb_per_s: moved as f64 / s / 1e9,
+            efficiency: moved as f64 / s / catalog.hbm_bandwidth,
+        });
+        done += 1;
+    }
+
+    let blas = Blas::new(&gpu, precision)?;
+    let mut attention = Vec::new();
+    for &(bh, t, d) in &attn {
+        progress(done, total, &format!("attention {bh}×{t}×{d}"));
+        let (q, k, v, o) = (
+            gpu.alloc(bh * t * d * xsz)?,
+            gpu.alloc(bh * t * d * xsz)?,
+            gpu.alloc(bh * t * d * xsz)?,
+            gpu.alloc(bh * t * d * xsz)?,
+        );
+        let p = gpu.alloc(bh * t * t * xsz)?;
+        let rows = bh * t;
+        let s = time(&gpu, 10, || {
+            blas.scores(p, q, k, bh, t, d)?;
+            gpu.launch(
+                "softmax_causal_fwd",
+                (rows.div_ceil(8) as u32, 1),
+                256,
+                &[
+                    Arg::P(p),
+                    Arg::L(rows as i64),
+                    Arg::I(t as i32),
+                    Arg::F(1.0 / (d as f32).sqrt()),
+                ],
+            )?;
+            blas.attend(o, p, v, bh, t, d)
+        })?;
+        // Causal forward: QKᵀ and PV over the lower triangle.
+        let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
+        attention.push(AttentionPoint {
+            kind: "standard".into(),
+            batch_heads: bh,
+            seq: t,
+            head_dim: d,
+            seconds: s,
+            tflops: flops / s / 1e12,
+        });
+        for buf in [q, k, v, o, p] {
+            gpu.free(buf)?;
+        }
+        done += 1;
+    }
+    drop(blas);
+    drop(gpu);
+
+    let mut collectives = Vec::new();
+    for &g in &groups {
+        let Some(comm) = Collectives::open(g)? else {
+            break;
+        };
+        for op in coll_ops {
+            for &bytes in &coll_sizes {
+                progress(done, total, &format!("{op:?} over {g} GPUs, {bytes} bytes"));
+                let s = comm.time(op, bytes as f64, 10)?;
+                let factor = match op {
+                    Collective::AllReduce => 2.0 * (g - 1) as f64 / g as f64,
+                    _ => (g - 1) as f64 / g as f64,
+                };
+                collectives.push(CollectivePoint {
+                    op: format!("{op:?}"),
+                    gpus: g,
+                    bytes,
+                    seconds: s,
+                    bus_gb_per_s: bytes as f64 / s * factor / 1e9,
+                });
+                done += 1;
+            }
+        }
+    }
+    progress(total, total, "done");
+    Ok(Profile {
+        provenance: Provenance {
+            device,
+            catalog_gpu: catalog.name.clone(),
+            driver_version: driver_version(),
+            nvrtc_version: nvrtc_version(),
+            nccl_version: cudarc::nccl::result::get_nccl_version().ok(),
+            precision: precision.to_string(),
+            measured_at_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            planc_version: env!("CARGO_PKG_VERSION").into(),
+            seconds: started.elapsed().as_secs_f64(),
+        },
+        gemm,
+        memory,
+        attention,
+        collectives,
+    })
+}
+
+/// Median seconds of `f` over `repeats` after two warm-up calls, by CUDA events.
+fn time(
+    gpu: &Gpu,
+    repeats: usize,
+    mut f: impl FnMut() -> Result<(), RunError>,
+) -> Result<f64, RunError> {
+    f()?;
+    f()?;
+    let mut t = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let a = gpu.event()?;
+        f()?;
+        let b = gpu.event()?;
+        t.push(a.ms_to(&b)? as f64 / 1e3);
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+fn fallback_gpu() -> CatalogGpu {
+    planc_compiler::catalog::Catalog::builtin()
+        .gpu("H100_SXM_80GB")
+        .cloned()
+        .expect("the catalog has the H100")
+}
+
+fn driver_version() -> i32 {
+    let mut v = 0;
+    // SAFETY: writes one int.
+    unsafe {
+        let _ = cudarc::driver::sys::cuDriverGetVersion(&mut v);
+    }
+    v
+}
+
+fn nvrtc_version() -> String {
+    let (mut a, mut b) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe {
+        let _ = cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b);
+    }
+    format!("{a}.{b}")
+}

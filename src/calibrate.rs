@@ -1,0 +1,125 @@
+//! `planc calibrate`: measures this machine (`planc_runtime::calibrate`) with a progress
+//! bar, writes the device profile as TOML (never over an existing file without --force),
+//! and prints what it found next to the catalog's constants.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use planc_compiler::plan::Precision;
+use planc_runtime::calibrate::{calibrate, Profile};
+use planc_runtime::RunError;
+
+use crate::output;
+
+pub fn run(
+    out: Option<PathBuf>,
+    gpus: Option<usize>,
+    precision: Precision,
+    force: bool,
+    json: bool,
+) -> ExitCode {
+    let bar = ProgressBar::new(1);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} calibrating [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template"),
+    );
+    let profile = calibrate(precision, gpus, &|done, total, what| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+    });
+    bar.finish_and_clear();
+    let profile = match profile {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(match e {
+                RunError::NoDriver | RunError::NoGpu | RunError::NoCublas => 2,
+                _ => 1,
+            });
+        }
+    };
+    let path = out.unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "{}.profile.toml",
+            profile.provenance.catalog_gpu.to_ascii_lowercase()
+        ))
+    });
+    let text = match toml::to_string(&profile) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: the profile does not serialise: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = output::write_new(&path, text.as_bytes(), force) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&profile).expect("serialises")
+        );
+    } else {
+        print!("{}", summary(&profile));
+    }
+    eprintln!("wrote {}", path.display());
+    ExitCode::SUCCESS
+}
+
+fn summary(p: &Profile) -> String {
+    let v = &p.provenance;
+    let mut s = format!(
+        "device   {} (catalog {}), driver {}, NVRTC {}, NCCL {}, {}; {:.0} s\n",
+        v.device,
+        v.catalog_gpu,
+        v.driver_version,
+        v.nvrtc_version,
+        v.nccl_version.map(|n| n.to_string()).unwrap_or("-".into()),
+        v.precision,
+        v.seconds
+    );
+    s += "products m×n×k            TFLOP/s  efficiency\n";
+    for g in &p.gemm {
+        s += &format!(
+            "         {:>6}×{:>6}×{:>6} {:>8.1} {:>9.1} %\n",
+            g.m,
+            g.n,
+            g.k,
+            g.tflops,
+            g.efficiency * 100.0
+        );
+    }
+    s += "memory   bytes moved        GB/s  efficiency\n";
+    for m in &p.memory {
+        s += &format!(
+            "         {:>14} {:>8.0} {:>9.1} %\n",
+            m.bytes,
+            m.gb_per_s,
+            m.efficiency * 100.0
+        );
+    }
+    s += "attention (standard, causal forward)\n";
+    for a in &p.attention {
+        s += &format!(
+            "         {} heads × {} × {}: {:.3} ms, {:.0} TFLOP/s\n",
+            a.batch_heads,
+            a.seq,
+            a.head_dim,
+            a.seconds * 1e3,
+            a.tflops
+        );
+    }
+    if p.collectives.is_empty() {
+        s += "collectives: one GPU here, none measured\n";
+    }
+    for c in &p.collectives {
+        s += &format!(
+            "         {:<13} {} GPUs {:>12} B  bus {:>6.1} GB/s\n",
+            c.op, c.gpus, c.bytes, c.bus_gb_per_s
+        );
+    }
+    s
+}
