@@ -491,7 +491,7 @@ impl Engine {
             return Ok(());
         }
         let rows = self.rows();
-        self.gpu.launch_n(
+        self.launch_v(
             "add_bias",
             rows * cols,
             &[
@@ -597,12 +597,12 @@ impl Engine {
         self.add_bias(a.h, w(self, "fc_b"), fr)?;
         self.mark(|| format!("L{l} mlp activation"))?;
         match d.mlp {
-            Mlp::Gelu => self.gpu.launch_n(
+            Mlp::Gelu => self.launch_v(
                 "gelu_fwd",
                 n * f,
                 &[Arg::P(a.act), Arg::P(a.h), Arg::L((n * f) as i64)],
             )?,
-            Mlp::Swiglu => self.gpu.launch_n(
+            Mlp::Swiglu => self.launch_v(
                 "swiglu_fwd",
                 n * f,
                 &[
@@ -620,8 +620,13 @@ impl Engine {
         self.add(x_out, a.x2, self.s.tmp, n * c)
     }
 
+    /// Launches a kernel that takes 16 bytes (VEC elements) a thread over `n` elements.
+    fn launch_v(&self, kernel: &str, n: usize, args: &[Arg]) -> Res {
+        self.gpu.launch_n(kernel, n.div_ceil(16 / self.xsz), args)
+    }
+
     fn add(&self, out: Buf, a: Buf, b: Buf, n: usize) -> Res {
-        self.gpu.launch_n(
+        self.launch_v(
             "add_x",
             n,
             &[Arg::P(out), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
@@ -645,7 +650,7 @@ impl Engine {
         self.bias_grad(gr(self, "fc2_b"), dres, c)?;
         self.mark(|| format!("L{l} mlp activation backward"))?;
         match d.mlp {
-            Mlp::Gelu => self.gpu.launch_n(
+            Mlp::Gelu => self.launch_v(
                 "gelu_bwd",
                 n * f,
                 &[
@@ -655,7 +660,7 @@ impl Engine {
                     Arg::L((n * f) as i64),
                 ],
             )?,
-            Mlp::Swiglu => self.gpu.launch_n(
+            Mlp::Swiglu => self.launch_v(
                 "swiglu_bwd",
                 n * f,
                 &[
