@@ -130,8 +130,13 @@ pub fn check_file_with_progress(
 
 /// Checks plan text held in memory (tests, fuzzing, editors).
 pub fn check_source(name: &str, text: &str) -> Checked {
+    check_bytes(name, text.as_bytes())
+}
+
+/// Checks plan bytes held in memory, which need not be UTF-8 (hostile input, fuzzing).
+pub fn check_bytes(name: &str, bytes: &[u8]) -> Checked {
     let mut loader = MemoryLoader::default();
-    loader.files.insert(PathBuf::from(name), text.to_string());
+    loader.files.insert(PathBuf::from(name), bytes.to_vec());
     check_file(Path::new(name), &loader).expect("the in-memory file exists")
 }
 

@@ -48,10 +48,24 @@ codes! {
         "A `{`, `[` or `(` is never closed. The error points at the opening one.";
     P0007 Error "invalid escape"
         "Strings accept only the escapes `\\\"` and `\\\\`.";
+    P0008 Error "nested too deeply"
+        "Blocks, brackets (`(`, `[`) and signs nest at most 256 levels deep, references between \
+         attributes (`a = b`, `b = c`, ...) and imports likewise. Real plans use a handful; the \
+         limit keeps planc (and the editor's language server) from exhausting its stack on \
+         generated or damaged text. The part nested deeper is skipped; write it with fewer levels.";
+    P0009 Note "too many diagnostics"
+        "planc lists the first diagnostics of a file (100 syntax errors, 200 others) and counts the \
+         rest, so that a damaged or generated file gives a readable answer instead of millions of \
+         lines. Fix the errors shown and check again.";
     P0101 Error "cannot read file"
         "An imported file does not exist or cannot be read. Import paths are relative to the importing file.";
     P0102 Error "import cycle"
         "Files import each other in a cycle. Move the shared blocks into a file both import.";
+    P0103 Error "file is not UTF-8"
+        "Plans are UTF-8 text. The file has a byte sequence that is not UTF-8, usually a comment \
+         saved in another encoding (Latin-1, Windows-1252, GBK, Shift-JIS) or a file saved as \
+         UTF-16. The error points at the first bad byte; save the file as UTF-8 (without \
+         converting, the editor may show that character wrongly) and check again.";
     P0201 Error "unknown block"
         "Top-level blocks are `cluster`, `model`, `train`, `parallel`, `job`, `search` and `gpu`; \
          `cluster` may hold `intra_node`, `inter_node` and `group`; `job` may hold `env`.";
@@ -231,5 +245,15 @@ mod tests {
             assert!(!c.explanation.is_empty());
         }
         assert_eq!(lookup("p0301").unwrap().id, "P0301");
+    }
+
+    #[test]
+    fn limits_in_explanations_are_the_limits_in_code() {
+        let limit = crate::parser::MAX_NESTING.to_string();
+        assert!(P0008.explanation.contains(&format!("{limit} levels")));
+        let syntax = format!("{} syntax errors", crate::parser::MAX_SYNTAX_ERRORS);
+        assert!(P0009.explanation.contains(&syntax));
+        let others = format!("{} others", crate::diagnostic::MAX_DIAGNOSTICS);
+        assert!(P0009.explanation.contains(&others));
     }
 }

@@ -26,9 +26,9 @@ pub struct Overlay<'a> {
 }
 
 impl FileLoader for Overlay<'_> {
-    fn load(&self, path: &Path) -> std::io::Result<String> {
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         match self.open.get(path) {
-            Some(text) => Ok(text.clone()),
+            Some(text) => Ok(text.clone().into_bytes()),
             None => FsLoader.load(path),
         }
     }
@@ -369,9 +369,9 @@ fn reference_at(e: &planc_lang::syntax::Expr, at: usize) -> Option<Reference> {
             parts[0].text.clone(),
             parts[1].text.clone(),
         )),
-        ExprKind::Binary { lhs, rhs, .. } => {
-            reference_at(lhs, at).or_else(|| reference_at(rhs, at))
-        }
+        ExprKind::Chain { first, rest } => std::iter::once(&**first)
+            .chain(rest.iter().map(|(_, x)| x))
+            .find_map(|x| reference_at(x, at)),
         ExprKind::Neg(x) | ExprKind::Paren(x) => reference_at(x, at),
         ExprKind::List(xs) => xs.iter().find_map(|x| reference_at(x, at)),
         _ => None,
