@@ -31,11 +31,48 @@ pub fn diagnostics_in(
         files.add(name.clone(), text.clone());
     }
     let config = term::Config::default();
+    let lines: Vec<planc_lang::LineIndex> = sources
+        .iter()
+        .map(|(_, text)| planc_lang::LineIndex::new(text))
+        .collect();
     for d in diagnostics {
-        let cs = to_codespan(d);
+        let mut cs = to_codespan(d);
+        if let Some(place) = too_long_to_show(sources, &lines, d) {
+            // A snippet repeats its whole line: a megabyte per diagnostic on a generated
+            // one-line file. The place is said in words instead.
+            cs.labels.clear();
+            cs.notes.insert(0, place);
+        }
         term::emit(out, &config, &files, &cs).map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     Ok(())
+}
+
+/// Lines longer than this are not shown under a diagnostic.
+const MAX_SNIPPET_LINE: usize = 1000;
+
+/// `at FILE:LINE:COLUMN (...)` when a label of the diagnostic sits on a line too long to
+/// show.
+fn too_long_to_show(
+    sources: &[(String, String)],
+    lines: &[planc_lang::LineIndex],
+    d: &Diagnostic,
+) -> Option<String> {
+    let long = |l: &planc_lang::Label| {
+        let (_, text) = sources.get(l.file.0 as usize)?;
+        let at = (l.span.start as usize).min(text.len());
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        (end - start > MAX_SNIPPET_LINE).then_some(end - start)
+    };
+    let labels = || d.primary.iter().chain(&d.secondary);
+    let width = labels().find_map(long)?;
+    let l = d.primary.as_ref()?;
+    let (name, text) = sources.get(l.file.0 as usize)?;
+    let (line, column) = lines[l.file.0 as usize].line_col(text, l.span.start as usize);
+    Some(format!(
+        "at {name}:{line}:{column} (the line is {width} bytes long, too long to show)"
+    ))
 }
 
 fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
