@@ -189,6 +189,11 @@ codes! {
         "Simulating the step found ranks that would wait for each other forever: a send without its \
          receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
          With NCCL this is a hang until the watchdog timeout, not an error.";
+    P0602 Note "too large to simulate"
+        "The step would have millions of tasks (pipeline stages × micro-batches, each a forward, \
+         a backward and their messages): more than planc simulates event by event. The step time \
+         reported is the closed form, usually within a few percent of the simulation. A plan that \
+         large is often a typo in `global_batch` or `micro_batch`.";
     P0701 Warning "unknown environment variable"
         "A `job.env` variable that NCCL and PyTorch do not read (NCCL_TIMEOUT, say: the NCCL timeout is \
          set in `init_process_group(timeout=...)`). It has no effect; the help names the closest real one. \

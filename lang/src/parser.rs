@@ -404,6 +404,8 @@ impl Parser {
             | TokenKind::Comma
             | TokenKind::RBrace
             | TokenKind::Eof => {}
+            // The lexer reported it (stray bytes after a value); once is enough.
+            TokenKind::Error => self.recover(),
             TokenKind::Ident(_)
                 if matches!(self.tokens[self.pos - 1].kind, TokenKind::Number(_)) =>
             {
