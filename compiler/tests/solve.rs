@@ -316,8 +316,8 @@ fn the_layers_rule_agrees_with_its_z3_encoding() {
             for vpp in 1..=3 {
                 let solver = z3::Solver::new();
                 solver.assert(&rule);
-                solver.assert(&v.pp.eq(&Int::from_i64(pp as i64)));
-                solver.assert(&v.vpp.eq(&Int::from_i64(vpp as i64)));
+                solver.assert(v.pp.eq(Int::from_i64(pp as i64)));
+                solver.assert(v.vpp.eq(Int::from_i64(vpp as i64)));
                 let by_z3 = solver.check() == z3::SatResult::Sat;
                 let p = Parallel {
                     pp,

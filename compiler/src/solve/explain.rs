@@ -63,12 +63,12 @@ struct Builder {
 impl Builder {
     fn track(&mut self, item: Item, formula: Bool) {
         let lit = Bool::new_const(format!("track{}", self.literals.len()));
-        self.solver.assert(&lit.implies(&formula));
+        self.solver.assert(lit.implies(&formula));
         self.literals.push((lit, item));
     }
 
     fn member(&self, v: &Int, values: &[i64]) -> Bool {
-        let eqs: Vec<Bool> = values.iter().map(|x| v.eq(&Int::from_i64(*x))).collect();
+        let eqs: Vec<Bool> = values.iter().map(|x| v.eq(Int::from_i64(*x))).collect();
         Bool::or(&eqs.iter().collect::<Vec<_>>())
     }
 }
@@ -85,7 +85,7 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     // Every variable is positive, whatever the plan says.
     for name in ["tp", "pp", "cp", "dp", "ep", "vpp", "micro_batch"] {
         let var = v.int(name).expect("a layout variable");
-        b.solver.assert(&var.ge(&Int::from_i64(1)));
+        b.solver.assert(var.ge(Int::from_i64(1)));
     }
     let ps = &spec.parallel;
     let domains: [(&'static str, &Hole<u64>, &Vec<u64>); 7] = [
@@ -110,16 +110,16 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     if !(has_inter && has_flat) {
         b.track(
             Item::Domain("schedule"),
-            v.interleaved.eq(&Bool::from_bool(has_inter)),
+            v.interleaved.eq(Bool::from_bool(has_inter)),
         );
     }
     if space.sequence_parallel.is_empty() {
-        let f = v.sequence_parallel.eq(&v.tp.gt(&Int::from_i64(1)));
+        let f = v.sequence_parallel.eq(v.tp.gt(Int::from_i64(1)));
         b.track(Item::Domain("sequence_parallel"), f);
     } else if space.sequence_parallel.len() == 1 {
         let f = v
             .sequence_parallel
-            .eq(&Bool::from_bool(space.sequence_parallel[0]));
+            .eq(Bool::from_bool(space.sequence_parallel[0]));
         b.track(Item::Domain("sequence_parallel"), f);
     }
     let rc: Vec<i64> = space
@@ -166,8 +166,8 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         .filter(|(_, f)| *f > 1.0 - headroom)
         .map(|((t, p), _)| {
             Bool::and(&[
-                &v.tp.eq(&Int::from_i64(*t as i64)),
-                &v.pp.eq(&Int::from_i64(*p as i64)),
+                &v.tp.eq(Int::from_i64(*t as i64)),
+                &v.pp.eq(Int::from_i64(*p as i64)),
             ])
             .not()
         })

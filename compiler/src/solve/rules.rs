@@ -183,6 +183,12 @@ pub struct Vars {
     pub recompute: Int,
 }
 
+impl Default for Vars {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Vars {
     pub fn new() -> Self {
         let i = |n: &str| Int::new_const(n);
@@ -236,11 +242,11 @@ pub fn offload_index(o: Offload) -> i64 {
 }
 
 fn divides(d: &Int, n: i64) -> Bool {
-    Int::from_i64(n).modulo(d).eq(&Int::from_i64(0))
+    Int::from_i64(n).modulo(d).eq(Int::from_i64(0))
 }
 
 fn divides_expr(d: &Int, n: &Int) -> Bool {
-    n.modulo(d).eq(&Int::from_i64(0))
+    n.modulo(d).eq(Int::from_i64(0))
 }
 
 /// The rule as a z3 formula over `v`. `MemoryFits` is encoded by the caller, which knows
@@ -251,7 +257,7 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
     let one = k(1);
     match rule {
         Rule::WorldSize => {
-            Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(&k(spec.cluster.world_size()))
+            Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(k(spec.cluster.world_size()))
         }
         Rule::HeadsByTp => divides(&v.tp, m.heads as i64),
         Rule::KvHeadsByTp => divides(&v.tp, m.kv_heads as i64),
@@ -270,11 +276,11 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
                 + u64::from(ps.last_stage_layers.is_some());
             let others = Int::sub(&[&v.pp, &k(ends)]);
             let rest = k(rest);
-            let shared = others.eq(&k(0)).ite(
-                &rest.eq(&k(0)),
+            let shared = others.eq(k(0)).ite(
+                &rest.eq(k(0)),
                 &Bool::and(&[&rest.ge(&others), &divides_expr(&others, &rest)]),
             );
-            Bool::and(&[&v.pp.ge(&k(2)), &v.vpp.eq(&one), &shared])
+            Bool::and(&[&v.pp.ge(k(2)), &v.vpp.eq(&one), &shared])
         }
         Rule::BatchByDp => divides(
             &Int::mul(&[&v.dp, &v.micro_batch]),
@@ -285,16 +291,16 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
             &v.ep.eq(&one),
             &divides_expr(&v.ep, &Int::mul(&[&v.dp, &v.cp])),
         ]),
-        Rule::SequenceParallelNeedsTp => v.sequence_parallel.implies(&v.tp.gt(&one)),
+        Rule::SequenceParallelNeedsTp => v.sequence_parallel.implies(v.tp.gt(&one)),
         Rule::SequenceSplits => {
             let two_cp = Int::mul(&[&k(2), &v.cp]);
             let with_tp = Int::mul(&[&two_cp, &v.tp]);
             let div = v.sequence_parallel.ite(&with_tp, &two_cp);
             let active = Bool::or(&[&v.cp.gt(&one), &v.sequence_parallel]);
-            active.implies(&divides(&div, m.seq_len as i64))
+            active.implies(divides(&div, m.seq_len as i64))
         }
-        Rule::InterleavedNeedsVpp => v.interleaved.eq(&v.vpp.gt(&one)),
-        Rule::InterleavedNeedsPp => v.interleaved.implies(&v.pp.gt(&one)),
+        Rule::InterleavedNeedsVpp => v.interleaved.eq(v.vpp.gt(&one)),
+        Rule::InterleavedNeedsPp => v.interleaved.implies(v.pp.gt(&one)),
         Rule::GroupsHoldStages => {
             if !spec.cluster.is_mixed() {
                 return Bool::from_bool(true);
@@ -312,10 +318,10 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
             Bool::from_bool(Rule::PrecisionSupported.holds(spec, &Parallel::neutral()))
         }
         Rule::OffloadNeedsZero => Bool::and(&[
-            &v.offload.eq(&k(1)).implies(&v.zero.ge(&one)),
-            &v.offload.eq(&k(2)).implies(&v.zero.eq(&k(3))),
+            &v.offload.eq(k(1)).implies(v.zero.ge(&one)),
+            &v.offload.eq(k(2)).implies(v.zero.eq(k(3))),
         ]),
-        Rule::ZeroShardsWithoutPipeline => v.zero.ge(&k(2)).implies(&v.pp.eq(&one)),
+        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(2)).implies(v.pp.eq(&one)),
         Rule::MemoryFits => Bool::from_bool(true),
     }
 }
