@@ -256,9 +256,7 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
     let k = |x: u64| Int::from_i64(x as i64);
     let one = k(1);
     match rule {
-        Rule::WorldSize => {
-            Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(k(spec.cluster.world_size()))
-        }
+        Rule::WorldSize => Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(k(spec.cluster.world_size())),
         Rule::HeadsByTp => divides(&v.tp, m.heads as i64),
         Rule::KvHeadsByTp => divides(&v.tp, m.kv_heads as i64),
         Rule::LayersByStages => {
