@@ -194,6 +194,8 @@ fn hostile_files_never_abort_and_every_error_is_located() {
             "{name}: {} bytes of diagnostics",
             human.stderr.len()
         );
+        // The plan's control characters reach no terminal.
+        assert!(!human.stderr.contains(['\u{1b}', '\0', '\u{7}']), "{name}");
 
         let fmt = planc(&["fmt", "--check", p]);
         no_panic(name, &fmt);

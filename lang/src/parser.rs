@@ -354,6 +354,11 @@ impl Parser {
                     TokenKind::Ident(_) if matches!(self.peek_at(2), TokenKind::LBrace) => {
                         self.nested_block(&mut entries)
                     }
+                    // A stray character after the name, reported by the lexer already.
+                    TokenKind::Error => {
+                        self.bump();
+                        self.recover();
+                    }
                     _ => {
                         let name = self.bump();
                         let d = self.expected(&format!(
