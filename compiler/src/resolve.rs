@@ -915,6 +915,17 @@ impl<'a> Resolver<'a> {
         };
         let file = self.nodes[node].file;
         let path = self.nodes[node].path.clone();
+        let d = Diagnostic::new(
+            codes::P0210,
+            format!("`{name}` is not an attribute of `{path}`"),
+        )
+        .at(file, e.span, "unknown reference");
+        if self.diagnostics.is_full() {
+            // Dropped anyway: no did-you-mean over the block's names for each of a
+            // generated file's thousands of errors.
+            self.diagnostics.push(d);
+            return None;
+        }
         let written: Vec<String> = self.nodes[node]
             .block
             .entries
@@ -923,13 +934,9 @@ impl<'a> Resolver<'a> {
                 planc_lang::syntax::Entry::Attr(a) => Some(a.name.text.clone()),
                 _ => None,
             })
+            .take(1000) // as many as `did_you_mean` reads
             .collect();
-        let mut d = Diagnostic::new(
-            codes::P0210,
-            format!("`{name}` is not an attribute of `{path}`"),
-        )
-        .at(file, e.span, "unknown reference");
-        d = match did_you_mean(name, written.iter().map(String::as_str)) {
+        let d = match did_you_mean(name, written.iter().map(String::as_str)) {
             Some(s) => d.help(format!("did you mean `{s}`?")),
             None => d.help("arithmetic reads numbers, quantities and attributes of the same block (or `block.attribute` paths)"),
         };
@@ -954,15 +961,19 @@ impl<'a> Resolver<'a> {
             return Some(g.clone());
         }
         let file = self.nodes[n].file;
-        let names: Vec<&str> = catalog
-            .gpu_names()
-            .chain(defined.keys().map(String::as_str))
-            .collect();
         let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
             file,
             span,
             "not in the catalog",
         );
+        if self.diagnostics.is_full() {
+            self.diagnostics.push(d);
+            return None;
+        }
+        let names: Vec<&str> = catalog
+            .gpu_names()
+            .chain(defined.keys().map(String::as_str))
+            .collect();
         // `A100` or `V100` alone is ambiguous (40 and 80 GB, 16 and 32 GB parts differ in
         // memory and speed): list the variants instead of guessing one.
         let upper = name.to_ascii_uppercase();

@@ -162,6 +162,12 @@ impl Capped {
         }
     }
 
+    /// Whether the next push will be dropped: the caller may skip the work of finishing it
+    /// (a did-you-mean over thousands of names).
+    pub fn is_full(&self) -> bool {
+        self.kept.len() >= self.max
+    }
+
     /// How many were pushed past the limit.
     pub fn dropped(&self) -> usize {
         self.dropped
