@@ -439,11 +439,20 @@ impl<'a> Resolver<'a> {
     ) -> Option<Value> {
         let file = self.nodes[node].file;
         let first = &parts[0].text;
+        // By kind, or by the name of a top-level block (`cluster c`: `c.nodes`); not a scan of
+        // every node, which a generated file may have by the hundred thousand.
         let start = self.top.get(first).copied().or_else(|| {
-            self.nodes.iter().position(|n| {
-                n.path.split('.').count() == 1
-                    && n.block.name.as_ref().is_some_and(|nm| &nm.text == first)
-            })
+            self.top
+                .values()
+                .copied()
+                .filter(|&i| {
+                    self.nodes[i]
+                        .block
+                        .name
+                        .as_ref()
+                        .is_some_and(|nm| &nm.text == first)
+                })
+                .min()
         });
         let Some(mut target) = start else {
             let names: Vec<&str> = self.top.keys().map(String::as_str).collect();
