@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
+use planc_compiler::source::FsLoader;
 use planc_lang::format::{format, FormatError};
 
 use crate::output;
@@ -32,8 +33,16 @@ pub fn run(files: &[PathBuf], check: bool, color: ColorChoice) -> ExitCode {
 /// Formats standard input to standard output (what editors call).
 fn stdin(check: bool, color: ColorChoice) -> ExitCode {
     let mut bytes = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
+    let limit = planc_compiler::source::MAX_FILE_BYTES;
+    if let Err(e) = std::io::stdin().take(limit + 1).read_to_end(&mut bytes) {
         eprintln!("error: cannot read standard input: {e}");
+        return ExitCode::from(2);
+    }
+    if bytes.len() as u64 > limit {
+        eprintln!(
+            "error: standard input is larger than the {} MiB planc reads",
+            limit >> 20
+        );
         return ExitCode::from(2);
     }
     let text = match utf8("<stdin>", bytes, color) {
@@ -51,7 +60,7 @@ fn stdin(check: bool, color: ColorChoice) -> ExitCode {
 }
 
 fn one_file(file: &Path, check: bool, color: ColorChoice) -> u8 {
-    let bytes = match std::fs::read(file) {
+    let bytes = match planc_compiler::source::FileLoader::load(&FsLoader, file) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: cannot read `{}`: {e}", file.display());

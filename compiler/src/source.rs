@@ -22,12 +22,41 @@ pub trait FileLoader {
     fn load(&self, path: &Path) -> std::io::Result<Vec<u8>>;
 }
 
-/// Reads from the file system.
+/// The largest file planc reads. Plans are kilobytes; the limit is there so that an
+/// import of a huge file (or of `/dev/zero`) is an error and not all the machine's memory.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads from the file system: regular files of at most [`MAX_FILE_BYTES`].
 pub struct FsLoader;
 
 impl FileLoader for FsLoader {
     fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
+        use std::io::{Error, ErrorKind, Read};
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if meta.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidInput, "it is a directory"));
+        }
+        if !meta.is_file() {
+            // A FIFO, a device: reading it may never end.
+            return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+        }
+        let too_big = || {
+            Error::new(
+                ErrorKind::InvalidData,
+                format!("larger than the {} MiB planc reads", MAX_FILE_BYTES >> 20),
+            )
+        };
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(too_big());
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        // The file may grow while it is read.
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(too_big());
+        }
+        Ok(bytes)
     }
 }
 
@@ -265,6 +294,27 @@ mod tests {
         assert_eq!(map.get(l.file).display, "b.tp");
         assert_eq!(map.line_cols(l.file, l.span).0, (2, 22));
         assert_eq!(map.get(l.file).syntax.items.len(), 1);
+    }
+
+    #[test]
+    fn devices_directories_and_huge_files_are_not_read() {
+        let dir = std::env::temp_dir().join(format!("planc-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let huge = dir.join("huge.tp");
+        let f = std::fs::File::create(&huge).unwrap();
+        f.set_len(MAX_FILE_BYTES + 1).unwrap(); // sparse: no disk used
+        for path in [Path::new("/dev/zero"), &dir, &huge] {
+            let e = FsLoader.load(path).unwrap_err();
+            assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+                ),
+                "{}: {e}",
+                path.display()
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
