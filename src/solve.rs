@@ -158,7 +158,8 @@ pub fn run(
     };
     println!("{}", search_line(solution));
     if solution.ranked.is_empty() {
-        eprintln!("{}: no valid layout (see P0801 above)", file.display());
+        let code = if solution.refused { "P0802" } else { "P0801" };
+        eprintln!("{}: no valid layout (see {code} above)", file.display());
         return ExitCode::from(1);
     }
     println!(

@@ -574,9 +574,24 @@ impl<'a> Resolver<'a> {
         v: &Value,
         min: u64,
     ) -> Option<u64> {
+        let max = max_count(name);
         match v {
-            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n < 1e18 => {
+            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n <= max as f64 => {
                 Some(*n as u64)
+            }
+            Value::Number(n) if n.fract() == 0.0 && *n > max as f64 => {
+                let file = self.nodes[node].file;
+                self.report(
+                    codes::P0212,
+                    format!("`{name}` must be at most {max}, found {}", fmt_num(*n)),
+                    file,
+                    span,
+                    "too large",
+                )
+                .with_help(format!(
+                    "planc models `{name}` up to {max}; a larger value is most likely a typo"
+                ));
+                None
             }
             Value::Number(n) => {
                 let file = self.nodes[node].file;
@@ -1072,6 +1087,22 @@ impl<'a> Resolver<'a> {
                 }
             }
         }
+        let gpus: u128 = groups
+            .iter()
+            .map(|g| u128::from(g.nodes) * u128::from(g.gpus_per_node))
+            .sum();
+        if gpus > u128::from(MAX_GPUS) {
+            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
+            self.report(
+                codes::P0212,
+                format!("the cluster has {gpus} GPUs, more than the {MAX_GPUS} planc models"),
+                file,
+                span,
+                "too many GPUs",
+            )
+            .with_help("check `nodes` and `gpus_per_node`: a larger cluster is most likely a typo");
+            return None;
+        }
         let inter_node = match self.child(n, "inter_node") {
             Some(c) => {
                 let kind = self.require(c, "kind", |r| {
@@ -1442,6 +1473,23 @@ impl<'a> Resolver<'a> {
                 .unwrap_or(d.memory_headroom),
             top: self.count(n, "top", 1).unwrap_or(d.top),
         }
+    }
+}
+
+/// The largest value planc accepts for a count: far above any real plan, and low enough
+/// that the products the cost model forms of them (tp × pp × cp × dp, vocab × hidden)
+/// stay within 64 bits; a generated `tp = 4294967296` is an error, not an overflow.
+pub const MAX_COUNT: u64 = 1 << 24;
+
+/// The most GPUs a cluster may have (the sum over its groups).
+pub const MAX_GPUS: u64 = 1 << 24;
+
+fn max_count(name: &str) -> u64 {
+    match name {
+        // Sequences per step: the one count that may be large, and never multiplied by
+        // more than one other.
+        "global_batch" => 1 << 40,
+        _ => MAX_COUNT,
     }
 }
 

@@ -419,8 +419,51 @@ fn hostile_fragment() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
+/// The example with two or three numbers replaced by values near planc's limits, where
+/// products of counts would overflow 64 bits if nothing bounded them.
+fn large_numbers_plan() -> impl Strategy<Value = String> {
+    let plan = include_str!("../../examples/llama3-70b-solve.tp");
+    let numbers: Vec<(usize, usize)> = plan
+        .match_indices(|c: char| c.is_ascii_digit())
+        .map(|(i, _)| i)
+        .filter(|&i| i == 0 || !plan.as_bytes()[i - 1].is_ascii_alphanumeric())
+        .map(|i| {
+            let end = plan[i..]
+                .find(|c: char| !c.is_ascii_digit() && c != '_')
+                .map_or(plan.len(), |e| i + e);
+            (i, end)
+        })
+        .collect();
+    let value = prop::sample::select(vec![
+        "16777216",
+        "16777215",
+        "1099511627776",
+        "4294967296",
+        "65536",
+        "0",
+    ]);
+    prop::collection::vec((prop::sample::select(numbers), value), 2..4).prop_map(
+        move |mut edits| {
+            edits.sort_by_key(|((s, _), _)| std::cmp::Reverse(*s));
+            edits.dedup_by_key(|((s, _), _)| *s);
+            let mut text = plan.to_string();
+            for ((s, e), v) in edits {
+                text.replace_range(s..e, v);
+            }
+            text
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Large counts in pairs and triples: no overflow, no hang (the solver refuses a space
+    /// too large, P0802), every diagnostic located.
+    #[test]
+    fn large_numbers_never_overflow(text in large_numbers_plan()) {
+        check_hostile("large.tp", text.into_bytes());
+    }
 
     /// A hostile fragment spliced into a real plan anywhere: no panic, no overflow, every
     /// diagnostic located.

@@ -185,6 +185,10 @@ codes! {
         "`planc solve` found no layout in the space of the plan's holes that passes every rule and fits in \
          memory. The labels show the rules that conflict (a minimal unsatisfiable core found by z3), and \
          the help lines the smallest changes that make a layout valid.";
+    P0802 Error "search space too large"
+        "The plan's holes (`auto`, candidate lists) span more layouts than `planc solve` searches \
+         (2,000,000; real plans have thousands). The error points at the attribute with the most \
+         candidates: list fewer, or write some of the attributes.";
     P0601 Error "the schedule would hang"
         "Simulating the step found ranks that would wait for each other forever: a send without its \
          receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
