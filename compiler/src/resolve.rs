@@ -1486,9 +1486,11 @@ pub const MAX_GPUS: u64 = 1 << 24;
 
 fn max_count(name: &str) -> u64 {
     match name {
-        // Sequences per step: the one count that may be large, and never multiplied by
-        // more than one other.
-        "global_batch" => 1 << 40,
+        // Sequences per step, and steps of a run: large, and never multiplied by more than
+        // one other count.
+        "global_batch" | "steps" | "warmup_steps" => 1 << 40,
+        // A label rather than a size (a random seed): any value below 10^18.
+        "seed" => 999_999_999_999_999_999,
         _ => MAX_COUNT,
     }
 }
