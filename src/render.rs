@@ -28,14 +28,68 @@ pub fn diagnostics_in(
 ) -> std::io::Result<()> {
     let mut files = SimpleFiles::new();
     for (name, text) in sources {
-        files.add(name.clone(), text.clone());
+        files.add(name.clone(), printable(text));
     }
     let config = term::Config::default();
+    let lines: Vec<planc_lang::LineIndex> = sources
+        .iter()
+        .map(|(_, text)| planc_lang::LineIndex::new(text))
+        .collect();
     for d in diagnostics {
-        let cs = to_codespan(d);
+        let mut cs = to_codespan(d);
+        if let Some(place) = too_long_to_show(sources, &lines, d) {
+            // A snippet repeats its whole line: a megabyte per diagnostic on a generated
+            // one-line file. The place is said in words instead.
+            cs.labels.clear();
+            cs.notes.insert(0, place);
+        }
         term::emit(out, &config, &files, &cs).map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     Ok(())
+}
+
+/// The text as a terminal may show it: control characters (an escape sequence would recolour
+/// or garble the terminal, a NUL has no width to put a caret under) become `?`, one per
+/// byte, so that every span still points at the same place. Line ends stay.
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            '\r' if chars.peek() == Some(&'\n') => out.push(c),
+            c if c.is_control() => out.extend(std::iter::repeat_n('?', c.len_utf8())),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Lines longer than this are not shown under a diagnostic.
+const MAX_SNIPPET_LINE: usize = 1000;
+
+/// `at FILE:LINE:COLUMN (...)` when a label of the diagnostic sits on a line too long to
+/// show.
+fn too_long_to_show(
+    sources: &[(String, String)],
+    lines: &[planc_lang::LineIndex],
+    d: &Diagnostic,
+) -> Option<String> {
+    let long = |l: &planc_lang::Label| {
+        let (_, text) = sources.get(l.file.0 as usize)?;
+        let at = (l.span.start as usize).min(text.len());
+        let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+        let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+        (end - start > MAX_SNIPPET_LINE).then_some(end - start)
+    };
+    let labels = || d.primary.iter().chain(&d.secondary);
+    let width = labels().find_map(long)?;
+    let l = d.primary.as_ref()?;
+    let (name, text) = sources.get(l.file.0 as usize)?;
+    let (line, column) = lines[l.file.0 as usize].line_col(text, l.span.start as usize);
+    Some(format!(
+        "at {name}:{line}:{column} (the line is {width} bytes long, too long to show)"
+    ))
 }
 
 fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
@@ -48,13 +102,13 @@ fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
     if let Some(l) = &d.primary {
         labels.push(
             Label::new(LabelStyle::Primary, l.file.0 as usize, l.span.range())
-                .with_message(&l.message),
+                .with_message(printable(&l.message)),
         );
     }
     for l in &d.secondary {
         labels.push(
             Label::new(LabelStyle::Secondary, l.file.0 as usize, l.span.range())
-                .with_message(&l.message),
+                .with_message(printable(&l.message)),
         );
     }
     // Context notes, then the help, then alternatives to the help ("or: ...").
@@ -64,9 +118,13 @@ fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
         notes.push(format!("help: {h}"));
     }
     notes.extend(alternatives);
+    // Messages quote the plan (a string value, a name): its control characters too.
+    for n in &mut notes {
+        *n = printable(n);
+    }
     CsDiagnostic::new(severity)
         .with_code(d.code)
-        .with_message(&d.message)
+        .with_message(printable(&d.message))
         .with_labels(labels)
         .with_notes(notes)
 }
@@ -213,4 +271,17 @@ pub fn summary(checked: &Checked) -> Option<String> {
         );
     }
     Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printable_text_keeps_every_offset() {
+        let text = "a\u{1b}[31m\0b\r\nc\u{85}d\re\tf";
+        let shown = printable(text);
+        assert_eq!(shown, "a?[31m?b\r\nc??d?e\tf");
+        assert_eq!(shown.len(), text.len());
+    }
 }

@@ -36,10 +36,17 @@ pub fn run(
     let mut err = StandardStream::stderr(color);
     let _ = render::diagnostics(&mut err, &checked);
     let (Some(sim), Some(plan), Some(est)) = (sim, &checked.plan, &checked.estimate) else {
-        eprintln!(
-            "{}: nothing to simulate until the plan checks",
-            file.display()
-        );
+        if checked.ok() && checked.plan.is_some() {
+            eprintln!(
+                "{}: too large to simulate event by event (see P0602)",
+                file.display()
+            );
+        } else {
+            eprintln!(
+                "{}: nothing to simulate until the plan checks",
+                file.display()
+            );
+        }
         return ExitCode::from(1);
     };
     let b = sim.breakdown;

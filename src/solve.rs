@@ -92,7 +92,15 @@ pub fn run(
         .unwrap_or(5)
         .max(1);
     if json_out {
-        let mut out = json!({ "best": checked.report() });
+        // `ok` and `diagnostics` at the top, as the report contract says: a script reads
+        // why a plan has no layout (P0801, with its places) where it reads any other error.
+        let best = checked.report();
+        let mut out = json!({
+            "version": best.version,
+            "ok": best.ok,
+            "diagnostics": best.diagnostics,
+            "best": best,
+        });
         if let Some(s) = &checked.solution {
             out["candidates"] = s
                 .ranked
@@ -150,7 +158,8 @@ pub fn run(
     };
     println!("{}", search_line(solution));
     if solution.ranked.is_empty() {
-        eprintln!("{}: no valid layout (see P0801 above)", file.display());
+        let code = if solution.refused { "P0802" } else { "P0801" };
+        eprintln!("{}: no valid layout (see {code} above)", file.display());
         return ExitCode::from(1);
     }
     println!(

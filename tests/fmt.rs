@@ -27,7 +27,10 @@ fn plans() -> Vec<PathBuf> {
 fn every_plan_formats_stably_and_keeps_its_comments() {
     let mut formatted = 0;
     for path in plans() {
-        let text = std::fs::read_to_string(&path).unwrap();
+        // The plans that are not UTF-8 on purpose are refused before formatting.
+        let Ok(text) = String::from_utf8(std::fs::read(&path).unwrap()) else {
+            continue;
+        };
         let once = match format(&text) {
             Ok(t) => t,
             Err(FormatError::Syntax(_)) => continue, // the bad plans with syntax errors

@@ -344,3 +344,145 @@ fn definition_follows_imports_and_references() {
     assert!(d.is_null(), "{d}");
     c.shutdown();
 }
+
+#[test]
+fn completion_after_a_comma_on_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let text = PLAN.replace(
+        "parallel {\n    tp = 2\n    dp = auto\n    micro_batch = 1\n}",
+        "parallel { tp = 8,  }",
+    );
+    open(&mut c, &u, &text);
+    let line = text
+        .lines()
+        .position(|l| l.starts_with("parallel"))
+        .unwrap() as u32;
+    let labels = |items: Value| -> Vec<String> {
+        items
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["label"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // `parallel { tp = 8, |}`: the block's unset attributes, as on an empty line.
+    let got = labels(c.request("textDocument/completion", at(&u, line, 19)));
+    assert!(got.contains(&"pp".to_string()), "{got:?}");
+    assert!(got.contains(&"micro_batch".to_string()), "{got:?}");
+    assert!(!got.contains(&"tp".to_string()), "tp is set: {got:?}");
+    // After `{` too, and a partial name after the comma.
+    let text2 = text.replace("parallel { tp = 8,  }", "parallel { tp = 8, mi }");
+    change(&mut c, &u, 2, &text2);
+    let got = labels(c.request("textDocument/completion", at(&u, line, 21)));
+    assert!(got.contains(&"micro_batch".to_string()), "{got:?}");
+    // Inside a list the comma separates values, not entries: no attribute names.
+    let text3 = text.replace("parallel { tp = 8,  }", "parallel { pp = [2, 4, ] }");
+    change(&mut c, &u, 3, &text3);
+    let got = labels(c.request("textDocument/completion", at(&u, line, 23)));
+    assert!(!got.contains(&"micro_batch".to_string()), "{got:?}");
+    // In a comment, nothing.
+    let text4 = text.replace("parallel { tp = 8,  }", "parallel { tp = 8 } # a, b");
+    change(&mut c, &u, 4, &text4);
+    let got = labels(c.request("textDocument/completion", at(&u, line, 26)));
+    assert!(got.is_empty(), "{got:?}");
+    c.shutdown();
+}
+
+#[test]
+fn hostile_documents_get_answers_and_the_server_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let deep = |open: &str, close: &str, n: usize| {
+        PLAN.replace(
+            "micro_batch = 1",
+            &format!("micro_batch = {}1{}", open.repeat(n), close.repeat(n)),
+        )
+    };
+    let docs = [
+        (deep("(", ")", 100_000), Some("P0008")),
+        (deep("[", "]", 20_000), Some("P0008")),
+        (deep("-", "", 100_000), Some("P0008")),
+        (
+            format!(
+                "{PLAN}job {}{}",
+                "{ env ".repeat(20_000),
+                "}".repeat(20_000)
+            ),
+            Some("P0008"),
+        ),
+        (
+            PLAN.replace(
+                "micro_batch = 1",
+                &format!("micro_batch = 1{}", " + 1 - 1".repeat(20_000)),
+            ),
+            None,
+        ),
+        (PLAN.replace("tp = 2", "tp = 2\0\0"), Some("P0001")),
+        (format!("\u{feff}{}", PLAN.replace('\n', "\r\n")), None),
+        (
+            PLAN.replace(
+                "micro_batch = 1",
+                &format!("micro_batch = 1, {}", "foo = 1, ".repeat(60_000)),
+            ),
+            Some("P0204"),
+        ),
+    ];
+    for (version, (text, code)) in docs.iter().enumerate() {
+        if version == 0 {
+            open(&mut c, &u, text);
+        } else {
+            change(&mut c, &u, version as i32 + 1, text);
+        }
+        let ds = c.latest_diagnostics_for(&u);
+        match code {
+            Some(code) => assert!(ds.iter().any(|d| d["code"] == *code), "{version}: {ds:#?}"),
+            None => assert!(ds.iter().all(|d| d["severity"] != 1), "{version}: {ds:#?}"),
+        }
+        // Every feature, at the start, in the hostile part and at the end of the document.
+        let line = text
+            .lines()
+            .position(|l| l.contains("micro_batch"))
+            .unwrap_or(0) as u32;
+        let last = text.lines().count() as u32;
+        for (l, ch) in [(line, 20), (line, 60_000), (last + 5, 3)] {
+            c.request("textDocument/hover", at(&u, l, ch));
+            c.request("textDocument/completion", at(&u, l, ch));
+            c.request("textDocument/definition", at(&u, l, ch));
+        }
+        c.request(
+            "textDocument/formatting",
+            json!({ "textDocument": { "uri": u }, "options": { "tabSize": 4, "insertSpaces": true } }),
+        );
+    }
+    c.shutdown();
+}
+
+#[test]
+fn an_import_that_is_not_utf8_is_a_located_error_in_that_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("cluster.tp");
+    let mut bytes = b"# r".to_vec();
+    bytes.push(0xe9); // `é` in Latin-1
+    bytes.extend_from_slice(
+        b"glages\ncluster c { nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }\n",
+    );
+    std::fs::write(&shared, bytes).unwrap();
+    let main = dir.path().join("plan.tp");
+    let text = format!(
+        "import \"cluster.tp\"\n{}",
+        PLAN.split_once("}\n").unwrap().1
+    );
+    let mut c = Client::start();
+    open(&mut c, &uri(&main), &text);
+    let ds = c.diagnostics_for(&uri(&shared));
+    let d = ds
+        .iter()
+        .find(|d| d["code"] == "P0103")
+        .unwrap_or_else(|| panic!("{ds:#?}"));
+    assert_eq!(d["range"]["start"], json!({ "line": 0, "character": 3 }));
+    assert_eq!(d["severity"], 1);
+    c.shutdown();
+}

@@ -130,8 +130,13 @@ pub fn check_file_with_progress(
 
 /// Checks plan text held in memory (tests, fuzzing, editors).
 pub fn check_source(name: &str, text: &str) -> Checked {
+    check_bytes(name, text.as_bytes())
+}
+
+/// Checks plan bytes held in memory, which need not be UTF-8 (hostile input, fuzzing).
+pub fn check_bytes(name: &str, bytes: &[u8]) -> Checked {
     let mut loader = MemoryLoader::default();
-    loader.files.insert(PathBuf::from(name), text.to_string());
+    loader.files.insert(PathBuf::from(name), bytes.to_vec());
     check_file(Path::new(name), &loader).expect("the in-memory file exists")
 }
 
@@ -153,7 +158,7 @@ fn choose_layout(
     let dp = match &ps.dp {
         Hole::Fixed(d) => *d,
         _ => {
-            let denom = tp * pp * cp;
+            let denom = tp.saturating_mul(pp).saturating_mul(cp);
             if !world.is_multiple_of(denom) {
                 let (f, s) = spec.origins.of("parallel", "tp").unwrap_or_default();
                 diags.push(
@@ -206,6 +211,7 @@ fn fill_holes(
     let best = found.best().map(|c| c.plan.parallel.clone());
     match &best {
         Some(p) => diags.push(holes_note(spec, holes, p, found.ranked.len())),
+        None if found.refused => diags.push(space_too_large(spec, found.space_size)),
         None => {
             if let Some(e) = &found.explanation {
                 diags.push(no_layout(spec, e));
@@ -285,6 +291,33 @@ pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -
         d = d.also(f, s, format!("{h} = {}", value(h)));
     }
     d
+}
+
+/// P0802 at the hole with the most candidates.
+fn space_too_large(spec: &PlanSpec, size: u64) -> Diagnostic {
+    let space = solve::space::Space::of(spec);
+    let (name, n) = space
+        .domains()
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .unwrap_or(("", 0));
+    let (f, s) = spec.origins.of("parallel", name).unwrap_or_default();
+    let size = if size == u64::MAX {
+        "more than 2^64".to_string()
+    } else {
+        size.to_string()
+    };
+    Diagnostic::new(
+        codes::P0802,
+        format!(
+            "the plan leaves {size} layouts to search, more than the {} planc searches",
+            solve::MAX_SPACE
+        ),
+    )
+    .at(f, s, format!("{n} values for `{name}`"))
+    .help(format!(
+        "list fewer candidates for `{name}` (or write its value), or write some of the other `auto` attributes"
+    ))
 }
 
 /// P0801: the conflicting rules as labels, the smallest fixes as help.

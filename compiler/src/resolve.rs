@@ -5,10 +5,17 @@
 //! references between attributes (cycles reported), units and types, defaults and model
 //! presets. Every problem becomes a diagnostic with a span; lowering goes on past errors
 //! so that one run reports as much as it can.
+//!
+//! Evaluation recurses through brackets and references (`a = b`, `b = c`, ...); both are
+//! counted together against [`planc_lang::parser::MAX_NESTING`], so that a generated chain
+//! of references is a located error (P0008) rather than a stack overflow. Diagnostics are
+//! capped ([`Capped`]) so that a file of a million duplicates stays a readable answer.
 
 use std::collections::{HashMap, HashSet};
 
 use planc_lang::codes::{self, Code};
+use planc_lang::diagnostic::{Capped, MAX_DIAGNOSTICS};
+use planc_lang::parser::MAX_NESTING;
 use planc_lang::syntax::{Attr, BinOp, Block, Expr, ExprKind, Item};
 use planc_lang::units::Dimension;
 use planc_lang::{Diagnostic, FileId, Span};
@@ -30,6 +37,8 @@ struct Node<'a> {
     path: String,
     /// First definition of each attribute; later ones were reported as duplicates.
     attrs: Vec<&'a Attr>,
+    /// `attrs` by name: a `job.env` block may hold thousands.
+    by_name: HashMap<&'a str, &'a Attr>,
     children: Vec<usize>,
 }
 
@@ -41,7 +50,11 @@ pub struct Resolver<'a> {
     in_progress: HashSet<(usize, String)>,
     preset: Option<&'static ModelPreset>,
     model_node: Option<usize>,
-    pub diagnostics: Vec<Diagnostic>,
+    /// Brackets and references being evaluated, nested.
+    depth: usize,
+    /// Whether P0008 was reported: one is enough, the rest of the chain is the same error.
+    too_deep: bool,
+    pub diagnostics: Capped,
     pub origins: Origins,
 }
 
@@ -56,7 +69,9 @@ pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diag
         in_progress: HashSet::new(),
         preset: None,
         model_node: None,
-        diagnostics: Vec::new(),
+        depth: 0,
+        too_deep: false,
+        diagnostics: Capped::new(MAX_DIAGNOSTICS),
         origins: Origins::default(),
     };
     for &file in order {
@@ -67,7 +82,7 @@ pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diag
         }
     }
     let spec = r.lower(order.last().copied().unwrap_or_default());
-    (spec, r.diagnostics)
+    (spec, r.diagnostics.into_vec())
 }
 
 impl<'a> Resolver<'a> {
@@ -80,8 +95,7 @@ impl<'a> Resolver<'a> {
         label: impl Into<String>,
     ) -> &mut Diagnostic {
         self.diagnostics
-            .push(Diagnostic::new(code, msg).at(file, span, label));
-        self.diagnostics.last_mut().expect("just pushed")
+            .push(Diagnostic::new(code, msg).at(file, span, label))
     }
 
     fn add_top(&mut self, file: FileId, b: &'a Block) {
@@ -179,8 +193,9 @@ impl<'a> Resolver<'a> {
             _ => {}
         }
         let mut attrs: Vec<&Attr> = Vec::new();
+        let mut by_name: HashMap<&str, &Attr> = HashMap::new();
         for a in b.attrs() {
-            if let Some(prev) = attrs.iter().find(|p| p.name.text == a.name.text) {
+            if let Some(prev) = by_name.get(a.name.text.as_str()) {
                 let prev_span = prev.name.span;
                 self.report(
                     codes::P0205,
@@ -216,6 +231,7 @@ impl<'a> Resolver<'a> {
                 continue;
             }
             attrs.push(a);
+            by_name.insert(&a.name.text, a);
         }
         let id = self.nodes.len();
         self.nodes.push(Node {
@@ -223,6 +239,7 @@ impl<'a> Resolver<'a> {
             block: b,
             path: path.clone(),
             attrs,
+            by_name,
             children: Vec::new(),
         });
         self.origins.insert(&path, "", file, b.header_span());
@@ -283,11 +300,7 @@ impl<'a> Resolver<'a> {
     // ----- evaluation -------------------------------------------------------------------
 
     fn find_attr(&self, node: usize, name: &str) -> Option<&'a Attr> {
-        self.nodes[node]
-            .attrs
-            .iter()
-            .copied()
-            .find(|a| a.name.text == name)
+        self.nodes[node].by_name.get(name).copied()
     }
 
     /// The value of an attribute as written (not its default), evaluated once.
@@ -316,7 +329,33 @@ impl<'a> Resolver<'a> {
         self.memo.entry(key).or_insert(v).clone()
     }
 
+    /// Evaluates `e` one level deeper, or reports P0008 where the limit is reached.
     fn eval_expr(&mut self, node: usize, e: &Expr) -> Option<Value> {
+        if self.depth >= MAX_NESTING {
+            if !self.too_deep {
+                self.too_deep = true;
+                let file = self.nodes[node].file;
+                self.report(
+                    codes::P0008,
+                    format!("nested too deeply (limit {MAX_NESTING})"),
+                    file,
+                    e.span,
+                    format!("level {} of brackets and references", MAX_NESTING + 1),
+                )
+                .with_help(format!(
+                    "planc follows at most {MAX_NESTING} levels of references (`a = b`, `b = c`, ...) \
+                     and brackets; give an attribute along the chain its value directly"
+                ));
+            }
+            return None;
+        }
+        self.depth += 1;
+        let v = self.eval_inner(node, e);
+        self.depth -= 1;
+        v
+    }
+
+    fn eval_inner(&mut self, node: usize, e: &Expr) -> Option<Value> {
         let file = self.nodes[node].file;
         Some(match &e.kind {
             ExprKind::Number(n) => Value::Number(*n),
@@ -339,18 +378,23 @@ impl<'a> Resolver<'a> {
                 }
                 Value::List(out)
             }
-            ExprKind::Binary { op, lhs, rhs } => {
+            ExprKind::Chain { first, rest } => {
                 // Only numbers and quantities take part in arithmetic, so a bare name here
                 // must be a reference: report it as one rather than as bad arithmetic.
-                let a = self.eval_operand(node, lhs)?;
-                let b = self.eval_operand(node, rhs)?;
-                let op = match op {
-                    BinOp::Add => ArithOp::Add,
-                    BinOp::Sub => ArithOp::Sub,
-                    BinOp::Mul => ArithOp::Mul,
-                    BinOp::Div => ArithOp::Div,
-                };
-                return self.arith(file, e.span, op, &a, &b);
+                // Left to right in a loop; an error points from the first operand to the
+                // one where it happened, as `(a + b) + c` would.
+                let mut acc = self.eval_operand(node, first)?;
+                for (op, operand) in rest {
+                    let b = self.eval_operand(node, operand)?;
+                    let op = match op {
+                        BinOp::Add => ArithOp::Add,
+                        BinOp::Sub => ArithOp::Sub,
+                        BinOp::Mul => ArithOp::Mul,
+                        BinOp::Div => ArithOp::Div,
+                    };
+                    acc = self.arith(file, first.span.to(operand.span), op, &acc, &b)?;
+                }
+                acc
             }
             ExprKind::Ident(name) => {
                 if self.find_attr(node, name).is_some() {
@@ -395,11 +439,20 @@ impl<'a> Resolver<'a> {
     ) -> Option<Value> {
         let file = self.nodes[node].file;
         let first = &parts[0].text;
+        // By kind, or by the name of a top-level block (`cluster c`: `c.nodes`); not a scan of
+        // every node, which a generated file may have by the hundred thousand.
         let start = self.top.get(first).copied().or_else(|| {
-            self.nodes.iter().position(|n| {
-                n.path.split('.').count() == 1
-                    && n.block.name.as_ref().is_some_and(|nm| &nm.text == first)
-            })
+            self.top
+                .values()
+                .copied()
+                .filter(|&i| {
+                    self.nodes[i]
+                        .block
+                        .name
+                        .as_ref()
+                        .is_some_and(|nm| &nm.text == first)
+                })
+                .min()
         });
         let Some(mut target) = start else {
             let names: Vec<&str> = self.top.keys().map(String::as_str).collect();
@@ -521,9 +574,24 @@ impl<'a> Resolver<'a> {
         v: &Value,
         min: u64,
     ) -> Option<u64> {
+        let max = max_count(name);
         match v {
-            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n < 1e18 => {
+            Value::Number(n) if n.fract() == 0.0 && *n >= min as f64 && *n <= max as f64 => {
                 Some(*n as u64)
+            }
+            Value::Number(n) if n.fract() == 0.0 && *n > max as f64 => {
+                let file = self.nodes[node].file;
+                self.report(
+                    codes::P0212,
+                    format!("`{name}` must be at most {max}, found {}", fmt_num(*n)),
+                    file,
+                    span,
+                    "too large",
+                )
+                .with_help(format!(
+                    "planc models `{name}` up to {max}; a larger value is most likely a typo"
+                ));
+                None
             }
             Value::Number(n) => {
                 let file = self.nodes[node].file;
@@ -871,6 +939,17 @@ impl<'a> Resolver<'a> {
         };
         let file = self.nodes[node].file;
         let path = self.nodes[node].path.clone();
+        let d = Diagnostic::new(
+            codes::P0210,
+            format!("`{name}` is not an attribute of `{path}`"),
+        )
+        .at(file, e.span, "unknown reference");
+        if self.diagnostics.is_full() {
+            // Dropped anyway: no did-you-mean over the block's names for each of a
+            // generated file's thousands of errors.
+            self.diagnostics.push(d);
+            return None;
+        }
         let written: Vec<String> = self.nodes[node]
             .block
             .entries
@@ -879,13 +958,9 @@ impl<'a> Resolver<'a> {
                 planc_lang::syntax::Entry::Attr(a) => Some(a.name.text.clone()),
                 _ => None,
             })
+            .take(1000) // as many as `did_you_mean` reads
             .collect();
-        let mut d = Diagnostic::new(
-            codes::P0210,
-            format!("`{name}` is not an attribute of `{path}`"),
-        )
-        .at(file, e.span, "unknown reference");
-        d = match did_you_mean(name, written.iter().map(String::as_str)) {
+        let d = match did_you_mean(name, written.iter().map(String::as_str)) {
             Some(s) => d.help(format!("did you mean `{s}`?")),
             None => d.help("arithmetic reads numbers, quantities and attributes of the same block (or `block.attribute` paths)"),
         };
@@ -910,15 +985,19 @@ impl<'a> Resolver<'a> {
             return Some(g.clone());
         }
         let file = self.nodes[n].file;
-        let names: Vec<&str> = catalog
-            .gpu_names()
-            .chain(defined.keys().map(String::as_str))
-            .collect();
         let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
             file,
             span,
             "not in the catalog",
         );
+        if self.diagnostics.is_full() {
+            self.diagnostics.push(d);
+            return None;
+        }
+        let names: Vec<&str> = catalog
+            .gpu_names()
+            .chain(defined.keys().map(String::as_str))
+            .collect();
         // `A100` or `V100` alone is ambiguous (40 and 80 GB, 16 and 32 GB parts differ in
         // memory and speed): list the variants instead of guessing one.
         let upper = name.to_ascii_uppercase();
@@ -1007,6 +1086,22 @@ impl<'a> Resolver<'a> {
                     None => ok = false,
                 }
             }
+        }
+        let gpus: u128 = groups
+            .iter()
+            .map(|g| u128::from(g.nodes) * u128::from(g.gpus_per_node))
+            .sum();
+        if gpus > u128::from(MAX_GPUS) {
+            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
+            self.report(
+                codes::P0212,
+                format!("the cluster has {gpus} GPUs, more than the {MAX_GPUS} planc models"),
+                file,
+                span,
+                "too many GPUs",
+            )
+            .with_help("check `nodes` and `gpus_per_node`: a larger cluster is most likely a typo");
+            return None;
         }
         let inter_node = match self.child(n, "inter_node") {
             Some(c) => {
@@ -1414,6 +1509,25 @@ impl<'a> Resolver<'a> {
                 .unwrap_or(d.memory_headroom),
             top: self.count(n, "top", 1).unwrap_or(d.top),
         }
+    }
+}
+
+/// The largest value planc accepts for a count: far above any real plan, and low enough
+/// that the products the cost model forms of them (tp × pp × cp × dp, vocab × hidden)
+/// stay within 64 bits; a generated `tp = 4294967296` is an error, not an overflow.
+pub const MAX_COUNT: u64 = 1 << 24;
+
+/// The most GPUs a cluster may have (the sum over its groups).
+pub const MAX_GPUS: u64 = 1 << 24;
+
+fn max_count(name: &str) -> u64 {
+    match name {
+        // Sequences per step, and steps of a run: large, and never multiplied by more than
+        // one other count.
+        "global_batch" | "steps" | "warmup_steps" => 1 << 40,
+        // A label rather than a size (a random seed): any value below 10^18.
+        "seed" => 999_999_999_999_999_999,
+        _ => MAX_COUNT,
     }
 }
 

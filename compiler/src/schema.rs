@@ -187,9 +187,20 @@ pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    // Jaro-Winkler costs the product of the lengths: a generated name of a megabyte
+    // against another would take minutes. No real name is this long, and no real block
+    // has thousands of names to choose from (a generated one would cost each of its
+    // errors a pass over all of them).
+    const LONGEST: usize = 100;
+    const CANDIDATES: usize = 1000;
+    if name.len() > LONGEST {
+        return None;
+    }
     let lower = name.to_ascii_lowercase();
     candidates
         .into_iter()
+        .take(CANDIDATES)
+        .filter(|c| c.len() <= LONGEST)
         .map(|c| (strsim::jaro_winkler(&lower, &c.to_ascii_lowercase()), c))
         .filter(|(score, _)| *score >= 0.8)
         .max_by(|a, b| a.0.total_cmp(&b.0))

@@ -4,35 +4,70 @@
 //! phase can be rendered with their snippet, and follows `import` lines (relative to the
 //! importing file) with cycle detection. Files are read through [`FileLoader`], so that an
 //! editor can supply unsaved buffers and tests can use in-memory files.
+//!
+//! Loaders hand over bytes, not text: a file that is not UTF-8 is an error in the plan
+//! (P0103, at its first bad byte), decoded here for every front end alike, and not a failure
+//! to read it, which is kept for files that are missing or unreadable.
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use planc_lang::codes;
+use planc_lang::encoding::decode;
 use planc_lang::syntax::{Item, SourceFile};
 use planc_lang::{parse, Diagnostic, FileId, LineIndex, Span};
 
 pub trait FileLoader {
-    fn load(&self, path: &Path) -> std::io::Result<String>;
+    /// The file's bytes, as they are; [`SourceMap`] decodes them.
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>>;
 }
 
-/// Reads from the file system.
+/// The largest file planc reads. Plans are kilobytes; the limit is there so that an
+/// import of a huge file (or of `/dev/zero`) is an error and not all the machine's memory.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Reads from the file system: regular files of at most [`MAX_FILE_BYTES`].
 pub struct FsLoader;
 
 impl FileLoader for FsLoader {
-    fn load(&self, path: &Path) -> std::io::Result<String> {
-        std::fs::read_to_string(path)
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        use std::io::{Error, ErrorKind, Read};
+        let file = std::fs::File::open(path)?;
+        let meta = file.metadata()?;
+        if meta.is_dir() {
+            return Err(Error::new(ErrorKind::InvalidInput, "it is a directory"));
+        }
+        if !meta.is_file() {
+            // A FIFO, a device: reading it may never end.
+            return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+        }
+        let too_big = || {
+            Error::new(
+                ErrorKind::InvalidData,
+                format!("larger than the {} MiB planc reads", MAX_FILE_BYTES >> 20),
+            )
+        };
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(too_big());
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        // The file may grow while it is read.
+        file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(too_big());
+        }
+        Ok(bytes)
     }
 }
 
 /// Files held in memory, keyed by path (for tests and editors).
 #[derive(Default)]
 pub struct MemoryLoader {
-    pub files: HashMap<PathBuf, String>,
+    pub files: HashMap<PathBuf, Vec<u8>>,
 }
 
 impl FileLoader for MemoryLoader {
-    fn load(&self, path: &Path) -> std::io::Result<String> {
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         self.files
             .get(&normalize(path))
             .cloned()
@@ -40,10 +75,14 @@ impl FileLoader for MemoryLoader {
     }
 }
 
+/// How deep imports may chain (`a` imports `b`, which imports `c`, ...).
+pub const MAX_IMPORT_DEPTH: usize = planc_lang::parser::MAX_NESTING;
+
 pub struct SourceFileEntry {
     pub path: PathBuf,
     /// The path as shown to users (as given on the command line or in the import).
     pub display: String,
+    /// The text; where the file is not UTF-8, each bad sequence is U+FFFD (and P0103 says so).
     pub text: String,
     pub lines: LineIndex,
     pub syntax: SourceFile,
@@ -75,9 +114,26 @@ impl SourceMap {
             .map(|i| FileId(i as u32))
     }
 
-    fn add(&mut self, path: PathBuf, display: String, text: String) -> (FileId, Vec<Diagnostic>) {
+    fn add(&mut self, path: PathBuf, display: String, bytes: Vec<u8>) -> (FileId, Vec<Diagnostic>) {
         let id = FileId(self.files.len() as u32);
+        let decoded = decode(bytes, id);
+        let text = decoded.text;
         let parsed = parse(&text, id);
+        let mut diagnostics = Vec::new();
+        match decoded.error {
+            Some(e) => {
+                diagnostics.push(e);
+                // A bad byte outside a comment is also an unexpected character; P0103 has
+                // said what it is.
+                diagnostics.extend(parsed.diagnostics.into_iter().filter(|d| {
+                    !(d.code == codes::P0001.id
+                        && d.primary
+                            .as_ref()
+                            .is_some_and(|l| text[l.span.range()].chars().all(|c| c == '\u{fffd}')))
+                }));
+            }
+            None => diagnostics = parsed.diagnostics,
+        }
         self.files.push(SourceFileEntry {
             lines: LineIndex::new(&text),
             path,
@@ -85,7 +141,7 @@ impl SourceMap {
             text,
             syntax: parsed.file,
         });
-        (id, parsed.diagnostics)
+        (id, diagnostics)
     }
 }
 
@@ -174,6 +230,17 @@ fn visit(
             // Already loaded (a diamond import): its blocks are merged once.
             continue;
         }
+        if stack.len() >= MAX_IMPORT_DEPTH {
+            diagnostics.push(
+                Diagnostic::new(
+                    codes::P0008,
+                    format!("imports nested too deeply (limit {MAX_IMPORT_DEPTH})"),
+                )
+                .at(id, imp.path_span, "this import is not followed")
+                .help("import the shared files from the root plan instead of through a chain"),
+            );
+            continue;
+        }
         match loader.load(&path) {
             Ok(text) => {
                 // Shown as the path from where the user stands (the root's directory joined
@@ -206,9 +273,65 @@ mod tests {
         MemoryLoader {
             files: files
                 .iter()
-                .map(|(p, t)| (PathBuf::from(p), t.to_string()))
+                .map(|(p, t)| (PathBuf::from(p), t.as_bytes().to_vec()))
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_file_that_is_not_utf8_is_a_located_error_and_the_rest_is_read() {
+        let mut loader = mem(&[("a.tp", "import \"b.tp\"\nmodel m { layers = 2 }\n")]);
+        loader.files.insert(
+            PathBuf::from("b.tp"),
+            b"train {\n  global_batch = 8 # \xe9t\xe9\n  x = \xff\n}\n".to_vec(),
+        );
+        let mut map = SourceMap::default();
+        let (_, diags) = load_plan(Path::new("a.tp"), &loader, &mut map).unwrap();
+        let codes: Vec<_> = diags.iter().map(|d| d.code).collect();
+        // The bad byte in the value is not reported twice.
+        assert_eq!(codes, vec!["P0103"], "{diags:#?}");
+        let l = diags[0].primary.as_ref().unwrap();
+        assert_eq!(map.get(l.file).display, "b.tp");
+        assert_eq!(map.line_cols(l.file, l.span).0, (2, 22));
+        assert_eq!(map.get(l.file).syntax.items.len(), 1);
+    }
+
+    #[test]
+    fn devices_directories_and_huge_files_are_not_read() {
+        let dir = std::env::temp_dir().join(format!("planc-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let huge = dir.join("huge.tp");
+        let f = std::fs::File::create(&huge).unwrap();
+        f.set_len(MAX_FILE_BYTES + 1).unwrap(); // sparse: no disk used
+        for path in [Path::new("/dev/zero"), &dir, &huge] {
+            let e = FsLoader.load(path).unwrap_err();
+            assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::InvalidInput | std::io::ErrorKind::InvalidData
+                ),
+                "{}: {e}",
+                path.display()
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_chain_of_imports_stops_at_the_limit() {
+        let n = MAX_IMPORT_DEPTH + 10;
+        let files: Vec<(String, String)> = (0..n)
+            .map(|i| (format!("f{i}.tp"), format!("import \"f{}.tp\"\n", i + 1)))
+            .collect();
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        let mut map = SourceMap::default();
+        let (_, diags) = load_plan(Path::new("f0.tp"), &mem(&refs), &mut map).unwrap();
+        assert_eq!(diags.len(), 1, "{diags:#?}");
+        assert_eq!(diags[0].code, "P0008");
+        assert_eq!(map.files.len(), MAX_IMPORT_DEPTH);
     }
 
     #[test]

@@ -41,7 +41,10 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     };
     let m = &spec.model;
     let world = spec.cluster.world_size();
-    let product = p.tp * p.pp * p.dp * p.cp;
+    let product =
+        p.tp.saturating_mul(p.pp)
+            .saturating_mul(p.dp)
+            .saturating_mul(p.cp);
     if product != world {
         v.push(
             codes::P0301,
@@ -49,10 +52,10 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             "parallel",
             if spec.origins.written("parallel", "dp") { "dp" } else { "pp" },
             "does not match the world size",
-            if world.is_multiple_of(p.tp * p.pp * p.cp) {
-                format!("set `dp = {}` (or `dp = auto`)", world / (p.tp * p.pp * p.cp))
+            if world.is_multiple_of(p.tp.saturating_mul(p.pp).saturating_mul(p.cp)) {
+                format!("set `dp = {}` (or `dp = auto`)", world / (p.tp.saturating_mul(p.pp).saturating_mul(p.cp)))
             } else {
-                format!("tp × pp × cp = {} does not divide {world}: change tp, pp or cp, or the cluster size", p.tp * p.pp * p.cp)
+                format!("tp × pp × cp = {} does not divide {world}: change tp, pp or cp, or the cluster size", p.tp.saturating_mul(p.pp).saturating_mul(p.cp))
             },
         );
     }
@@ -242,7 +245,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             .help("use bf16 (or fp16 on pre-Ampere GPUs) mixed precision"),
         );
     }
-    let stage_ranks = p.tp * p.cp * p.dp;
+    let stage_ranks = p.tp.saturating_mul(p.cp).saturating_mul(p.dp);
     if spec.cluster.is_mixed() {
         let misfits: Vec<String> = spec
             .cluster
@@ -281,7 +284,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             .at(f, s, "too few micro-batches")
             .help(format!(
                 "raise global_batch to at least {} or lower micro_batch or pp",
-                p.pp * per_step
+                p.pp.saturating_mul(per_step)
             )),
         );
     }

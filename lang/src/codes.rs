@@ -48,10 +48,24 @@ codes! {
         "A `{`, `[` or `(` is never closed. The error points at the opening one.";
     P0007 Error "invalid escape"
         "Strings accept only the escapes `\\\"` and `\\\\`.";
+    P0008 Error "nested too deeply"
+        "Blocks, brackets (`(`, `[`) and signs nest at most 256 levels deep, references between \
+         attributes (`a = b`, `b = c`, ...) and imports likewise. Real plans use a handful; the \
+         limit keeps planc (and the editor's language server) from exhausting its stack on \
+         generated or damaged text. The part nested deeper is skipped; write it with fewer levels.";
+    P0009 Note "too many diagnostics"
+        "planc lists the first diagnostics of a file (100 syntax errors, 200 others) and counts the \
+         rest, so that a damaged or generated file gives a readable answer instead of millions of \
+         lines. Fix the errors shown and check again.";
     P0101 Error "cannot read file"
         "An imported file does not exist or cannot be read. Import paths are relative to the importing file.";
     P0102 Error "import cycle"
         "Files import each other in a cycle. Move the shared blocks into a file both import.";
+    P0103 Error "file is not UTF-8"
+        "Plans are UTF-8 text. The file has a byte sequence that is not UTF-8, usually a comment \
+         saved in another encoding (Latin-1, Windows-1252, GBK, Shift-JIS) or a file saved as \
+         UTF-16. The error points at the first bad byte; save the file as UTF-8 (without \
+         converting, the editor may show that character wrongly) and check again.";
     P0201 Error "unknown block"
         "Top-level blocks are `cluster`, `model`, `train`, `parallel`, `job`, `search` and `gpu`; \
          `cluster` may hold `intra_node`, `inter_node` and `group`; `job` may hold `env`.";
@@ -171,10 +185,19 @@ codes! {
         "`planc solve` found no layout in the space of the plan's holes that passes every rule and fits in \
          memory. The labels show the rules that conflict (a minimal unsatisfiable core found by z3), and \
          the help lines the smallest changes that make a layout valid.";
+    P0802 Error "search space too large"
+        "The plan's holes (`auto`, candidate lists) span more layouts than `planc solve` searches \
+         (2,000,000; real plans have thousands). The error points at the attribute with the most \
+         candidates: list fewer, or write some of the attributes.";
     P0601 Error "the schedule would hang"
         "Simulating the step found ranks that would wait for each other forever: a send without its \
          receive, collectives issued in different orders, or passes that wait on each other in a cycle. \
          With NCCL this is a hang until the watchdog timeout, not an error.";
+    P0602 Note "too large to simulate"
+        "The step would have millions of tasks (pipeline stages × micro-batches, each a forward, \
+         a backward and their messages): more than planc simulates event by event. The step time \
+         reported is the closed form, usually within a few percent of the simulation. A plan that \
+         large is often a typo in `global_batch` or `micro_batch`.";
     P0701 Warning "unknown environment variable"
         "A `job.env` variable that NCCL and PyTorch do not read (NCCL_TIMEOUT, say: the NCCL timeout is \
          set in `init_process_group(timeout=...)`). It has no effect; the help names the closest real one. \
@@ -231,5 +254,15 @@ mod tests {
             assert!(!c.explanation.is_empty());
         }
         assert_eq!(lookup("p0301").unwrap().id, "P0301");
+    }
+
+    #[test]
+    fn limits_in_explanations_are_the_limits_in_code() {
+        let limit = crate::parser::MAX_NESTING.to_string();
+        assert!(P0008.explanation.contains(&format!("{limit} levels")));
+        let syntax = format!("{} syntax errors", crate::parser::MAX_SYNTAX_ERRORS);
+        assert!(P0009.explanation.contains(&syntax));
+        let others = format!("{} others", crate::diagnostic::MAX_DIAGNOSTICS);
+        assert!(P0009.explanation.contains(&others));
     }
 }

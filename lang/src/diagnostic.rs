@@ -114,3 +114,119 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 }
+
+/// Diagnostics listed per phase after syntax (resolution, validation, ...).
+pub const MAX_DIAGNOSTICS: usize = 200;
+
+/// A list of diagnostics that keeps the first `max` and counts the rest.
+///
+/// A file of garbage has a syntax error per byte, and a generated file a duplicate per line:
+/// millions of diagnostics would take gigabytes and drown the first, which is the one to
+/// fix. Pushing past the limit still hands back a diagnostic to finish (a help, a label),
+/// which is then dropped; [`Capped::into_vec`] ends the list with a note (P0009) saying
+/// how many were not shown and where the first of them was.
+pub struct Capped {
+    kept: Vec<Diagnostic>,
+    max: usize,
+    dropped: usize,
+    first_dropped: Option<Label>,
+    overflow: Option<Diagnostic>,
+}
+
+impl Capped {
+    pub fn new(max: usize) -> Self {
+        Capped {
+            kept: Vec::new(),
+            max,
+            dropped: 0,
+            first_dropped: None,
+            overflow: None,
+        }
+    }
+
+    pub fn push(&mut self, d: Diagnostic) -> &mut Diagnostic {
+        if self.kept.len() < self.max {
+            self.kept.push(d);
+            return self.kept.last_mut().expect("just pushed");
+        }
+        if self.dropped == 0 {
+            self.first_dropped = d.primary.clone();
+        }
+        self.dropped += 1;
+        self.overflow.insert(d)
+    }
+
+    pub fn extend(&mut self, ds: impl IntoIterator<Item = Diagnostic>) {
+        for d in ds {
+            self.push(d);
+        }
+    }
+
+    /// Whether the next push will be dropped: the caller may skip the work of finishing it
+    /// (a did-you-mean over thousands of names).
+    pub fn is_full(&self) -> bool {
+        self.kept.len() >= self.max
+    }
+
+    /// How many were pushed past the limit.
+    pub fn dropped(&self) -> usize {
+        self.dropped
+    }
+
+    /// The kept diagnostics, then the note about the others, if any were dropped.
+    pub fn into_vec(self) -> Vec<Diagnostic> {
+        let mut out = self.kept;
+        if self.dropped > 0 {
+            let mut note = Diagnostic::new(
+                crate::codes::P0009,
+                format!(
+                    "{} more diagnostic{} not shown",
+                    self.dropped,
+                    if self.dropped == 1 { "" } else { "s" }
+                ),
+            )
+            .note(format!(
+                "planc lists the first {} and counts the rest; fix these and check again",
+                self.max
+            ));
+            // A diagnostic about no place is rare; the note then points at the last shown.
+            let place = self
+                .first_dropped
+                .or_else(|| out.iter().rev().find_map(|d| d.primary.clone()));
+            if let Some(l) = place {
+                note = note.at(l.file, l.span, "the first not shown is here");
+            }
+            out.push(note);
+        }
+        out
+    }
+}
+
+impl std::ops::Deref for Capped {
+    type Target = [Diagnostic];
+
+    fn deref(&self) -> &[Diagnostic] {
+        &self.kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capped_keeps_the_first_and_says_how_many_more() {
+        let mut c = Capped::new(2);
+        for i in 0..5u32 {
+            let span = Span::new(i as usize, i as usize + 1);
+            c.push(Diagnostic::new(crate::codes::P0005, "x").at(FileId(0), span, ""));
+        }
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.dropped(), 3);
+        let v = c.into_vec();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[2].code, "P0009");
+        assert_eq!(v[2].message, "3 more diagnostics not shown");
+        assert_eq!(v[2].primary.as_ref().unwrap().span, Span::new(2, 3));
+    }
+}

@@ -59,6 +59,14 @@ pub fn format(src: &str) -> Result<String, FormatError> {
         out.push('\n');
     }
     verify(&parsed.file, &out)?;
+    // Line ends and a byte order mark are the editor's business: they stay as they were
+    // (the first line end decides), so that formatting a Windows file changes only layout.
+    if src.find('\n').is_some_and(|i| src[..i].ends_with('\r')) {
+        out = out.replace('\n', "\r\n");
+    }
+    if src.starts_with('\u{feff}') {
+        out.insert(0, '\u{feff}');
+    }
     Ok(out)
 }
 
@@ -331,28 +339,57 @@ impl<'a> Printer<'a> {
     }
 
     fn expr(&self, e: &Expr) -> String {
+        let mut out = String::new();
+        self.write_expr(e, &mut out);
+        out
+    }
+
+    /// Into one buffer: a chain of 100,000 terms is one pass, not 100,000 copies.
+    fn write_expr(&self, e: &Expr, out: &mut String) {
         match &e.kind {
-            ExprKind::Quantity { .. } => quantity(self.slice(e.span)),
-            ExprKind::Path(parts) => parts
-                .iter()
-                .map(|p| p.text.as_str())
-                .collect::<Vec<_>>()
-                .join("."),
+            ExprKind::Quantity { .. } => out.push_str(&quantity(self.slice(e.span))),
+            ExprKind::Path(parts) => {
+                for (i, p) in parts.iter().enumerate() {
+                    if i > 0 {
+                        out.push('.');
+                    }
+                    out.push_str(&p.text);
+                }
+            }
             ExprKind::List(items) => {
-                let items: Vec<String> = items.iter().map(|x| self.expr(x)).collect();
-                format!("[{}]", items.join(", "))
+                out.push('[');
+                for (i, x) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.write_expr(x, out);
+                }
+                out.push(']');
             }
-            ExprKind::Binary { op, lhs, rhs } => {
-                format!("{} {} {}", self.expr(lhs), op.symbol(), self.expr(rhs))
+            ExprKind::Chain { first, rest } => {
+                self.write_expr(first, out);
+                for (op, x) in rest {
+                    out.push(' ');
+                    out.push_str(op.symbol());
+                    out.push(' ');
+                    self.write_expr(x, out);
+                }
             }
-            ExprKind::Neg(x) => format!("-{}", self.expr(x)),
-            ExprKind::Paren(x) => format!("({})", self.expr(x)),
+            ExprKind::Neg(x) => {
+                out.push('-');
+                self.write_expr(x, out);
+            }
+            ExprKind::Paren(x) => {
+                out.push('(');
+                self.write_expr(x, out);
+                out.push(')');
+            }
             ExprKind::Number(_)
             | ExprKind::Str(_)
             | ExprKind::Bool(_)
             | ExprKind::Auto
             | ExprKind::Ident(_)
-            | ExprKind::Error => self.slice(e.span).to_string(),
+            | ExprKind::Error => out.push_str(self.slice(e.span)),
         }
     }
 }
@@ -389,13 +426,17 @@ fn quantity(text: &str) -> String {
 
 /// The tree without its spans, to compare a file before and after formatting.
 mod shape {
+    use std::fmt::Write;
+
     use crate::syntax::*;
 
     pub fn items(items: &[Item]) -> String {
         let mut s = String::new();
         for item in items {
             match item {
-                Item::Import(i) => s += &format!("import {:?};", i.path),
+                Item::Import(i) => {
+                    let _ = write!(s, "import {:?};", i.path);
+                }
                 Item::Block(b) => block(b, &mut s),
             }
         }
@@ -405,41 +446,70 @@ mod shape {
     fn block(b: &Block, s: &mut String) {
         *s += &b.kind.text;
         if let Some(n) = &b.name {
-            *s += &format!(" {}", n.text);
+            *s += " ";
+            *s += &n.text;
         }
         *s += "{";
         for e in &b.entries {
             match e {
-                Entry::Attr(a) => *s += &format!("{}={};", a.name.text, expr(&a.value)),
+                Entry::Attr(a) => {
+                    *s += &a.name.text;
+                    *s += "=";
+                    expr(&a.value, s);
+                    *s += ";";
+                }
                 Entry::Block(inner) => block(inner, s),
             }
         }
         *s += "}";
     }
 
-    fn expr(e: &Expr) -> String {
-        match &e.kind {
-            ExprKind::Number(n) => format!("{n:?}"),
-            ExprKind::Quantity { value, unit } => format!("{value:?}{unit:?}"),
-            ExprKind::Str(x) => format!("{x:?}"),
-            ExprKind::Bool(x) => x.to_string(),
-            ExprKind::Auto => "auto".into(),
-            ExprKind::Ident(x) => x.clone(),
-            ExprKind::Path(p) => p
-                .iter()
-                .map(|i| i.text.as_str())
-                .collect::<Vec<_>>()
-                .join("."),
+    fn expr(e: &Expr, s: &mut String) {
+        let _ = match &e.kind {
+            ExprKind::Number(n) => write!(s, "{n:?}"),
+            ExprKind::Quantity { value, unit } => write!(s, "{value:?}{unit:?}"),
+            ExprKind::Str(x) => write!(s, "{x:?}"),
+            ExprKind::Bool(x) => write!(s, "{x}"),
+            ExprKind::Auto => write!(s, "auto"),
+            ExprKind::Ident(x) => write!(s, "{x}"),
+            ExprKind::Path(p) => {
+                for (i, part) in p.iter().enumerate() {
+                    if i > 0 {
+                        *s += ".";
+                    }
+                    *s += &part.text;
+                }
+                Ok(())
+            }
             ExprKind::List(xs) => {
-                format!("[{}]", xs.iter().map(expr).collect::<Vec<_>>().join(","))
+                *s += "[";
+                for x in xs {
+                    expr(x, s);
+                    *s += ",";
+                }
+                write!(s, "]")
             }
-            ExprKind::Binary { op, lhs, rhs } => {
-                format!("({}{}{})", expr(lhs), op.symbol(), expr(rhs))
+            ExprKind::Chain { first, rest } => {
+                *s += "(";
+                expr(first, s);
+                for (op, x) in rest {
+                    *s += op.symbol();
+                    expr(x, s);
+                }
+                write!(s, ")")
             }
-            ExprKind::Neg(x) => format!("(-{})", expr(x)),
-            ExprKind::Paren(x) => format!("({})", expr(x)),
-            ExprKind::Error => "<error>".into(),
-        }
+            ExprKind::Neg(x) => {
+                *s += "(-";
+                expr(x, s);
+                write!(s, ")")
+            }
+            ExprKind::Paren(x) => {
+                *s += "(";
+                expr(x, s);
+                write!(s, ")")
+            }
+            ExprKind::Error => write!(s, "<error>"),
+        };
     }
 }
 
@@ -524,6 +594,38 @@ mod tests {
             fmt("model m { layers = 1 }  # x   \n"),
             "model m { layers = 1 }  # x\n"
         );
+    }
+
+    #[test]
+    fn crlf_line_ends_and_a_byte_order_mark_are_kept() {
+        let src = "\u{feff}# plan\r\nmodel m{layers=1}\r\ntrain { global_batch = 8 } # x\r\n";
+        let once = fmt(src);
+        assert_eq!(
+            once,
+            "\u{feff}# plan\r\nmodel m { layers = 1 }\r\n\r\ntrain { global_batch = 8 }  # x\r\n"
+        );
+        assert_eq!(fmt(&once), once);
+    }
+
+    #[test]
+    fn long_chains_and_deep_nesting_format_without_recursing_per_term() {
+        // Compared without assert_eq!, whose message would print megabytes.
+        let terms = " + 1".repeat(100_000);
+        let chain = format!("model m {{ layers = 64{terms} }}\n");
+        assert!(fmt(&chain) == format!("model m {{\n    layers = 64{terms}\n}}\n"));
+        let limit = crate::parser::MAX_NESTING - 1;
+        let deep = format!(
+            "model m {{\n    layers = {}1{}\n}}\n",
+            "(".repeat(limit),
+            ")".repeat(limit)
+        );
+        assert!(fmt(&deep) == deep);
+        let too_deep = format!(
+            "model m {{ layers = {}1{} }}\n",
+            "(".repeat(20_000),
+            ")".repeat(20_000)
+        );
+        assert!(matches!(format(&too_deep), Err(FormatError::Syntax(d)) if d[0].code == "P0008"));
     }
 
     #[test]

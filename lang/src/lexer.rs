@@ -3,6 +3,10 @@
 //! The lexer never stops at a bad character: it reports it, skips it and goes on, so that
 //! the parser sees the whole file and can report every error in one run. Newlines are
 //! tokens because they end attributes.
+//!
+//! Text from the outside world is accepted as it comes: a byte order mark at the start is
+//! skipped, `\r` (CRLF line ends) is a space, and a run of characters that start no token
+//! (NUL bytes, control characters, a pasted binary) is one diagnostic, not one per byte.
 
 use nom::bytes::complete::{tag, take_while, take_while1};
 use nom::character::complete::{char, digit1, one_of};
@@ -11,7 +15,7 @@ use nom::sequence::pair;
 use nom::{IResult, Parser};
 
 use crate::codes;
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Capped, Diagnostic};
 use crate::span::{FileId, Span};
 use crate::units::{self, Unit};
 
@@ -90,7 +94,7 @@ pub struct Comment {
 pub struct Lexed {
     pub tokens: Vec<Token>,
     pub comments: Vec<Comment>,
-    pub diagnostics: Vec<Diagnostic>,
+    pub diagnostics: Capped,
 }
 
 fn is_ident_start(c: char) -> bool {
@@ -185,7 +189,8 @@ impl<'a> Lexer<'a> {
     }
 
     fn run(mut self) -> Lexed {
-        let mut rest = self.src;
+        // A byte order mark says "UTF-8" to editors that need telling; it is not text.
+        let mut rest = self.src.strip_prefix('\u{feff}').unwrap_or(self.src);
         loop {
             rest = spaces(rest).map(|(r, _)| r).unwrap_or(rest);
             let start = self.offset(rest);
@@ -211,16 +216,36 @@ impl<'a> Lexer<'a> {
                 self.push(kind, start, self.offset(r));
                 r
             } else {
-                let end = start + c.len_utf8();
-                self.out.diagnostics.push(
-                    Diagnostic::new(codes::P0001, format!("unexpected character `{c}`"))
-                        .at(self.file, Span::new(start, end), "not valid here")
-                        .help(help_for_char(c)),
-                );
-                self.push(TokenKind::Error, start, end);
-                &rest[c.len_utf8()..]
+                self.unexpected(rest)
             };
         }
+    }
+
+    /// A run of characters that start no token, as one diagnostic and one error token.
+    fn unexpected(&mut self, rest: &'a str) -> &'a str {
+        let start = self.offset(rest);
+        let c = rest.chars().next().expect("the caller saw a character");
+        let len = rest
+            .char_indices()
+            .find(|&(_, x)| starts_token(x))
+            .map_or(rest.len(), |(i, _)| i);
+        let end = start + len;
+        let count = rest[..len].chars().count();
+        let message = if count == 1 {
+            format!("unexpected character {}", show_char(c))
+        } else {
+            format!(
+                "{count} unexpected characters, starting with {}",
+                show_char(c)
+            )
+        };
+        self.out.diagnostics.push(
+            Diagnostic::new(codes::P0001, message)
+                .at(self.file, Span::new(start, end), "not valid here")
+                .help(help_for_char(c)),
+        );
+        self.push(TokenKind::Error, start, end);
+        &rest[len..]
     }
 
     fn string(&mut self, rest: &'a str) -> &'a str {
@@ -381,11 +406,44 @@ impl<'a> Lexer<'a> {
     }
 }
 
+/// Whether a character may begin a token, a comment or the space between them (where a
+/// run of unexpected characters ends).
+fn starts_token(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\r' | '#' | '"' | '_')
+        || c.is_ascii_alphanumeric()
+        || "{}[]()=,;+-*/.\n".contains(c)
+}
+
+/// Invisible characters would print as nothing (or garble a terminal): they are named by
+/// their code point instead.
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2028}' | '\u{2029}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
+fn show_char(c: char) -> String {
+    if invisible(c) {
+        format!("U+{:04X}", c as u32)
+    } else {
+        format!("`{c}`")
+    }
+}
+
 fn help_for_char(c: char) -> String {
     match c {
         ':' => "attributes are written `name = value`, not `name: value`".into(),
         '\'' => "strings use double quotes: \"...\"".into(),
         '/' => "comments start with `#`".into(),
+        '\0' => "remove it: a plan is text, and NUL bytes mean the file is binary or UTF-16; \
+                  save it as UTF-8"
+            .into(),
+        '\u{feff}' => {
+            "remove it: a byte order mark belongs only at the very start of a file".into()
+        }
+        '\u{fffd}' => "remove it: this stands for bytes that were not UTF-8".into(),
+        c if invisible(c) => "remove it: an invisible or control character, perhaps pasted along \
+                               with the text"
+            .into(),
         _ => "remove it; comments start with `#`".into(),
     }
 }
@@ -398,7 +456,7 @@ pub fn lex(src: &str, file: FileId) -> Lexed {
         out: Lexed {
             tokens: Vec::new(),
             comments: Vec::new(),
-            diagnostics: Vec::new(),
+            diagnostics: Capped::new(crate::parser::MAX_SYNTAX_ERRORS),
         },
     }
     .run()
@@ -497,5 +555,40 @@ mod tests {
     fn every_bad_character_is_reported() {
         let lexed = lex("a = 1 @ b = 2 $", FileId(0));
         assert_eq!(lexed.diagnostics.len(), 2);
+    }
+
+    #[test]
+    fn a_run_of_bad_characters_is_one_error_and_invisible_ones_are_named() {
+        let src = "a = 1 \0\0\0\u{7}@ b";
+        let lexed = lex(src, FileId(0));
+        assert_eq!(lexed.diagnostics.len(), 1);
+        let d = &lexed.diagnostics[0];
+        assert_eq!(d.message, "5 unexpected characters, starting with U+0000");
+        assert_eq!(
+            &src[d.primary.as_ref().unwrap().span.range()],
+            "\0\0\0\u{7}@"
+        );
+        assert_eq!(kinds(src).len(), 6);
+    }
+
+    #[test]
+    fn a_byte_order_mark_at_the_start_is_skipped_and_crlf_is_space() {
+        let src = "\u{feff}a = 1\r\n";
+        let lexed = lex(src, FileId(0));
+        assert!(lexed.diagnostics.is_empty());
+        assert_eq!(lexed.tokens[0].span, Span::new(3, 4));
+        let lexed = lex("a = \u{feff}1", FileId(0));
+        assert_eq!(lexed.diagnostics[0].message, "unexpected character U+FEFF");
+    }
+
+    #[test]
+    fn a_megabyte_of_garbage_is_a_bounded_list_of_errors() {
+        let src = "@ ".repeat(500_000);
+        let lexed = lex(&src, FileId(0));
+        assert_eq!(lexed.diagnostics.len(), crate::parser::MAX_SYNTAX_ERRORS);
+        assert_eq!(
+            lexed.diagnostics.dropped(),
+            500_000 - crate::parser::MAX_SYNTAX_ERRORS
+        );
     }
 }

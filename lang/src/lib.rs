@@ -5,6 +5,7 @@
 
 pub mod codes;
 pub mod diagnostic;
+pub mod encoding;
 pub mod format;
 pub mod lexer;
 pub mod parser;

@@ -4,9 +4,14 @@
 //! to the end of that attribute (newline, `;`, `,` or the closing brace) and carries on, so
 //! one run reports every syntax error in the file and still returns a tree for the rest:
 //! that tree is what the compiler checks and what an editor shows.
+//!
+//! Hostile input must not exhaust the stack: blocks, brackets and signs nest at most
+//! [`MAX_NESTING`] deep (deeper text is skipped and reported once, P0008), and operator
+//! chains are read in a loop into flat [`ExprKind::Chain`] nodes, so the recursion here,
+//! and in every later walk of the tree, is bounded by the limit and not by the input.
 
 use crate::codes;
-use crate::diagnostic::Diagnostic;
+use crate::diagnostic::{Capped, Diagnostic};
 use crate::lexer::{lex, Token, TokenKind};
 use crate::span::{FileId, Span};
 use crate::syntax::*;
@@ -25,6 +30,9 @@ pub fn parse(src: &str, file: FileId) -> Parsed {
         pos: 0,
         file,
         diagnostics: lexed.diagnostics,
+        depth: 0,
+        brackets: 0,
+        too_deep: false,
     };
     let items = p.items();
     Parsed {
@@ -32,17 +40,31 @@ pub fn parse(src: &str, file: FileId) -> Parsed {
             items,
             comments: lexed.comments,
         },
-        diagnostics: p.diagnostics,
+        diagnostics: p.diagnostics.into_vec(),
     }
 }
 
 pub const RESERVED: &[&str] = &["import", "auto", "true", "false"];
 
+/// How deep blocks, brackets and signs may nest. Real plans nest three or four levels; the
+/// limit is what keeps the recursion of the parser and of every walk of its tree within a
+/// 2 MiB thread stack, even in a debug build.
+pub const MAX_NESTING: usize = 256;
+
+/// Syntax errors listed per file; a file of garbage would otherwise give one per byte.
+pub const MAX_SYNTAX_ERRORS: usize = 100;
+
 struct Parser {
     tokens: Vec<Token>,
     pos: usize,
     file: FileId,
-    diagnostics: Vec<Diagnostic>,
+    diagnostics: Capped,
+    /// Blocks, brackets and signs open around the current token.
+    depth: usize,
+    /// Brackets (`(`, `[`) open in the current expression.
+    brackets: usize,
+    /// Whether P0008 was reported: one report per file is enough.
+    too_deep: bool,
 }
 
 impl Parser {
@@ -91,8 +113,7 @@ impl Parser {
         label: impl Into<String>,
     ) -> &mut Diagnostic {
         self.diagnostics
-            .push(Diagnostic::new(codes::P0005, message).at(self.file, span, label));
-        self.diagnostics.last_mut().expect("just pushed")
+            .push(Diagnostic::new(codes::P0005, message).at(self.file, span, label))
     }
 
     fn expected(&mut self, what: &str) -> &mut Diagnostic {
@@ -122,6 +143,77 @@ impl Parser {
                 TokenKind::LBrace | TokenKind::LBracket | TokenKind::LParen => depth += 1,
                 TokenKind::RBrace | TokenKind::RBracket | TokenKind::RParen => {
                     depth = depth.saturating_sub(1)
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+    }
+
+    /// Reports P0008 at the current token (the first that opens one level too many), once
+    /// per file.
+    fn too_deep(&mut self) {
+        if self.too_deep {
+            return;
+        }
+        self.too_deep = true;
+        let span = self.span();
+        self.diagnostics.push(
+            Diagnostic::new(
+                codes::P0008,
+                format!("nested too deeply (limit {MAX_NESTING})"),
+            )
+            .at(
+                self.file,
+                span,
+                format!("level {} opens here", MAX_NESTING + 1),
+            )
+            .help(format!(
+                "planc reads at most {MAX_NESTING} levels of blocks, brackets and signs; \
+                 write the value with fewer parentheses, or compute it in steps"
+            )),
+        );
+    }
+
+    /// Skips an expression nested too deeply: to the end of the brackets open around it,
+    /// or of the attribute when none is. A `}` (never inside an expression) is left for the
+    /// block. The enclosing expressions then return their error without reading further.
+    fn skip_too_deep(&mut self) {
+        let mut depth = self.brackets;
+        loop {
+            match self.peek() {
+                TokenKind::Eof | TokenKind::RBrace => return,
+                TokenKind::Newline | TokenKind::Semi | TokenKind::Comma if depth == 0 => return,
+                TokenKind::LParen | TokenKind::LBracket => depth += 1,
+                TokenKind::RParen | TokenKind::RBracket => {
+                    if depth <= 1 {
+                        if depth == 1 {
+                            self.bump();
+                        }
+                        return;
+                    }
+                    depth -= 1;
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+    }
+
+    /// Skips a block nested too deeply, from its `{` to the matching `}` (or the end of
+    /// the file).
+    fn skip_block(&mut self) {
+        let mut depth = 0usize;
+        loop {
+            match self.peek() {
+                TokenKind::Eof => return,
+                TokenKind::LBrace => depth += 1,
+                TokenKind::RBrace => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        self.bump();
+                        return;
+                    }
                 }
                 _ => {}
             }
@@ -217,8 +309,15 @@ impl Parser {
             }
             return None;
         }
+        if self.depth >= MAX_NESTING {
+            self.too_deep();
+            self.skip_block();
+            return None;
+        }
         let open = self.bump().span;
+        self.depth += 1;
         let entries = self.entries(open, &kind.text);
+        self.depth -= 1;
         let end = self.prev_span();
         Some(Block {
             span: kind.span.to(end),
@@ -254,6 +353,11 @@ impl Parser {
                     TokenKind::LBrace => self.nested_block(&mut entries),
                     TokenKind::Ident(_) if matches!(self.peek_at(2), TokenKind::LBrace) => {
                         self.nested_block(&mut entries)
+                    }
+                    // A stray character after the name, reported by the lexer already.
+                    TokenKind::Error => {
+                        self.bump();
+                        self.recover();
                     }
                     _ => {
                         let name = self.bump();
@@ -305,6 +409,8 @@ impl Parser {
             | TokenKind::Comma
             | TokenKind::RBrace
             | TokenKind::Eof => {}
+            // The lexer reported it (stray bytes after a value); once is enough.
+            TokenKind::Error => self.recover(),
             TokenKind::Ident(_)
                 if matches!(self.tokens[self.pos - 1].kind, TokenKind::Number(_)) =>
             {
@@ -321,49 +427,75 @@ impl Parser {
     }
 
     fn expr(&mut self) -> Expr {
-        self.binary(0)
+        self.chain(1)
     }
 
-    fn binary(&mut self, min_prec: u8) -> Expr {
-        let mut lhs = self.unary();
+    /// Operands of precedence `prec` (1: `+ -`, 2: `* /`) joined by its operators, read in
+    /// a loop into one flat chain: `64 + 1 + 1 + ...` costs no stack per term.
+    fn chain(&mut self, prec: u8) -> Expr {
+        let operand = |p: &mut Self| if prec == 1 { p.chain(2) } else { p.unary() };
+        let first = operand(self);
+        if matches!(first.kind, ExprKind::Error) {
+            return first;
+        }
+        let mut rest = Vec::new();
         loop {
-            let (op, prec) = match self.peek() {
-                TokenKind::Plus => (BinOp::Add, 1),
-                TokenKind::Minus => (BinOp::Sub, 1),
-                TokenKind::Star => (BinOp::Mul, 2),
-                TokenKind::Slash => (BinOp::Div, 2),
-                _ => return lhs,
+            let op = match (prec, self.peek()) {
+                (1, TokenKind::Plus) => BinOp::Add,
+                (1, TokenKind::Minus) => BinOp::Sub,
+                (2, TokenKind::Star) => BinOp::Mul,
+                (2, TokenKind::Slash) => BinOp::Div,
+                _ => break,
             };
-            if prec < min_prec {
-                return lhs;
-            }
             self.bump();
-            let rhs = self.binary(prec + 1);
+            let rhs = operand(self);
             if matches!(rhs.kind, ExprKind::Error) {
                 return rhs;
             }
-            lhs = Expr {
-                span: lhs.span.to(rhs.span),
-                kind: ExprKind::Binary {
-                    op,
-                    lhs: Box::new(lhs),
-                    rhs: Box::new(rhs),
-                },
-            };
+            rest.push((op, rhs));
         }
+        let Some((_, last)) = rest.last() else {
+            return first;
+        };
+        Expr {
+            span: first.span.to(last.span),
+            kind: ExprKind::Chain {
+                first: Box::new(first),
+                rest,
+            },
+        }
+    }
+
+    /// Runs `f` one level deeper, or reports P0008, skips the rest of the expression and
+    /// returns an error when that level is one too many.
+    fn nested(&mut self, bracket: bool, f: impl FnOnce(&mut Self) -> Expr) -> Expr {
+        if self.depth >= MAX_NESTING {
+            let span = self.span();
+            self.too_deep();
+            self.skip_too_deep();
+            return self.error_expr(span);
+        }
+        self.depth += 1;
+        self.brackets += usize::from(bracket);
+        let e = f(self);
+        self.depth -= 1;
+        self.brackets -= usize::from(bracket);
+        e
     }
 
     fn unary(&mut self) -> Expr {
         if self.at(&TokenKind::Minus) {
-            let start = self.bump().span;
-            let inner = self.unary();
-            if matches!(inner.kind, ExprKind::Error) {
-                return inner;
-            }
-            return Expr {
-                span: start.to(inner.span),
-                kind: ExprKind::Neg(Box::new(inner)),
-            };
+            return self.nested(false, |p| {
+                let start = p.bump().span;
+                let inner = p.unary();
+                if matches!(inner.kind, ExprKind::Error) {
+                    return inner;
+                }
+                Expr {
+                    span: start.to(inner.span),
+                    kind: ExprKind::Neg(Box::new(inner)),
+                }
+            });
         }
         self.primary()
     }
@@ -385,29 +517,8 @@ impl Parser {
                 ExprKind::Str(s)
             }
             TokenKind::Ident(id) => return self.ident_or_path(id),
-            TokenKind::LParen => {
-                self.bump();
-                let inner = self.expr();
-                if matches!(inner.kind, ExprKind::Error) {
-                    return inner;
-                }
-                if !self.at(&TokenKind::RParen) {
-                    let file = self.file;
-                    let d = self.expected("`)`");
-                    d.secondary.push(crate::diagnostic::Label {
-                        file,
-                        span,
-                        message: "to close this `(`".into(),
-                    });
-                    return self.error_expr(span);
-                }
-                let end = self.bump().span;
-                return Expr {
-                    span: span.to(end),
-                    kind: ExprKind::Paren(Box::new(inner)),
-                };
-            }
-            TokenKind::LBracket => return self.list(),
+            TokenKind::LParen => return self.nested(true, |p| p.paren(span)),
+            TokenKind::LBracket => return self.nested(true, |p| p.list()),
             TokenKind::Error => {
                 self.bump();
                 return self.error_expr(span);
@@ -418,6 +529,30 @@ impl Parser {
             }
         };
         Expr { kind, span }
+    }
+
+    /// `( expr )`; the current token is the `(` at `span`.
+    fn paren(&mut self, span: Span) -> Expr {
+        self.bump();
+        let inner = self.expr();
+        if matches!(inner.kind, ExprKind::Error) {
+            return inner;
+        }
+        if !self.at(&TokenKind::RParen) {
+            let file = self.file;
+            let d = self.expected("`)`");
+            d.secondary.push(crate::diagnostic::Label {
+                file,
+                span,
+                message: "to close this `(`".into(),
+            });
+            return self.error_expr(span);
+        }
+        let end = self.bump().span;
+        Expr {
+            span: span.to(end),
+            kind: ExprKind::Paren(Box::new(inner)),
+        }
     }
 
     fn error_expr(&self, span: Span) -> Expr {
@@ -538,12 +673,12 @@ mod tests {
         let b = first_block("model { x = 1 + 2 * 3 }");
         let a = b.attrs().next().unwrap();
         match &a.value.kind {
-            ExprKind::Binary {
-                op: BinOp::Add,
-                rhs,
-                ..
-            } => {
-                assert!(matches!(rhs.kind, ExprKind::Binary { op: BinOp::Mul, .. }))
+            ExprKind::Chain { rest, .. } => {
+                assert_eq!(rest.len(), 1);
+                assert_eq!(rest[0].0, BinOp::Add);
+                assert!(
+                    matches!(&rest[0].1.kind, ExprKind::Chain { rest, .. } if rest[0].0 == BinOp::Mul)
+                )
             }
             other => panic!("{other:?}"),
         }
@@ -589,6 +724,100 @@ mod tests {
         assert_eq!(p.diagnostics[0].code, "P0006");
         let span = p.diagnostics[0].primary.as_ref().unwrap().span;
         assert_eq!(&src[span.range()], "{");
+    }
+
+    /// Runs `f` on a thread with the 2 MiB stack the test harness, rayon and the LSP's
+    /// helper threads get, so that a test fails here before a user's editor aborts.
+    fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    fn codes(p: &Parsed) -> Vec<&'static str> {
+        p.diagnostics.iter().map(|d| d.code).collect()
+    }
+
+    #[test]
+    fn deep_nesting_is_one_error_at_the_level_too_many_and_the_rest_parses() {
+        for n in [20_000, 100_000] {
+            let shapes = [
+                format!("{}1{}", "(".repeat(n), ")".repeat(n)),
+                format!("{}1{}", "[".repeat(n), "]".repeat(n)),
+                format!("{}1", "-".repeat(n)),
+                format!("{}1{}", "- (".repeat(n), ")".repeat(n)),
+                format!("[{}1{}, 2]", "(".repeat(n), ")".repeat(n)),
+                // Never closed: the rest of the block is skipped, the next block is read.
+                "(".repeat(n),
+            ];
+            for value in shapes {
+                let src =
+                    format!("model m {{ layers = {value}\n hidden = 8 }}\ntrain {{ x = 1 }}\n");
+                let p = on_small_stack(move || {
+                    let p = parse(&src, FileId(0));
+                    let found = codes(&p);
+                    assert_eq!(found[0], "P0008", "{found:?}");
+                    assert_eq!(found.iter().filter(|c| **c == "P0008").count(), 1);
+                    let at = p.diagnostics[0].primary.as_ref().unwrap().span.start as usize;
+                    // The block is level 1: the value may open 255 more.
+                    let opened = src[..at].matches(['(', '[', '-']).count();
+                    assert_eq!(opened, MAX_NESTING - 1, "{:?}", &src[at..at + 1]);
+                    // The next attribute and the next block are read.
+                    let Item::Block(m) = &p.file.items[0] else {
+                        panic!()
+                    };
+                    let closed = !src.contains("((\n");
+                    assert_eq!(m.attrs().any(|a| a.name.text == "hidden"), closed);
+                    assert_eq!(p.file.items.len(), 2);
+                    p
+                });
+                // Dropping the tree recurses too; it must be as shallow as the limit.
+                on_small_stack(move || drop(p));
+            }
+        }
+    }
+
+    #[test]
+    fn deep_blocks_are_one_error_and_the_next_block_parses() {
+        let n = 100_000;
+        let src = format!(
+            "model m {}{}\ntrain {{ x = 1 }}\n",
+            "{ a ".repeat(n),
+            "}".repeat(n)
+        );
+        let p = on_small_stack(move || parse(&src, FileId(0)));
+        assert_eq!(codes(&p)[0], "P0008");
+        assert_eq!(p.diagnostics.len(), 1, "{:#?}", p.diagnostics);
+        assert!(matches!(&p.file.items[1], Item::Block(b) if b.kind.text == "train"));
+        on_small_stack(move || drop(p));
+    }
+
+    #[test]
+    fn long_chains_are_flat() {
+        let n = 100_000;
+        let src = format!("model m {{ layers = 64{} }}", " + 1 * 2".repeat(n));
+        let p = on_small_stack(move || parse(&src, FileId(0)));
+        assert!(p.diagnostics.is_empty());
+        let Item::Block(b) = &p.file.items[0] else {
+            panic!()
+        };
+        let ExprKind::Chain { rest, .. } = &b.attrs().next().unwrap().value.kind else {
+            panic!()
+        };
+        assert_eq!(rest.len(), n);
+        assert!(matches!(&rest[0].1.kind, ExprKind::Chain { rest, .. } if rest.len() == 1));
+        on_small_stack(move || drop(p));
+    }
+
+    #[test]
+    fn a_file_of_garbage_gives_a_bounded_list_of_errors() {
+        let src = "x\n".repeat(1_000_000);
+        let p = parse(&src, FileId(0));
+        assert_eq!(p.diagnostics.len(), MAX_SYNTAX_ERRORS + 1);
+        assert_eq!(p.diagnostics.last().unwrap().code, "P0009");
     }
 
     #[test]

@@ -55,17 +55,28 @@ impl LineIndex {
         LineIndex { line_starts }
     }
 
-    /// 1-based (line, column) of a byte offset.
-    pub fn line_col(&self, text: &str, offset: usize) -> (usize, usize) {
-        let offset = offset.min(text.len());
+    /// The 0-based line of a byte offset and the offset where that line starts.
+    pub fn line_start(&self, offset: usize) -> (usize, usize) {
         let line = match self.line_starts.binary_search(&offset) {
             Ok(i) => i,
             Err(i) => i - 1,
         };
-        let start = self.line_starts[line];
+        (line, self.line_starts[line])
+    }
+
+    /// 1-based (line, column) of a byte offset.
+    pub fn line_col(&self, text: &str, offset: usize) -> (usize, usize) {
+        let offset = offset.min(text.len());
+        let (line, start) = self.line_start(offset);
         let column = text
             .get(start..offset)
-            .map(|s| s.chars().count())
+            .map(|s| {
+                if s.is_ascii() {
+                    s.len()
+                } else {
+                    s.chars().count()
+                }
+            })
             .unwrap_or(offset - start);
         (line + 1, column + 1)
     }

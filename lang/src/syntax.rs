@@ -1,4 +1,8 @@
 //! The syntax tree of a `.tp` file. Every node keeps its span; nothing is resolved here.
+//!
+//! The tree is never deeper than [`crate::parser::MAX_NESTING`] blocks, brackets and signs
+//! (the parser reports P0008 beyond it), and operator chains are flat lists, so code that
+//! walks it may recurse without risking the stack, whatever the input.
 
 use crate::lexer::Comment;
 use crate::span::Span;
@@ -116,10 +120,13 @@ pub enum ExprKind {
     /// `model.hidden`: a reference to another block's attribute.
     Path(Vec<Ident>),
     List(Vec<Expr>),
-    Binary {
-        op: BinOp,
-        lhs: Box<Expr>,
-        rhs: Box<Expr>,
+    /// Operands of one precedence joined left to right: `a + b - c`, `4 * hidden / 2`.
+    /// Flat rather than nested, so that a chain of 100,000 terms is a long list and not a
+    /// tree 100,000 deep, which every walk (and `Drop`) would recurse through.
+    Chain {
+        first: Box<Expr>,
+        /// At least one: a single operand is not a chain.
+        rest: Vec<(BinOp, Expr)>,
     },
     Neg(Box<Expr>),
     Paren(Box<Expr>),

@@ -62,7 +62,33 @@ pub fn simulate_program(program: Program, costs: &Costs) -> Result<Simulation, V
     })
 }
 
-/// Simulates one step of a valid plan.
+/// Tasks above which a step is not simulated: the graph takes about 60 bytes and a
+/// microsecond per task, so this bounds a simulation to ~100 MB and a second or two, while
+/// real plans (thousands of micro-batches on a few dozen stages) stay far below it. A
+/// `global_batch` of 10^12 would otherwise be a step graph too large for any machine.
+pub const MAX_TASKS: f64 = 2e6;
+
+/// About how many tasks the step graph of `plan` has (an upper bound): per pipeline rank
+/// and model chunk, a forward, a backward, a weight gradient, a send and a receive per
+/// micro-batch, and up to 16 gradient-reduction and parameter-gather pieces each.
+pub fn tasks(plan: &Plan) -> f64 {
+    let p = &plan.parallel;
+    let chunks = if plan.parallel.schedule == planc_compiler::plan::Schedule::Interleaved {
+        p.vpp.max(1) as f64
+    } else {
+        1.0
+    };
+    let micro_batches = p.grad_accum(plan.train.global_batch).max(1) as f64;
+    p.pp as f64 * (chunks * (micro_batches * 5.0 + 32.0) + 1.0)
+}
+
+/// Whether [`simulate`] will take `plan` (see [`MAX_TASKS`]).
+pub fn simulable(plan: &Plan) -> bool {
+    tasks(plan) <= MAX_TASKS
+}
+
+/// Simulates one step of a valid plan. Check [`simulable`] first: the time and memory
+/// grow with the number of micro-batches and stages.
 pub fn simulate(plan: &Plan) -> Result<Simulation, Vec<Hang>> {
     let (program, costs) = lower::lower(plan);
     simulate_program(program, &costs)
@@ -93,6 +119,9 @@ pub const RERANK: usize = 8;
 pub fn rerank(spec: &PlanSpec, solution: &mut Solution, k: usize) {
     let n = solution.ranked.len().min(k);
     for c in &mut solution.ranked[..n] {
+        if !simulable(&c.plan) {
+            continue;
+        }
         if let Ok(sim) = simulate(&c.plan) {
             let b = sim.breakdown;
             c.estimate
@@ -118,6 +147,26 @@ pub fn retime(checked: &mut Checked) -> Option<Simulation> {
         }
     }
     let plan = checked.plan.as_ref()?;
+    if !simulable(plan) {
+        let (file, span) = checked
+            .spec
+            .as_ref()
+            .and_then(|s| s.origins.of("train", "global_batch"))
+            .unwrap_or_default();
+        checked.diagnostics.push(
+            Diagnostic::new(
+                codes::P0602,
+                format!(
+                    "the step is too large to simulate: about {:.0} tasks, more than {:.0}",
+                    tasks(plan),
+                    MAX_TASKS
+                ),
+            )
+            .at(file, span, "this many micro-batches")
+            .note("the step time is the closed form"),
+        );
+        return None;
+    }
     match simulate(plan) {
         Ok(sim) => {
             let b = sim.breakdown;

@@ -26,9 +26,9 @@ pub struct Overlay<'a> {
 }
 
 impl FileLoader for Overlay<'_> {
-    fn load(&self, path: &Path) -> std::io::Result<String> {
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         match self.open.get(path) {
-            Some(text) => Ok(text.clone()),
+            Some(text) => Ok(text.clone().into_bytes()),
             None => FsLoader.load(path),
         }
     }
@@ -76,14 +76,14 @@ pub fn diagnostics(checked: &Checked) -> Vec<(PathBuf, Vec<LspDiagnostic>)> {
                 Some(DiagnosticRelatedInformation {
                     location: Location::new(
                         Url::from_file_path(&f.path).ok()?,
-                        range(&f.text, l.span),
+                        range(&f.text, &f.lines, l.span),
                     ),
                     message: l.message.clone(),
                 })
             })
             .collect();
         by_file[file].push(LspDiagnostic {
-            range: range(&entry.text, span),
+            range: range(&entry.text, &entry.lines, span),
             severity: Some(match d.severity {
                 Severity::Error => DiagnosticSeverity::ERROR,
                 Severity::Warning => DiagnosticSeverity::WARNING,
@@ -163,7 +163,7 @@ pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Ho
     }
     // An attribute's name: what the checked plan made of it.
     let attr = block.attrs().find(|a| on(a.name.span))?;
-    let written = &text[attr.value.span.start as usize..attr.value.span.end as usize];
+    let written = text.get(attr.value.span.range()).unwrap_or_default();
     let mut value = format!("`{}.{}` = `{written}`", block.kind.text, attr.name.text);
     let about = match block.kind.text.as_str() {
         "env" => planc_compiler::nccl_env::lookup(&attr.name.text).map(|v| {
@@ -193,10 +193,39 @@ pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Ho
     Some(markdown(value))
 }
 
+/// The entry the cursor is in, from its start to the cursor: from the start of the line or
+/// the last `{`, `}`, `,` or `;` on it outside brackets (`parallel { tp = 8, |`). `None`
+/// in a comment.
+fn entry_prefix(text: &str, at: usize) -> Option<&str> {
+    use planc_lang::lexer::{lex, TokenKind};
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = &text[line_start..at];
+    let lexed = lex(line, FileId(0));
+    if !lexed.comments.is_empty() {
+        return None;
+    }
+    let mut depth = 0usize;
+    let mut start = 0;
+    for t in &lexed.tokens {
+        match t.kind {
+            TokenKind::LParen | TokenKind::LBracket => depth += 1,
+            TokenKind::RParen | TokenKind::RBracket => depth = depth.saturating_sub(1),
+            TokenKind::LBrace | TokenKind::RBrace | TokenKind::Comma | TokenKind::Semi
+                if depth == 0 =>
+            {
+                start = t.span.end as usize;
+            }
+            _ => {}
+        }
+    }
+    Some(&line[start..])
+}
+
 pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
     let syntax = planc_lang::parse(text, FileId(0)).file;
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let prefix = &text[line_start..at];
+    let Some(prefix) = entry_prefix(text, at) else {
+        return Vec::new();
+    };
     let word = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let item = |label: &str, kind: CompletionItemKind, detail: &str| CompletionItem {
         label: label.to_string(),
@@ -330,7 +359,7 @@ pub fn definition(checked: &Checked, path: &Path, at: usize) -> Option<Location>
     let location = |i: usize, a: &planc_lang::syntax::Attr| {
         Some(Location::new(
             Url::from_file_path(&files[i].path).ok()?,
-            range(&files[i].text, a.name.span),
+            range(&files[i].text, &files[i].lines, a.name.span),
         ))
     };
     match reference_at(&attr.value, at)? {
@@ -369,9 +398,9 @@ fn reference_at(e: &planc_lang::syntax::Expr, at: usize) -> Option<Reference> {
             parts[0].text.clone(),
             parts[1].text.clone(),
         )),
-        ExprKind::Binary { lhs, rhs, .. } => {
-            reference_at(lhs, at).or_else(|| reference_at(rhs, at))
-        }
+        ExprKind::Chain { first, rest } => std::iter::once(&**first)
+            .chain(rest.iter().map(|(_, x)| x))
+            .find_map(|x| reference_at(x, at)),
         ExprKind::Neg(x) | ExprKind::Paren(x) => reference_at(x, at),
         ExprKind::List(xs) => xs.iter().find_map(|x| reference_at(x, at)),
         _ => None,

@@ -7,11 +7,16 @@
 //! accepts, built-in GPUs and model presets; go to definition follows imports and
 //! references (`model.hidden`); formatting is `planc fmt`. Synchronous on
 //! purpose: a check takes milliseconds, so there is nothing to cancel.
+//!
+//! Whatever a document holds, the server stays up: the parser bounds how deep every
+//! feature recurses (P0008), and a panic in one request (a bug) becomes an error response
+//! for that request instead of ending the editor's session.
 
 mod features;
 mod position;
 
 use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -110,12 +115,22 @@ impl Server {
                     send(connection, Message::Response(refused))?;
                 }
                 Message::Request(req) => {
-                    let response = self.request(req);
+                    let id = req.id.clone();
+                    let response = catch_unwind(AssertUnwindSafe(|| self.request(req)))
+                        .unwrap_or_else(|_| {
+                            Response::new_err(
+                                id,
+                                lsp_server::ErrorCode::InternalError as i32,
+                                "planc lsp failed on this request (a bug in planc; please report it with the document)".into(),
+                            )
+                        });
                     send(connection, Message::Response(response))?;
                 }
                 Message::Notification(n) if n.method == "exit" => return Ok(()),
                 Message::Notification(n) => {
-                    for out in self.notification(n) {
+                    let outs =
+                        catch_unwind(AssertUnwindSafe(|| self.notification(n))).unwrap_or_default();
+                    for out in outs {
                         send(connection, Message::Notification(out))?;
                     }
                 }

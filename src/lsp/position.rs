@@ -2,20 +2,30 @@
 //! code units, so a line with `×` or a CJK comment must be measured, not sliced.
 
 use lsp_types::{Position, Range};
-use planc_lang::Span;
+use planc_lang::{LineIndex, Span};
 
 pub fn position(text: &str, offset: usize) -> Position {
+    position_in(text, &LineIndex::new(text), offset)
+}
+
+/// [`position`] with the file's line index, so that a large file is not scanned from its
+/// start for every diagnostic.
+pub fn position_in(text: &str, lines: &LineIndex, offset: usize) -> Position {
     let offset = floor_char_boundary(text, offset.min(text.len()));
-    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[..line_start].matches('\n').count();
-    let character: usize = text[line_start..offset].chars().map(char::len_utf16).sum();
+    let (line, line_start) = lines.line_start(offset);
+    let before = &text[line_start..offset];
+    let character: usize = if before.is_ascii() {
+        before.len()
+    } else {
+        before.chars().map(char::len_utf16).sum()
+    };
     Position::new(line as u32, character as u32)
 }
 
-pub fn range(text: &str, span: Span) -> Range {
+pub fn range(text: &str, lines: &LineIndex, span: Span) -> Range {
     Range::new(
-        position(text, span.start as usize),
-        position(text, span.end as usize),
+        position_in(text, lines, span.start as usize),
+        position_in(text, lines, span.end as usize),
     )
 }
 

@@ -153,7 +153,9 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     let per_layer = layer_activation_bytes(plan);
     let mut activations = per_layer * layers * in_flight(plan, stage, micro_batches);
     let elem = plan.train.precision.bytes();
-    let sbh = (m.seq_len / p.cp * p.micro_batch * m.hidden) as f64;
+    // In 128 bits: three counts of up to 2^24 overflow 64.
+    let sbh =
+        (u128::from(m.seq_len / p.cp) * u128::from(p.micro_batch) * u128::from(m.hidden)) as f64;
     if p.recompute == Recompute::Full {
         // One layer's full activations exist while it is recomputed.
         let mut full = plan.clone();

@@ -250,7 +250,10 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         let sp = if p.sequence_parallel { p.tp } else { 1 };
-        let bytes = (p.micro_batch * m.seq_len / p.cp * m.hidden / sp) as f64
+        // In 128 bits: three counts of up to 2^24 overflow 64.
+        let bytes = (u128::from(p.micro_batch) * u128::from(m.seq_len) / u128::from(p.cp)
+            * u128::from(m.hidden)
+            / u128::from(sp)) as f64
             * plan.train.precision.bytes();
         p2p_time(bytes, pl.pp_crosses_nodes, &pl.fabric)
     } else {

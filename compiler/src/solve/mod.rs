@@ -68,7 +68,14 @@ pub struct Solution {
     pub pareto: Vec<usize>,
     pub explanation: Option<explain::Explanation>,
     pub elapsed: Duration,
+    /// The space is larger than [`MAX_SPACE`]: nothing was searched.
+    pub refused: bool,
 }
+
+/// The largest space searched. Real plans have thousands to a hundred thousand layouts; a
+/// candidate list of a generated file would otherwise take all the memory there is (every
+/// layout is held while it is costed).
+pub const MAX_SPACE: u64 = 2_000_000;
 
 impl Solution {
     pub fn best(&self) -> Option<&Candidate> {
@@ -117,6 +124,14 @@ pub fn broken_rule(spec: &PlanSpec, p: &Parallel) -> Option<Rule> {
 pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solution {
     let started = Instant::now();
     let space = Space::of(spec);
+    if space.size() > MAX_SPACE {
+        return Solution {
+            space_size: space.size(),
+            refused: true,
+            elapsed: started.elapsed(),
+            ..Solution::default()
+        };
+    }
     let world = spec.cluster.world_size();
     let layouts = space.layouts(world);
     let headroom = spec.search.memory_headroom;
@@ -169,6 +184,7 @@ pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solu
         pareto,
         explanation: None,
         elapsed: started.elapsed(),
+        refused: false,
     }
 }
 
@@ -194,7 +210,7 @@ pub fn reclassify(c: &mut Candidate, headroom: f64) {
 /// A deterministic tie-break: simpler layouts first.
 fn layout_order(p: &Parallel) -> (u64, u64, u64, u64, u64, u64, u64) {
     (
-        p.tp * p.pp * p.cp,
+        p.tp.saturating_mul(p.pp).saturating_mul(p.cp),
         p.pp,
         p.tp,
         p.vpp,
@@ -232,7 +248,7 @@ pub fn pareto_front(ranked: &[Candidate]) -> Vec<usize> {
 /// Solves the plan's holes; explains with z3 when no layout is valid.
 pub fn solve(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solution {
     let mut solution = search(spec, progress);
-    if solution.ranked.is_empty() {
+    if solution.ranked.is_empty() && !solution.refused {
         solution.explanation = Some(explain::explain(spec, &solution));
     }
     solution

@@ -114,7 +114,12 @@ impl Rule {
     pub fn holds(self, spec: &PlanSpec, p: &Parallel) -> bool {
         let m = &spec.model;
         match self {
-            Rule::WorldSize => p.tp * p.pp * p.cp * p.dp == spec.cluster.world_size(),
+            Rule::WorldSize => {
+                p.tp.saturating_mul(p.pp)
+                    .saturating_mul(p.cp)
+                    .saturating_mul(p.dp)
+                    == spec.cluster.world_size()
+            }
             Rule::HeadsByTp => m.heads.is_multiple_of(p.tp),
             Rule::KvHeadsByTp => m.kv_heads.is_multiple_of(p.tp),
             Rule::LayersByStages => p.split_error(m.layers).is_none(),
@@ -130,11 +135,10 @@ impl Rule {
             Rule::InterleavedNeedsPp => p.schedule != Schedule::Interleaved || p.pp > 1,
             Rule::GroupsHoldStages => {
                 !spec.cluster.is_mixed()
-                    || spec
-                        .cluster
-                        .groups
-                        .iter()
-                        .all(|g| g.gpus().is_multiple_of(p.tp * p.dp * p.cp))
+                    || spec.cluster.groups.iter().all(|g| {
+                        g.gpus()
+                            .is_multiple_of(p.tp.saturating_mul(p.dp).saturating_mul(p.cp))
+                    })
             }
             Rule::PrecisionSupported => spec
                 .cluster

@@ -112,21 +112,30 @@ impl Space {
         }
     }
 
-    /// Upper bound of the number of layouts (before any rule).
+    /// The size of each attribute's domain, by name.
+    pub fn domains(&self) -> [(&'static str, usize); 12] {
+        [
+            ("tp", self.tp.len()),
+            ("pp", self.pp.len()),
+            ("cp", self.cp.len()),
+            ("ep", self.ep.len()),
+            ("dp", self.dp.len()),
+            ("vpp", self.vpp.len()),
+            ("micro_batch", self.micro_batch.len()),
+            ("schedule", self.schedule.len()),
+            ("sequence_parallel", self.sequence_parallel.len()),
+            ("zero", self.zero.len()),
+            ("recompute", self.recompute.len()),
+            ("offload", self.offload.len()),
+        ]
+    }
+
+    /// Upper bound of the number of layouts (before any rule); saturates, for candidate
+    /// lists of a generated file.
     pub fn size(&self) -> u64 {
-        let n = |v: usize| v.max(1) as u64;
-        n(self.tp.len())
-            * n(self.pp.len())
-            * n(self.cp.len())
-            * n(self.ep.len())
-            * n(self.dp.len())
-            * n(self.vpp.len())
-            * n(self.micro_batch.len())
-            * n(self.schedule.len())
-            * n(self.sequence_parallel.len())
-            * n(self.zero.len())
-            * n(self.recompute.len())
-            * n(self.offload.len())
+        self.domains()
+            .iter()
+            .fold(1u64, |acc, (_, n)| acc.saturating_mul((*n).max(1) as u64))
     }
 
     /// Every layout of the space whose shape tiles the cluster (world size, dp derived).
