@@ -162,6 +162,24 @@ pub fn train(
         return Err(RunError::Precision(precision));
     }
     refuse(plan, world)?;
+    // Nothing is overwritten silently: a folder that holds checkpoints is only written by
+    // the run that resumes from it.
+    if let Some(dir) = &opts.save {
+        let same = opts
+            .resume
+            .as_ref()
+            .is_some_and(|r| std::fs::canonicalize(r).ok() == std::fs::canonicalize(dir).ok());
+        if !same {
+            if let Ok(Some(newest)) = checkpoint::latest(dir) {
+                return Err(RunError::Plan(format!(
+                    "--save {}: it already holds checkpoints (newest {}); continue them with \
+                     `--resume {0} --save {0}`, or save into another folder",
+                    dir.display(),
+                    newest.display()
+                )));
+            }
+        }
+    }
     let gpu = Gpu::open(world.local_rank, precision)?;
     let dp = plan.parallel.dp as usize;
     let dp_rank = world.rank; // tp = pp = 1: the data-parallel rank is the rank
