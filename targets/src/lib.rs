@@ -8,7 +8,8 @@
 //! What the plan implies for a framework (Megatron-LM's flags, DeepSpeed's config) is
 //! computed in [`args`], so that every artifact carries the same flags; templates only lay
 //! them out. Every string from the plan reaches an artifact through a quoting filter
-//! ([`quote`]): `shell` in scripts, `yaml` in manifests, `json` in JSON.
+//! ([`quote`]): `shell` in scripts, `yaml` in manifests (`kube` in a container's command and
+//! environment), `json` in JSON.
 
 pub mod args;
 pub mod quote;
@@ -618,6 +619,8 @@ fn environment(sources: &BTreeMap<String, String>) -> Result<Environment<'_>, Em
     env.add_filter("shell_word", filters::shell_word);
     env.add_filter("yaml", filters::yaml);
     env.add_filter("json", filters::json);
+    env.add_filter("kube", filters::kube);
+    env.add_filter("kube_literal", filters::kube_literal);
     for (name, text) in sources {
         env.add_template(name, text)
             .map_err(|e| template_error(name, e))?;
@@ -674,6 +677,34 @@ mod filters {
             return Ok(quote::yaml(s));
         }
         json(v, None)
+    }
+
+    /// A YAML string for a container's `command`, `args` or `env` value: `$` doubled (the
+    /// kubelet would expand `$(NAME)`), numbers and booleans as strings (those lists hold
+    /// strings only).
+    pub fn kube(v: Value) -> Result<String, Error> {
+        let text = match scalar(&v) {
+            Some(s) => s,
+            None => match v.as_str() {
+                Some(s) => s.to_string(),
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("`kube` quotes strings and numbers, not {}", v.kind()),
+                    ))
+                }
+            },
+        };
+        Ok(quote::yaml(&quote::kube_literal(&text)))
+    }
+
+    /// Text with `$` doubled, for a YAML block scalar in a container's command that
+    /// planc's templates write themselves.
+    pub fn kube_literal(v: Value) -> Result<String, Error> {
+        match v.as_str() {
+            Some(s) => Ok(quote::kube_literal(s)),
+            None => Ok(quote::kube_literal(&v.to_string())),
+        }
     }
 
     /// JSON text of any value; `json(2)` indents.

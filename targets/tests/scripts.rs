@@ -144,6 +144,11 @@ fn injected_commands_never_run() {
         let yaml = &k8s[0].contents;
         assert!(yaml.contains(&planc_targets::quote::yaml(&payload)));
         assert!(!yaml.contains(&format!("name: {payload}")));
+        // In the container's command and environment, `$` is doubled: the kubelet would
+        // expand `$(NAME)` there.
+        let kube = planc_targets::quote::yaml(&planc_targets::quote::kube_literal(&payload));
+        assert!(yaml.contains(&format!("- {kube}")), "{yaml}");
+        assert!(yaml.contains(&format!("value: {kube}")), "{yaml}");
     }
 }
 
