@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
 use planc_compiler::check::Checked;
+use planc_compiler::plan::Framework;
+use planc_runtime::train::dist::World;
 use planc_targets::{render_checked, write_artifacts, EmitError, Target};
 
 use crate::{load, render};
@@ -31,6 +33,7 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    warn_if_planc_cannot_run(checked);
     match write_artifacts(&dir, &artifacts, args.force) {
         Ok(paths) => {
             for p in paths {
@@ -46,6 +49,29 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
                 1
             })
         }
+    }
+}
+
+/// A job of framework planc runs what `planc run` can run today (data parallelism): say at
+/// emit time when it cannot, rather than when the job starts after its wait in the queue.
+/// The artifacts are still written, for a `planc` on the cluster that may be newer.
+fn warn_if_planc_cannot_run(checked: &Checked) {
+    let (Some(spec), Some(plan)) = (&checked.spec, &checked.plan) else {
+        return;
+    };
+    if spec.job.as_ref().map(|j| j.framework) != Some(Framework::Planc) {
+        return;
+    }
+    let world = World {
+        rank: 0,
+        size: plan.cluster.world_size() as usize,
+        local_rank: 0,
+        master: String::new(),
+    };
+    if let Err(e) = planc_runtime::train::step::refuse(plan, &world) {
+        eprintln!(
+            "warning: this planc cannot run the plan, so the job would stop at its start: {e}"
+        );
     }
 }
 

@@ -222,6 +222,63 @@ fn emit_writes_artifacts_and_never_overwrites_or_emits_a_bad_plan() {
 }
 
 #[test]
+fn emit_of_framework_planc_runs_planc_on_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("slurm");
+    let run = planc(&[
+        "emit",
+        "examples/gpt2-124m-2x8-planc.tp",
+        "--target",
+        "slurm",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
+    let script = std::fs::read_to_string(out.join("job.sbatch")).unwrap();
+    assert!(
+        script.contains("PLAN='examples/gpt2-124m-2x8-planc.tp'"),
+        "{script}"
+    );
+    assert!(script.contains("--node-rank \"$SLURM_NODEID\""), "{script}");
+    let run = planc(&[
+        "emit",
+        "examples/gpt2-124m-2x8-planc.tp",
+        "--target",
+        "torchrun",
+        "-o",
+        dir.path().join("t").to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("error[P0706]"), "{}", run.stderr);
+
+    // A layout this planc cannot run yet is written all the same, with a warning.
+    let plan = dir.path().join("tp2.tp");
+    let text = std::fs::read_to_string(common::root().join("examples/gpt2-124m-2x8-planc.tp"))
+        .unwrap()
+        .replace("tp = 1 ", "tp = 2 ")
+        .replace("dp = 16", "dp = 8");
+    std::fs::write(&plan, text).unwrap();
+    let run = planc(&[
+        "emit",
+        plan.to_str().unwrap(),
+        "--target",
+        "slurm",
+        "-o",
+        dir.path().join("tp2").to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warning: this planc cannot run the plan")
+            && run.stderr.contains("tp = 2"),
+        "{}",
+        run.stderr
+    );
+    assert!(dir.path().join("tp2/job.sbatch").is_file());
+}
+
+#[test]
 fn solve_emits_the_best_plan_in_one_step() {
     let dir = tempfile::tempdir().unwrap();
     let run = planc(&[

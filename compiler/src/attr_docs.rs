@@ -80,14 +80,20 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
             "layers on the last pipeline stage (it also holds the output layer); default: the even split"
         }
         ("job", "name") => "the job's name, in every launcher",
-        ("job", "framework") => "the training framework the launch scripts run",
+        ("job", "framework") => {
+            "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`)"
+        }
         ("job", "scheduler") => "the scheduler the job is submitted to",
         ("job", "partition") => "Slurm partition",
         ("job", "time_limit") => "wall-clock limit of one attempt (e.g. `48 h`)",
         ("job", "image") => "container image (needed by the k8s target)",
         ("job", "checkpoint_dir") => "where checkpoints are saved and resumed from",
         ("job", "retries") => "attempts after a failure (Slurm requeue, Kubernetes backoff limit)",
-        ("job", "entrypoint") => "the training script; default pretrain_gpt.py (planc extension)",
+        ("job", "entrypoint") => {
+            "what the launchers start: the training script (default pretrain_gpt.py; train.py for \
+             deepspeed and torch) or, for framework planc, the planc binary (default `planc` on PATH); \
+             planc extension"
+        }
         ("search", "objective") => "what `solve` ranks by: throughput or memory",
         ("search", "memory_headroom") => "memory left free on every GPU; default 10 %",
         ("search", "top") => "layouts `solve` shows; default 5",

@@ -53,7 +53,11 @@ enumeration!(
 );
 enumeration!(Recompute { None = "none", Selective = "selective", Full = "full" });
 enumeration!(Offload { None = "none", Optimizer = "optimizer", Params = "params" });
-enumeration!(Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch" });
+enumeration!(
+    /// What the launch artifacts run: Megatron-LM, DeepSpeed, a torch script, or `planc run`
+    /// itself (planc's native runtime, which starts one process per GPU on its own).
+    Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch", Planc = "planc" }
+);
 enumeration!(Scheduler { Slurm = "slurm", K8s = "k8s", None = "none" });
 enumeration!(Objective { Throughput = "throughput", Memory = "memory" });
 

@@ -218,7 +218,9 @@ codes! {
     P0706 Error "the target cannot express the plan"
         "The launcher or framework of `--target` has no way to run part of the layout (a ZB-H1 \
          schedule under Megatron-LM, pipeline parallelism in a DeepSpeed config, node groups with \
-         different GPU counts under torchrun). Change the plan or choose another target.";
+         different GPU counts under torchrun), or the plan's `job.framework = planc` under a target \
+         that would start something else than `planc run` (megatron, deepspeed, torchrun: use \
+         slurm or k8s). Change the plan or choose another target.";
     P0707 Error "the target needs a job attribute"
         "The target cannot be written without an attribute of the `job` block, such as `image` for \
          a Kubernetes PyTorchJob.";

@@ -43,7 +43,8 @@ impl Arg {
 }
 
 /// Checkpoints are written every this many iterations when the job names a checkpoint folder
-/// (Megatron-LM refuses `--save` without `--save-interval`).
+/// (Megatron-LM refuses `--save` without `--save-interval`; `planc run` gets it as
+/// `--save-every`, so both frameworks lose at most this many steps to a failure).
 pub const SAVE_INTERVAL: u64 = 1000;
 
 /// The Megatron-LM arguments of the plan, grouped as the launch script prints them:
@@ -340,10 +341,14 @@ pub fn deepspeed_config(plan: &Plan, target: Target) -> Result<Value, EmitError>
     Ok(cfg)
 }
 
-/// The program every rank runs, and its arguments, for the job's framework.
+/// The program every rank runs, and its arguments, for the job's framework. For planc it is
+/// the `planc` binary, which every node runs once (`planc run PLAN`, written by the
+/// templates with the node's place in the run); its arguments here are the checkpoint
+/// options every attempt shares.
 pub fn program(
     framework: Framework,
     entrypoint: Option<&str>,
+    checkpoint_dir: Option<&str>,
     megatron_args: Option<&[(&'static str, Vec<Arg>)]>,
 ) -> (String, Vec<Arg>) {
     match framework {
@@ -361,5 +366,16 @@ pub fn program(
             ],
         ),
         Framework::Torch => (entrypoint.unwrap_or("train.py").to_string(), Vec::new()),
+        Framework::Planc => (
+            entrypoint.unwrap_or("planc").to_string(),
+            checkpoint_dir
+                .map(|dir| {
+                    vec![
+                        Arg::text("--save", dir),
+                        Arg::num("--save-every", SAVE_INTERVAL),
+                    ]
+                })
+                .unwrap_or_default(),
+        ),
     }
 }

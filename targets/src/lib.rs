@@ -8,7 +8,8 @@
 //! What the plan implies for a framework (Megatron-LM's flags, DeepSpeed's config) is
 //! computed in [`args`], so that every artifact carries the same flags; templates only lay
 //! them out. Every string from the plan reaches an artifact through a quoting filter
-//! ([`quote`]): `shell` in scripts, `yaml` in manifests, `json` in JSON.
+//! ([`quote`]): `shell` in scripts, `yaml` in manifests (`kube` in a container's command and
+//! environment), `json` in JSON.
 
 pub mod args;
 pub mod quote;
@@ -186,14 +187,23 @@ impl fmt::Display for EmitError {
 impl std::error::Error for EmitError {}
 
 /// [`render`] for the result of `planc_compiler::check`: refuses when it has any error
-/// (including out-of-memory), else renders its plan.
+/// (including out-of-memory), else renders its plan. The plan file is the checked root file,
+/// by the path it was checked under.
 pub fn render_checked(
     target: Target,
     checked: &Checked,
     templates: Option<&Path>,
 ) -> Result<Vec<Artifact>, EmitError> {
+    let plan_file = checked
+        .sources
+        .files
+        .first()
+        .map(|f| f.display.as_str())
+        .unwrap_or_default();
     match (&checked.spec, &checked.plan) {
-        (Some(spec), Some(plan)) if checked.ok() => render(target, spec, plan, templates),
+        (Some(spec), Some(plan)) if checked.ok() => {
+            render(target, spec, plan, plan_file, templates)
+        }
         _ => Err(EmitError::PlanErrors(
             checked
                 .diagnostics
@@ -207,10 +217,13 @@ pub fn render_checked(
 
 /// The artifacts of `target` for a plan. Refuses a layout that breaks the rules of
 /// `planc check` (the layout is validated again here, so no caller can skip it).
+/// `plan_file` is where the job reads the plan when the framework is planc (`planc run
+/// PLAN_FILE`); artifacts carry it verbatim, so a relative path stays relative.
 pub fn render(
     target: Target,
     spec: &PlanSpec,
     plan: &Plan,
+    plan_file: &str,
     templates: Option<&Path>,
 ) -> Result<Vec<Artifact>, EmitError> {
     let errors: Vec<Diagnostic> = planc_compiler::validate::validate(spec, &plan.parallel)
@@ -220,7 +233,7 @@ pub fn render(
     if !errors.is_empty() {
         return Err(EmitError::PlanErrors(errors));
     }
-    let ctx = context(target, spec, plan)?;
+    let ctx = context(target, spec, plan, plan_file)?;
     let sources = templates::sources(templates)?;
     let env = environment(&sources)?;
     let framework = ctx.job.framework;
@@ -348,6 +361,9 @@ struct Context<'a> {
     ds_config: Option<serde_json::Value>,
     /// Things the reader of an artifact should know (printed as comments).
     notes: Vec<String>,
+    /// The plan as `planc run` is given it (framework planc): the path given to `planc
+    /// emit`, as given.
+    plan_file: String,
 }
 
 #[derive(Serialize)]
@@ -412,7 +428,12 @@ struct Program {
     args: Vec<Arg>,
 }
 
-fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Context<'a>, EmitError> {
+fn context<'a>(
+    target: Target,
+    spec: &PlanSpec,
+    plan: &'a Plan,
+    plan_file: &str,
+) -> Result<Context<'a>, EmitError> {
     let default_job = Job {
         name: None,
         framework: match target {
@@ -429,6 +450,36 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
         env: Vec::new(),
     };
     let job = spec.job.as_ref().unwrap_or(&default_job);
+    if job.framework == Framework::Planc {
+        // `planc run` is its own launcher (one process per GPU, its own rendezvous): only a
+        // scheduler's artifacts, which start one `planc run` per node, can carry it. The
+        // megatron and deepspeed targets would silently train with another framework.
+        let why = match target {
+            Target::Megatron | Target::Deepspeed => Some(format!(
+                "this target's script runs {} instead of `planc run`; emit with --target slurm \
+                 or k8s (or set job.framework = {target})",
+                if target == Target::Megatron {
+                    "Megatron-LM"
+                } else {
+                    "DeepSpeed"
+                }
+            )),
+            Target::Torchrun => Some(
+                "`planc run` starts one process per GPU and meets the other nodes itself, so \
+                 there is nothing for torchrun to start; run `planc run PLAN --nnodes N \
+                 --node-rank R --master HOST:PORT` on each node, or emit with --target slurm \
+                 or k8s"
+                    .to_string(),
+            ),
+            Target::Slurm | Target::K8s => None,
+        };
+        if let Some(why) = why {
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!("job.framework = planc, and {why}"),
+            });
+        }
+    }
     // The megatron and deepspeed targets are those frameworks, whatever the job says.
     let framework = match target {
         Target::Megatron => Framework::Megatron,
@@ -439,11 +490,16 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
     if cluster.is_mixed() {
         let per_node: Vec<u64> = cluster.groups.iter().map(|g| g.gpus_per_node).collect();
         if per_node.iter().any(|&n| n != per_node[0]) {
+            let launcher = if framework == Framework::Planc {
+                "planc run"
+            } else {
+                "torchrun"
+            };
             return Err(EmitError::Unsupported {
                 target,
                 reason: format!(
                     "the node groups have different GPU counts per node ({per_node:?}); \
-                     torchrun starts the same number of processes on every node"
+                     {launcher} starts the same number of processes on every node"
                 ),
             });
         }
@@ -504,6 +560,7 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
     let (entrypoint, mut prog_args) = args::program(
         framework,
         job.entrypoint.as_deref(),
+        job.checkpoint_dir.as_deref(),
         megatron_groups.as_deref(),
     );
     if target == Target::K8s && framework == Framework::Deepspeed {
@@ -591,6 +648,7 @@ fn context<'a>(target: Target, spec: &PlanSpec, plan: &'a Plan) -> Result<Contex
         },
         ds_config,
         notes,
+        plan_file: plan_file.to_string(),
     })
 }
 
@@ -618,6 +676,8 @@ fn environment(sources: &BTreeMap<String, String>) -> Result<Environment<'_>, Em
     env.add_filter("shell_word", filters::shell_word);
     env.add_filter("yaml", filters::yaml);
     env.add_filter("json", filters::json);
+    env.add_filter("kube", filters::kube);
+    env.add_filter("kube_literal", filters::kube_literal);
     for (name, text) in sources {
         env.add_template(name, text)
             .map_err(|e| template_error(name, e))?;
@@ -674,6 +734,34 @@ mod filters {
             return Ok(quote::yaml(s));
         }
         json(v, None)
+    }
+
+    /// A YAML string for a container's `command`, `args` or `env` value: `$` doubled (the
+    /// kubelet would expand `$(NAME)`), numbers and booleans as strings (those lists hold
+    /// strings only).
+    pub fn kube(v: Value) -> Result<String, Error> {
+        let text = match scalar(&v) {
+            Some(s) => s,
+            None => match v.as_str() {
+                Some(s) => s.to_string(),
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("`kube` quotes strings and numbers, not {}", v.kind()),
+                    ))
+                }
+            },
+        };
+        Ok(quote::yaml(&quote::kube_literal(&text)))
+    }
+
+    /// Text with `$` doubled, for a YAML block scalar in a container's command that
+    /// planc's templates write themselves.
+    pub fn kube_literal(v: Value) -> Result<String, Error> {
+        match v.as_str() {
+            Some(s) => Ok(quote::kube_literal(s)),
+            None => Ok(quote::kube_literal(&v.to_string())),
+        }
     }
 
     /// JSON text of any value; `json(2)` indents.

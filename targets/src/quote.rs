@@ -60,6 +60,13 @@ pub fn yaml(s: &str) -> String {
     out
 }
 
+/// `s` with every `$` doubled, for a container's `command`, `args` and `env` values: the
+/// kubelet replaces `$(NAME)` there with a variable's value and reads `$$` as one `$`, so a
+/// plan string that contains `$(HOME)` reaches the program as written.
+pub fn kube_literal(s: &str) -> String {
+    s.replace('$', "$$")
+}
+
 /// A name usable as a Kubernetes object name (RFC 1123 label: lowercase letters, digits and
 /// `-`, starting and ending with an alphanumeric, at most 63 characters).
 pub fn dns_label(s: &str) -> String {
@@ -135,6 +142,15 @@ mod tests {
         let back: String = serde_json::from_str(&q).unwrap();
         assert_eq!(back, nasty);
         assert!(q.is_ascii());
+    }
+
+    #[test]
+    fn kube_literal_doubles_dollars() {
+        assert_eq!(
+            kube_literal("$(touch x) $$ $HOME"),
+            "$$(touch x) $$$$ $$HOME"
+        );
+        assert_eq!(kube_literal("/ckpt"), "/ckpt");
     }
 
     #[test]

@@ -144,6 +144,11 @@ fn injected_commands_never_run() {
         let yaml = &k8s[0].contents;
         assert!(yaml.contains(&planc_targets::quote::yaml(&payload)));
         assert!(!yaml.contains(&format!("name: {payload}")));
+        // In the container's command and environment, `$` is doubled: the kubelet would
+        // expand `$(NAME)` there.
+        let kube = planc_targets::quote::yaml(&planc_targets::quote::kube_literal(&payload));
+        assert!(yaml.contains(&format!("- {kube}")), "{yaml}");
+        assert!(yaml.contains(&format!("value: {kube}")), "{yaml}");
     }
 }
 
@@ -266,7 +271,14 @@ fn refuses_plans_with_errors_and_missing_attributes() {
     let ok = common::checked(&common::plan_with_job("name = \"v\""));
     let mut plan = ok.plan.clone().unwrap();
     plan.parallel.tp = 3;
-    let err = render(Target::Torchrun, ok.spec.as_ref().unwrap(), &plan, None).unwrap_err();
+    let err = render(
+        Target::Torchrun,
+        ok.spec.as_ref().unwrap(),
+        &plan,
+        "test.tp",
+        None,
+    )
+    .unwrap_err();
     assert_eq!(err.code().id, "P0705");
     // k8s needs an image.
     let err = render_checked(Target::K8s, &ok, None).unwrap_err();
@@ -289,4 +301,421 @@ fn user_templates_override_by_file_name() {
     assert_eq!(err.code().id, "P0708");
     let err = render_checked(Target::Torchrun, &ok, Some(&tmp.path().join("missing"))).unwrap_err();
     assert_eq!(err.code().id, "P0709");
+}
+
+// ----- framework planc: `planc run` on every node -------------------------------------------
+
+/// An srun that runs its command as the task of node 1 of 2 would: srun's own options are
+/// dropped, and SLURM_NODEID and SLURM_NNODES are the task's.
+const SRUN_AS_NODE_1: &str = r#"while [ "${1#--}" != "$1" ]; do shift; done
+export SLURM_NODEID=1 SLURM_NNODES=2
+exec "$@""#;
+
+/// A `planc` that logs its arguments (one per line) and the torchrun rank variables it sees,
+/// and exits with `$PLANC_STATUS` (0 unless set).
+fn planc_stub(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        path,
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$LOG/planc\"\n\
+         env | grep -E '^(RANK|WORLD_SIZE|LOCAL_RANK)=' > \"$LOG/planc-env\"\n\
+         exit \"${PLANC_STATUS:-0}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// What `planc run` is given on node 1 of 2, before the checkpoint options.
+fn node_1_args(plan: &str, master: &str) -> Vec<String> {
+    [
+        "run",
+        plan,
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--master",
+        master,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The first container's command of a PyTorchJob, item by item: the `- "..."` items are
+/// JSON strings (the `yaml` and `kube` filters write JSON), the `- |` item a block scalar.
+fn container_command(yaml: &str) -> Vec<String> {
+    let mut it = yaml
+        .lines()
+        .skip_while(|l| l.trim() != "command:")
+        .skip(1)
+        .peekable();
+    let mut out = Vec::new();
+    while let Some(line) = it.next() {
+        let item = line.trim_start();
+        if line.len() - item.len() < 16 {
+            break;
+        }
+        if item.starts_with('#') {
+            continue;
+        }
+        if item == "- |" {
+            let mut block = String::new();
+            while let Some(b) = it.next_if(|b| b.is_empty() || b.starts_with(&" ".repeat(18))) {
+                block.push_str(b.get(18..).unwrap_or(""));
+                block.push('\n');
+            }
+            out.push(block);
+        } else {
+            let json = item.strip_prefix("- ").expect("a list item");
+            out.push(serde_json::from_str(json).unwrap_or_else(|e| panic!("{json}: {e}")));
+        }
+    }
+    out
+}
+
+/// What the kubelet does to a container's command before starting it: `$(NAME)` becomes
+/// the value of a variable the container defines, `$$` one `$`.
+fn kubelet_expand(s: &str, env: &[(&str, &str)]) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some(r) = rest.strip_prefix("$$") {
+            out.push('$');
+            rest = r;
+        } else if let Some((name, value)) = rest
+            .strip_prefix("$(")
+            .and_then(|r| r.split_once(')'))
+            .and_then(|(n, _)| env.iter().find(|(k, _)| *k == n))
+        {
+            out.push_str(value);
+            rest = &rest[2 + name.len() + 1..];
+        } else {
+            out.push('$');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Runs a PyTorchJob's pod command as the kubelet would on the pod of node 1 (a Worker),
+/// in `dir`, with the training operator's variables set.
+fn run_pod(yaml: &str, dir: &Path, log: &Path) -> std::process::Output {
+    let env = [
+        ("MASTER_ADDR", "job-master-0"),
+        ("MASTER_PORT", "23456"),
+        ("WORLD_SIZE", "8"),
+        ("RANK", "1"),
+        ("PET_NODE_RANK", "1"),
+        ("PET_NNODES", "2"),
+    ];
+    let command: Vec<String> = container_command(yaml)
+        .iter()
+        .map(|c| kubelet_expand(c, &env))
+        .collect();
+    assert_eq!(command[..2], ["/bin/sh", "-c"], "{command:?}");
+    Command::new(&command[0])
+        .args(&command[1..])
+        .current_dir(dir)
+        .envs(env)
+        .env("LOG", log)
+        .env("PATH", "/usr/bin:/bin")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn planc_framework_passes_injected_strings_as_data() {
+    // And one the kubelet would expand in a container's command: variables it defines.
+    let kubelet = ["$(RANK)$(MASTER_ADDR)-MARK"];
+    for (i, attempt) in INJECTIONS.iter().chain(&kubelet).enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let marker = tmp.path().join(format!("INJECTED-{i}"));
+        let payload = attempt.replace("MARK", &marker.to_string_lossy());
+        let lit = payload.replace('\\', "\\\\").replace('"', "\\\"");
+        if lit.contains('\n') {
+            continue; // the lexer rejects a line break inside a string
+        }
+        // The plan's own path, the planc binary and the checkpoint folder all carry the
+        // payload; they are relative, so they live in `work`, where the job starts.
+        let plan_path = format!("{payload}.tp");
+        let ckpt = format!("{payload}-ckpt");
+        let job = format!(
+            "name = \"{lit}\"\n partition = \"{lit}\"\n entrypoint = \"{lit}\"\n \
+             checkpoint_dir = \"{lit}-ckpt\"\n image = \"{lit}\"\n retries = 1\n \
+             env {{ NCCL_DEBUG = \"{lit}\", NCCL_IB_HCA = \"{lit}\" }}"
+        );
+        let text = common::planc_plan_with_job(&job);
+        let checked = common::checked_named(&plan_path, &text);
+        let work = tmp.path().join("work");
+        let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+        for d in [&work, &bin, &log] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let plan_file = work.join(&plan_path);
+        std::fs::create_dir_all(plan_file.parent().unwrap()).unwrap();
+        std::fs::write(&plan_file, &text).unwrap();
+        planc_stub(&work.join(&payload));
+        stub(&bin, "srun", SRUN_AS_NODE_1);
+        stub(&bin, "scontrol", "echo node-a; echo node-b");
+        let mut expected = node_1_args(&plan_path, "node-a:29500");
+        expected.extend([
+            "--save".into(),
+            ckpt.clone(),
+            "--save-every".into(),
+            "1000".into(),
+        ]);
+
+        let artifacts = render_checked(Target::Slurm, &checked, None).unwrap();
+        let written = write_artifacts(&tmp.path().join("out"), &artifacts, false).unwrap();
+        let run = Command::new("bash")
+            .arg(&written[0])
+            .current_dir(&work)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("LOG", &log)
+            .env("SLURM_JOB_NODELIST", "node-[a-b]")
+            .env("SLURM_JOB_NUM_NODES", "2")
+            .env("SLURM_JOB_ID", "42")
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "slurm script failed ({:?}): {}{}",
+            run.status,
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert!(
+            !marker.exists(),
+            "slurm: injected command ran for {payload:?}"
+        );
+        assert_eq!(lines(&log.join("planc")), expected, "slurm, {payload:?}");
+
+        let k8s = render_checked(Target::K8s, &checked, None).unwrap();
+        let yaml = &k8s[0].contents;
+        assert!(!yaml.contains(&format!("name: {payload}")));
+        std::fs::remove_file(log.join("planc")).unwrap();
+        let pod = run_pod(yaml, &work, &log);
+        assert!(
+            pod.status.success(),
+            "pod command failed ({:?}): {}{}",
+            pod.status,
+            String::from_utf8_lossy(&pod.stdout),
+            String::from_utf8_lossy(&pod.stderr)
+        );
+        assert!(
+            !marker.exists(),
+            "k8s: injected command ran for {payload:?}"
+        );
+        let mut expected = node_1_args(&plan_path, "job-master-0:23456");
+        expected.extend([
+            "--save".into(),
+            ckpt.clone(),
+            "--save-every".into(),
+            "1000".into(),
+        ]);
+        assert_eq!(lines(&log.join("planc")), expected, "k8s, {payload:?}");
+        assert_eq!(
+            lines(&log.join("planc-env")),
+            Vec::<String>::new(),
+            "planc run must not see the operator's RANK and WORLD_SIZE"
+        );
+    }
+}
+
+/// A complete checkpoint folder, as `planc run --save` leaves one.
+fn checkpoint(dir: &Path, name: &str, complete: bool) {
+    let f = dir.join(name);
+    std::fs::create_dir_all(f.join("optimizer")).unwrap();
+    for file in ["model.safetensors", "config.json"] {
+        std::fs::write(f.join(file), "").unwrap();
+    }
+    if complete {
+        std::fs::write(f.join("planc.json"), "{}").unwrap();
+    }
+}
+
+#[test]
+fn planc_jobs_resume_for_the_steps_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ckpt = tmp.path().join("ckpt");
+    let job = format!(
+        "name = \"r\"\n retries = 2\n image = \"img\"\n checkpoint_dir = \"{}\"",
+        ckpt.display()
+    );
+    let text = common::planc_plan_with_job(&job);
+    let checked = common::checked_named("plan.tp", &text);
+    let work = tmp.path().join("work");
+    let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+    for d in [&work, &bin, &log] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(work.join("plan.tp"), &text).unwrap();
+    planc_stub(&bin.join("planc"));
+    stub(&bin, "srun", SRUN_AS_NODE_1);
+    stub(
+        &bin,
+        "scontrol",
+        "if [ \"$1\" = requeue ]; then echo \"$2\" > \"$LOG/requeued\"; else echo node-a; fi",
+    );
+    let sbatch = write_artifacts(
+        &tmp.path().join("out"),
+        &render_checked(Target::Slurm, &checked, None).unwrap(),
+        false,
+    )
+    .unwrap()
+    .remove(0);
+    let yaml = render_checked(Target::K8s, &checked, None).unwrap()[0]
+        .contents
+        .clone();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let slurm = |status: &str| {
+        for f in ["planc", "requeued"] {
+            let _ = std::fs::remove_file(log.join(f));
+        }
+        Command::new("bash")
+            .arg(&sbatch)
+            .current_dir(&work)
+            .env("PATH", &path)
+            .env("LOG", &log)
+            .env("PLANC_STATUS", status)
+            .env("SLURM_JOB_NODELIST", "node-a")
+            .env("SLURM_JOB_NUM_NODES", "2")
+            .env("SLURM_JOB_ID", "7")
+            .env("SLURM_RESTART_COUNT", "0")
+            .output()
+            .unwrap()
+    };
+    // The pod's planc is found on PATH: the default entrypoint.
+    let pod = || {
+        let _ = std::fs::remove_file(log.join("planc"));
+        let mut yaml = yaml.clone();
+        yaml = yaml.replacen("- \"planc\"", &format!("- {:?}", bin.join("planc")), 1);
+        run_pod(&yaml, &work, &log)
+    };
+    let ckpt_s = ckpt.display().to_string();
+    let save = ["--save", &ckpt_s, "--save-every", "1000"].map(String::from);
+    let with = |extra: &[&str]| -> Vec<String> {
+        let mut v = node_1_args("plan.tp", "node-a:29500");
+        v.extend(save.iter().cloned());
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let resume = |steps: &str| with(&["--resume", &ckpt_s, "--steps", steps]);
+
+    // The first attempt: no checkpoint yet.
+    let out = slurm("0");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&log.join("planc")), with(&[]));
+
+    // DIR/latest names a complete checkpoint: 500 − 200 steps are left.
+    checkpoint(&ckpt, "step-0000100", true);
+    checkpoint(&ckpt, "step-0000200", true);
+    std::fs::write(ckpt.join("latest"), "step-0000200\n").unwrap();
+    slurm("0");
+    assert_eq!(lines(&log.join("planc")), resume("300"));
+    let out = pod();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut expected = resume("300");
+    expected[7] = "job-master-0:23456".into();
+    assert_eq!(lines(&log.join("planc")), expected, "the pod resumes too");
+
+    // DIR/latest names a folder left incomplete, and a higher one is incomplete too:
+    // `planc run --resume` takes the highest complete one.
+    checkpoint(&ckpt, "step-0000300", false);
+    std::fs::write(ckpt.join("latest"), "step-0000300\n").unwrap();
+    checkpoint(&ckpt, "step-0000250", false);
+    slurm("0");
+    assert_eq!(lines(&log.join("planc")), resume("300"));
+    std::fs::remove_file(ckpt.join("latest")).unwrap();
+    slurm("0");
+    assert_eq!(lines(&log.join("planc")), resume("300"));
+
+    // A failed attempt is requeued, and resumes on its next run.
+    let out = slurm("3");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(lines(&log.join("requeued")), ["7"]);
+
+    // The checkpoint of the last step ends the run: nothing is started.
+    checkpoint(&ckpt, "step-0000500", true);
+    std::fs::write(ckpt.join("latest"), "step-0000500\n").unwrap();
+    let out = slurm("0");
+    assert!(out.status.success());
+    assert!(!log.join("planc").exists(), "srun ran after the last step");
+    let out = pod();
+    assert!(out.status.success());
+    assert!(
+        !log.join("planc").exists(),
+        "the pod ran after the last step"
+    );
+
+    // A plan the job cannot find stops the job before srun, without a requeue.
+    std::fs::remove_file(work.join("plan.tp")).unwrap();
+    let out = slurm("0");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no plan at plan.tp"));
+    assert!(!log.join("requeued").exists());
+}
+
+#[test]
+fn planc_framework_is_refused_by_targets_that_launch_something_else() {
+    let checked = common::checked(&common::planc_plan_with_job("name = \"p\""));
+    for target in [Target::Megatron, Target::Deepspeed, Target::Torchrun] {
+        let err = render_checked(target, &checked, None).unwrap_err();
+        assert_eq!(err.code().id, "P0706", "{target}");
+        let text = err.to_string();
+        assert!(text.contains("job.framework = planc"), "{text}");
+        assert!(text.contains("--target slurm or k8s"), "{text}");
+    }
+    // job.entrypoint names the planc binary.
+    let checked = common::checked(&common::planc_plan_with_job(
+        "entrypoint = \"/opt/planc/bin/planc\"",
+    ));
+    let sbatch = &render_checked(Target::Slurm, &checked, None).unwrap()[0].contents;
+    assert!(sbatch.contains("PLANC='/opt/planc/bin/planc'"), "{sbatch}");
+}
+
+#[test]
+fn planc_pod_without_a_checkpoint_folder_starts_planc_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = common::planc_plan_with_job("image = \"img\"");
+    let checked = common::checked_named("plans/p.tp", &text);
+    let log = tmp.path().join("log");
+    std::fs::create_dir_all(&log).unwrap();
+    planc_stub(&tmp.path().join("bin/planc"));
+    let yaml = render_checked(Target::K8s, &checked, None).unwrap()[0]
+        .contents
+        .replacen(
+            "- \"planc\"",
+            &format!("- {:?}", tmp.path().join("bin/planc")),
+            1,
+        );
+    let out = run_pod(&yaml, tmp.path(), &log);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines(&log.join("planc")),
+        node_1_args("plans/p.tp", "job-master-0:23456")
+    );
 }

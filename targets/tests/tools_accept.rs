@@ -135,6 +135,12 @@ job {{ name = "conformance-{name}", image = "nvcr.io/nvidia/pytorch:24.05-py3", 
 fn all_plans() -> Vec<(String, Checked)> {
     let mut plans = common::valid_examples();
     plans.extend(extra_plans());
+    // Framework planc without a checkpoint folder (the example has one): the other branch
+    // of the pod's command.
+    let planc = common::planc_plan_with_job(
+        "name = \"conformance-planc\", image = \"registry.example.com/planc:latest\"",
+    );
+    plans.push(("planc-no-checkpoint".into(), common::checked(&planc)));
     plans
 }
 
