@@ -44,10 +44,13 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let checked = match load::checked(file) {
+    let mut checked = match load::checked(file) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    // Holes are filled as `check` and `emit` fill them (the simulator re-ranks the
+    // finalists), so the run trains the layout they show.
+    planc_simulator::retime(&mut checked);
     // A rank started by planc's own launcher: the launcher has shown the diagnostics.
     let launched = std::env::var_os("PLANC_RANK").is_some();
     if !launched {
