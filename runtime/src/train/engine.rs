@@ -5,9 +5,10 @@
 //! What each layer keeps for its backward pass follows `parallel.recompute` and
 //! `train.attention`: with `none` every layer keeps its norms' outputs, q/k/v, the attention
 //! output, the MLP input and activation (and with `standard` attention the s×s
-//! probabilities); `selective` and `flash` attention keep everything but the probabilities,
-//! which backward recomputes from q and k; `full` keeps only each layer's input and runs the
-//! layer's forward again just before its backward.
+//! probabilities); `selective` keeps everything but the probabilities, which backward
+//! recomputes from q and k; `flash` attention never forms them (fused kernels, see
+//! `attention`) and keeps each row's logsumexp instead; `full` keeps only each layer's
+//! input and runs the layer's forward again just before its backward.
 //!
 //! The loss head (final norm, logits, cross-entropy) runs forward and backward at the end
 //! of a micro-batch's forward pass: its logits are the largest tensor of the step and are
@@ -15,6 +16,7 @@
 
 use planc_compiler::plan::{Attention, Mlp, Norm, Optimizer, Position, Precision, Recompute};
 
+use super::attention::{self, Grads, Heads};
 use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
 use super::model::{Dims, Params};
@@ -45,8 +47,10 @@ struct LayerActs {
     q: Buf,
     k: Buf,
     v: Buf,
-    /// Softmax probabilities [B, H, T, T]; NULL when recomputed.
+    /// Softmax probabilities [B, H, T, T]; NULL when recomputed or under flash attention.
     p: Buf,
+    /// Flash attention: each row's logsumexp, fp32 [B, H, T]; NULL otherwise.
+    lse: Buf,
     a: Buf,
     x2: Buf,
     ln2: Buf,
@@ -76,7 +80,8 @@ struct ActSet {
 struct Scratch {
     qkv: Buf,
     o: Buf,
-    /// Probabilities recomputed in backward (or computed in forward when not kept).
+    /// Probabilities recomputed in backward (or computed in forward when not kept); NULL
+    /// under flash attention, as is `dp`.
     p: Buf,
     tmp: Buf,
     dres: Buf,
@@ -86,6 +91,8 @@ struct Scratch {
     dk: Buf,
     dv: Buf,
     dp: Buf,
+    /// Flash attention's D_i = Σ O·dO, fp32 [B, H, T].
+    dd: Buf,
     d_o: Buf,
     da: Buf,
     dh: Buf,
@@ -175,8 +182,10 @@ impl Engine {
 
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
+        let flash = shape.attention == Attention::Flash;
         // The permutation kernels index in 32 bits.
-        let largest = (n * d.qkv_rows()).max(b * d.heads * t * t);
+        let scores = if flash { 0 } else { b * d.heads * t * t };
+        let largest = (n * d.qkv_rows()).max(scores);
         if largest >= 1 << 31 {
             return Err(RunError::Plan(format!(
                 "a micro-batch of {b} × {t} tokens makes tensors of {largest} elements; the \
@@ -186,6 +195,13 @@ impl Engine {
         let (c, hh, dd) = (d.hidden, d.heads, d.head_dim);
         let bhtd = b * hh * t * dd;
         let bhtt = b * hh * t * t;
+        let bht = b * hh * t;
+        if flash && dd > attention::MAX_HEAD_DIM {
+            return Err(RunError::Plan(format!(
+                "flash attention takes head sizes up to {}, not {dd}: use attention = standard",
+                attention::MAX_HEAD_DIM
+            )));
+        }
         let keep_p = shape.attention == Attention::Standard && shape.recompute == Recompute::None;
         let full = shape.recompute == Recompute::Full;
         let before = gpu.held;
@@ -207,6 +223,11 @@ impl Engine {
                     v: gpu.alloc(bhtd * xsz)?,
                     p: if keep_p {
                         gpu.alloc(bhtt * xsz)?
+                    } else {
+                        Buf::NULL
+                    },
+                    lse: if flash {
+                        gpu.alloc(bht * 4)?
                     } else {
                         Buf::NULL
                     },
@@ -236,7 +257,7 @@ impl Engine {
         let s = Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
             o: gpu.alloc(bhtd * xsz)?,
-            p: if keep_p {
+            p: if keep_p || flash {
                 Buf::NULL
             } else {
                 gpu.alloc(bhtt * xsz)?
@@ -248,7 +269,16 @@ impl Engine {
             dq: gpu.alloc(bhtd * xsz)?,
             dk: gpu.alloc(bhtd * xsz)?,
             dv: gpu.alloc(bhtd * xsz)?,
-            dp: gpu.alloc(bhtt * xsz)?,
+            dp: if flash {
+                Buf::NULL
+            } else {
+                gpu.alloc(bhtt * xsz)?
+            },
+            dd: if flash {
+                gpu.alloc(bht * 4)?
+            } else {
+                Buf::NULL
+            },
             d_o: gpu.alloc(bhtd * xsz)?,
             da: gpu.alloc(n * d.attn_width() * xsz)?,
             dh: gpu.alloc(n * d.fc_rows() * xsz)?,
@@ -480,6 +510,17 @@ impl Engine {
         (self.shape.batch, d.seq_len, d.heads, d.kv_heads, d.head_dim)
     }
 
+    fn heads(&self) -> Heads {
+        let d = &self.shape.dims;
+        Heads {
+            b: self.shape.batch,
+            h: d.heads,
+            t: d.seq_len,
+            d: d.head_dim,
+            xsz: self.xsz,
+        }
+    }
+
     fn softmax_fwd(&self, p: Buf) -> Res {
         let (b, t, h, _, dd) = self.attn_args();
         let rows = b * h * t;
@@ -534,10 +575,22 @@ impl Engine {
             ],
         )?;
         self.mark(|| format!("L{l} attention core"))?;
-        let p = if a.p != Buf::NULL { a.p } else { self.s.p };
-        self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
-        self.softmax_fwd(p)?;
-        self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
+        if self.shape.attention == Attention::Flash {
+            let hd = self.heads();
+            attention::forward(
+                &self.gpu,
+                hd,
+                hd.tensor_cores(),
+                self.s.o,
+                a.lse,
+                (a.q, a.k, a.v),
+            )?;
+        } else {
+            let p = if a.p != Buf::NULL { a.p } else { self.s.p };
+            self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
+            self.softmax_fwd(p)?;
+            self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
+        }
         self.gpu.launch_n(
             "heads_merge",
             b * t * h * dd,
@@ -677,34 +730,28 @@ impl Engine {
                 Arg::I(dd as i32),
             ],
         )?;
-        let p = if a.p != Buf::NULL {
-            a.p
-        } else {
-            self.mark(|| format!("L{l} attention probabilities recompute"))?;
+        if self.shape.attention == Attention::Flash {
+            self.mark(|| format!("L{l} attention core backward fused"))?;
+            let hd = self.heads();
             let s = &self.s;
-            self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
-            self.softmax_fwd(s.p)?;
-            s.p
-        };
-        self.mark(|| format!("L{l} attention core backward products"))?;
-        let s = &self.s;
-        self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
-        self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
-        let rows = b * h * t;
-        self.gpu.launch(
-            "softmax_causal_bwd",
-            (rows.div_ceil(8) as u32, 1),
-            256,
-            &[
-                Arg::P(s.dp),
-                Arg::P(p),
-                Arg::L(rows as i64),
-                Arg::I(t as i32),
-                Arg::F(1.0 / (dd as f32).sqrt()),
-            ],
-        )?;
-        self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
-        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)?;
+            attention::backward(
+                &self.gpu,
+                hd,
+                hd.tensor_cores(),
+                Grads {
+                    dq: s.dq,
+                    dk: s.dk,
+                    dv: s.dv,
+                    dd: s.dd,
+                },
+                (a.q, a.k, a.v),
+                s.d_o,
+                a.lse,
+                (a.a, s.da),
+            )?;
+        } else {
+            self.attention_core_bwd(l, a)?;
+        }
         self.mark(|| format!("L{l} attention qkv gradient merge"))?;
         let s = &self.s;
         self.gpu.launch_n(
@@ -742,6 +789,40 @@ impl Engine {
             gr(self, "ln1_w"),
             gr(self, "ln1_b"),
         )
+    }
+
+    /// Standard attention's core backward: d_o → dq, dk, dv through the probabilities
+    /// (kept, or recomputed here) and the score gradient in `dp`.
+    fn attention_core_bwd(&mut self, l: usize, a: LayerActs) -> Res {
+        let (b, t, h, _, dd) = self.attn_args();
+        let p = if a.p != Buf::NULL {
+            a.p
+        } else {
+            self.mark(|| format!("L{l} attention probabilities recompute"))?;
+            let s = &self.s;
+            self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
+            self.softmax_fwd(s.p)?;
+            s.p
+        };
+        self.mark(|| format!("L{l} attention core backward products"))?;
+        let s = &self.s;
+        self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
+        self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
+        let rows = b * h * t;
+        self.gpu.launch(
+            "softmax_causal_bwd",
+            (rows.div_ceil(8) as u32, 1),
+            256,
+            &[
+                Arg::P(s.dp),
+                Arg::P(p),
+                Arg::L(rows as i64),
+                Arg::I(t as i32),
+                Arg::F(1.0 / (dd as f32).sqrt()),
+            ],
+        )?;
+        self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
+        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)
     }
 
     /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's
