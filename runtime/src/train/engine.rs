@@ -79,6 +79,8 @@ struct ActSet {
 /// Buffers reused by every layer and micro-batch.
 struct Scratch {
     qkv: Buf,
+    /// Standard attention's output and its gradient [B, H, T, D] (flash reads and writes the
+    /// merged layouts instead; NULL there, as are dq/dk/dv when flash writes into `dqkv`).
     o: Buf,
     /// Probabilities recomputed in backward (or computed in forward when not kept); NULL
     /// under flash attention, as is `dp`.
@@ -254,9 +256,29 @@ impl Engine {
         mem.activations = gpu.held - before;
         let before = gpu.held;
         let max_cols = c.max(d.qkv_rows()).max(d.fc_rows());
+        // Flash attention reads and writes the merged layouts, and without rope or shared
+        // key/value heads writes dq, dk, dv into the merged qkv gradient.
+        let heads_bufs = !flash;
+        let grad_bufs = !flash || d.kv_heads != d.heads || d.position == Position::Rope;
+        let mut maybe = |keep: bool, bytes: usize| {
+            if keep {
+                gpu.alloc(bytes)
+            } else {
+                Ok(Buf::NULL)
+            }
+        };
+        let (o, d_o) = (
+            maybe(heads_bufs, bhtd * xsz)?,
+            maybe(heads_bufs, bhtd * xsz)?,
+        );
+        let (dq, dk, dv) = (
+            maybe(grad_bufs, bhtd * xsz)?,
+            maybe(grad_bufs, bhtd * xsz)?,
+            maybe(grad_bufs, bhtd * xsz)?,
+        );
         let s = Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
-            o: gpu.alloc(bhtd * xsz)?,
+            o,
             p: if keep_p || flash {
                 Buf::NULL
             } else {
@@ -266,9 +288,9 @@ impl Engine {
             dres: gpu.alloc(n * c * xsz)?,
             dln: gpu.alloc(n * c * xsz)?,
             dqkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
-            dq: gpu.alloc(bhtd * xsz)?,
-            dk: gpu.alloc(bhtd * xsz)?,
-            dv: gpu.alloc(bhtd * xsz)?,
+            dq,
+            dk,
+            dv,
             dp: if flash {
                 Buf::NULL
             } else {
@@ -279,7 +301,7 @@ impl Engine {
             } else {
                 Buf::NULL
             },
-            d_o: gpu.alloc(bhtd * xsz)?,
+            d_o,
             da: gpu.alloc(n * d.attn_width() * xsz)?,
             dh: gpu.alloc(n * d.fc_rows() * xsz)?,
             dact: gpu.alloc(n * d.ffn * xsz)?,
@@ -577,11 +599,12 @@ impl Engine {
         self.mark(|| format!("L{l} attention core"))?;
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
+            // Straight into the merged layout the projection reads.
             attention::forward(
                 &self.gpu,
                 hd,
                 hd.tensor_cores(),
-                self.s.o,
+                a.a,
                 a.lse,
                 (a.q, a.k, a.v),
             )?;
@@ -590,19 +613,19 @@ impl Engine {
             self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
             self.softmax_fwd(p)?;
             self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
+            self.gpu.launch_n(
+                "heads_merge",
+                b * t * h * dd,
+                &[
+                    Arg::P(a.a),
+                    Arg::P(self.s.o),
+                    Arg::I(b as i32),
+                    Arg::I(t as i32),
+                    Arg::I(h as i32),
+                    Arg::I(dd as i32),
+                ],
+            )?;
         }
-        self.gpu.launch_n(
-            "heads_merge",
-            b * t * h * dd,
-            &[
-                Arg::P(a.a),
-                Arg::P(self.s.o),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(dd as i32),
-            ],
-        )?;
         self.mark(|| format!("L{l} attention projection"))?;
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
@@ -715,62 +738,46 @@ impl Engine {
         self.blas
             .linear_dw(gr(self, "proj_w"), dres, a.a, n, aw, c)?;
         self.bias_grad(gr(self, "proj_b"), dres, c)?;
-        let (b, t, h, g, dd) = self.attn_args();
+        let (b, t, h, _, dd) = self.attn_args();
         self.mark(|| format!("L{l} attention core backward"))?;
-        let s = &self.s;
-        self.gpu.launch_n(
-            "heads_split",
-            b * t * h * dd,
-            &[
-                Arg::P(s.d_o),
-                Arg::P(s.da),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(dd as i32),
-            ],
-        )?;
+        let into_qkv = self.flash_into_qkv();
         if self.shape.attention == Attention::Flash {
-            self.mark(|| format!("L{l} attention core backward fused"))?;
             let hd = self.heads();
             let s = &self.s;
+            let grads = if into_qkv {
+                Grads::qkv(hd, s.dqkv, s.dd)
+            } else {
+                Grads::heads(hd, (s.dq, s.dk, s.dv), s.dd)
+            };
             attention::backward(
                 &self.gpu,
                 hd,
                 hd.tensor_cores(),
-                Grads {
-                    dq: s.dq,
-                    dk: s.dk,
-                    dv: s.dv,
-                    dd: s.dd,
-                },
+                grads,
                 (a.q, a.k, a.v),
-                s.d_o,
                 a.lse,
                 (a.a, s.da),
             )?;
         } else {
+            let s = &self.s;
+            self.gpu.launch_n(
+                "heads_split",
+                b * t * h * dd,
+                &[
+                    Arg::P(s.d_o),
+                    Arg::P(s.da),
+                    Arg::I(b as i32),
+                    Arg::I(t as i32),
+                    Arg::I(h as i32),
+                    Arg::I(dd as i32),
+                ],
+            )?;
             self.attention_core_bwd(l, a)?;
         }
-        self.mark(|| format!("L{l} attention qkv gradient merge"))?;
-        let s = &self.s;
-        self.gpu.launch_n(
-            "qkv_merge_grad",
-            n * qr,
-            &[
-                Arg::P(s.dqkv),
-                Arg::P(s.dq),
-                Arg::P(s.dk),
-                Arg::P(s.dv),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(g as i32),
-                Arg::I(dd as i32),
-                Arg::P(self.rope_cos),
-                Arg::P(self.rope_sin),
-            ],
-        )?;
+        if !into_qkv {
+            self.mark(|| format!("L{l} attention qkv gradient merge"))?;
+            self.qkv_merge_grad()?;
+        }
         self.mark(|| format!("L{l} qkv backward"))?;
         let s = &self.s;
         self.blas
@@ -788,6 +795,42 @@ impl Engine {
             a.ln1_rstd,
             gr(self, "ln1_w"),
             gr(self, "ln1_b"),
+        )
+    }
+
+    /// Whether flash attention's backward writes dq, dk and dv straight into the merged qkv
+    /// gradient: it can when each query head has its own key/value head and no rope turns
+    /// them (the merge would then only permute).
+    fn flash_into_qkv(&self) -> bool {
+        let d = &self.shape.dims;
+        self.shape.attention == Attention::Flash
+            && d.kv_heads == d.heads
+            && d.position != Position::Rope
+    }
+
+    /// dq, dk, dv [B, H, T, D] → the merged qkv gradient (rope undone, the query heads of
+    /// a key/value head summed).
+    fn qkv_merge_grad(&self) -> Res {
+        let (b, t, h, g, dd) = self.attn_args();
+        let n = self.rows();
+        let qr = self.shape.dims.qkv_rows();
+        let s = &self.s;
+        self.gpu.launch_n(
+            "qkv_merge_grad",
+            n * qr,
+            &[
+                Arg::P(s.dqkv),
+                Arg::P(s.dq),
+                Arg::P(s.dk),
+                Arg::P(s.dv),
+                Arg::I(b as i32),
+                Arg::I(t as i32),
+                Arg::I(h as i32),
+                Arg::I(g as i32),
+                Arg::I(dd as i32),
+                Arg::P(self.rope_cos),
+                Arg::P(self.rope_sin),
+            ],
         )
     }
 

@@ -552,8 +552,11 @@ __global__ void sgd(float* w, X* wx, const float* g, long n, float lr, float wd,
 //
 // softmax(scale·QKᵀ, causal)·V without the T×T scores, FlashAttention-2's way: forward keeps
 // the output and each row's logsumexp L (natural log, fp32, [B·H·T]); backward recomputes
-// the probabilities a tile at a time from q, k and L, with D_i = Σ_d O·dO from
-// `flash_bwd_dot`. q, k, v, o and their gradients are [B, H, T, D].
+// the probabilities a tile at a time from q, k and L, with D_i = Σ_d O·dO (from
+// `flash_bwd_dot`, or the tensor-core dq kernel, which runs first). q, k and v are [B, H, T, D]; the output and its gradient are merged,
+// [B, T, H·D], as the projection after attention reads them (no permutation kernels); dq,
+// dk and dv go to [B, H, T, D] or straight into the merged qkv gradient, at strides `gbs`
+// (batch), `ghs` (head) and `grs` (row).
 //
 // Backward is two kernels, dk/dv (one block per key tile, over the query tiles at or after
 // it) and dq (one block per query tile, over the key tiles up to it), rather than one that
@@ -626,10 +629,10 @@ __global__ void flash_bwd_dot(float* dd, const X* a, const X* da, int B, int T, 
 
 // Scalar forward: one warp per query row, the keys in order with the online softmax.
 __global__ void flash_fwd(X* o, float* lse, const X* q, const X* k, const X* v, int BH, int T,
-                          int D, float scale) {
+                          int H, int D, float scale) {
     unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (row >= (unsigned)BH * T) return;
-    unsigned t = row % T;
+    unsigned t = row % T, bh = row / T;
     const unsigned long long base = (unsigned long long)(row - t) * D;
     float qr[FLASH_NC], acc[FLASH_NC];
     flash_row(qr, q + (unsigned long long)row * D, D);
@@ -647,21 +650,22 @@ __global__ void flash_fwd(X* o, float* lse, const X* q, const X* k, const X* v, 
         flash_axpy(acc, p, v + base + (unsigned long long)j * D, D);
         m = mn;
     }
-    flash_store(o + (unsigned long long)row * D, acc, 1.0f / l, D);
+    flash_store(o + ((unsigned long long)(bh / H) * T * H + (unsigned long long)t * H + bh % H) * D,
+                acc, 1.0f / l, D);
     if (threadIdx.x % WARP == 0) lse[row] = m + logf(l);
 }
 
 // Scalar dq: one warp per query row, over the keys up to it.
-__global__ void flash_bwd_dq(X* dq, const X* q, const X* k, const X* v, const X* dout,
-                             const float* lse, const float* dd, int BH, int T, int D,
-                             float scale) {
+__global__ void flash_bwd_dq(X* dq, long long gbs, int ghs, int grs, const X* q, const X* k,
+                             const X* v, const X* dout, const float* lse, const float* dd, int BH,
+                             int T, int H, int D, float scale) {
     unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (row >= (unsigned)BH * T) return;
-    unsigned t = row % T;
+    unsigned t = row % T, b = row / T / H, h = row / T % H;
     const unsigned long long base = (unsigned long long)(row - t) * D;
     float qr[FLASH_NC], gr[FLASH_NC], acc[FLASH_NC];
     flash_row(qr, q + (unsigned long long)row * D, D);
-    flash_row(gr, dout + (unsigned long long)row * D, D);
+    flash_row(gr, dout + (((unsigned long long)b * T + t) * H + h) * D, D);
 #pragma unroll
     for (int c = 0; c < FLASH_NC; c++) acc[c] = 0.0f;
     const float L = lse[row], Di = dd[row];
@@ -671,16 +675,16 @@ __global__ void flash_bwd_dq(X* dq, const X* q, const X* k, const X* v, const X*
         float dp = flash_dot(gr, v + base + (unsigned long long)j * D, D);
         flash_axpy(acc, p * (dp - Di), kj, D);
     }
-    flash_store(dq + (unsigned long long)row * D, acc, scale, D);
+    flash_store(dq + b * gbs + (long long)h * ghs + (long long)t * grs, acc, scale, D);
 }
 
 // Scalar dk and dv: one warp per key row, over the queries from it on.
-__global__ void flash_bwd_dkdv(X* dk, X* dv, const X* q, const X* k, const X* v, const X* dout,
-                               const float* lse, const float* dd, int BH, int T, int D,
-                               float scale) {
+__global__ void flash_bwd_dkdv(X* dk, X* dv, long long gbs, int ghs, int grs, const X* q,
+                               const X* k, const X* v, const X* dout, const float* lse,
+                               const float* dd, int BH, int T, int H, int D, float scale) {
     unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (row >= (unsigned)BH * T) return;
-    unsigned t = row % T;
+    unsigned t = row % T, b = row / T / H, h = row / T % H;
     const unsigned long long base = (unsigned long long)(row - t) * D;
     const unsigned rbase = row - t;
     float kr[FLASH_NC], vr[FLASH_NC], ka[FLASH_NC], va[FLASH_NC];
@@ -690,14 +694,15 @@ __global__ void flash_bwd_dkdv(X* dk, X* dv, const X* q, const X* k, const X* v,
     for (int c = 0; c < FLASH_NC; c++) ka[c] = va[c] = 0.0f;
     for (unsigned i = t; i < (unsigned)T; i++) {
         const X* qi = q + base + (unsigned long long)i * D;
-        const X* gi = dout + base + (unsigned long long)i * D;
+        const X* gi = dout + (((unsigned long long)b * T + i) * H + h) * D;
         float p = expf(flash_dot(kr, qi, D) * scale - lse[rbase + i]);
         flash_axpy(va, p, gi, D);
         float dp = flash_dot(vr, gi, D);
         flash_axpy(ka, p * (dp - dd[rbase + i]), qi, D);
     }
-    flash_store(dk + (unsigned long long)row * D, ka, scale, D);
-    flash_store(dv + (unsigned long long)row * D, va, 1.0f, D);
+    const long long at = b * gbs + (long long)h * ghs + (long long)t * grs;
+    flash_store(dk + at, ka, scale, D);
+    flash_store(dv + at, va, 1.0f, D);
 }
 
 }  // extern "C"
@@ -715,6 +720,14 @@ __global__ void flash_bwd_dkdv(X* dk, X* dv, const X* q, const X* k, const X* v,
 #define FL_LN2 0.6931471805599453f
 
 extern __shared__ __attribute__((aligned(16))) unsigned char flash_smem[];
+
+struct __attribute__((aligned(8))) fl2 {
+    float x, y;
+};
+
+struct __attribute__((aligned(16))) u4 {
+    unsigned x[4];
+};
 
 #if PLANC_X != 0
 
@@ -774,19 +787,30 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
     return r;
 }
 
+// Σ a·b over 8 values of the storage type each.
+__device__ __forceinline__ float dot8(u4 a, u4 b) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        s += ld((X)(a.x[i] & 0xffffu)) * ld((X)(b.x[i] & 0xffffu)) +
+             ld((X)(a.x[i] >> 16)) * ld((X)(b.x[i] >> 16));
+    return s;
+}
+
 __device__ __forceinline__ float exp2_fast(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
 
-// Rows of D elements, global (stride D) → shared (stride D + 8), by the whole block.
+// FL_TILE rows of D elements, global (row stride `rs`) → shared (stride D + 8), by the
+// whole block.
 template <int D>
-__device__ __forceinline__ void tile_load(X* s, const X* g) {
+__device__ __forceinline__ void tile_load(X* s, const X* g, int rs = D) {
     constexpr int CH = D / 8;  // 16-byte pieces a row
     for (int i = threadIdx.x; i < FL_TILE * CH; i += FL_THREADS) {
         int r = i / CH, c = i % CH;
-        cp_async16(s + r * (D + 8) + c * 8, g + r * D + c * 8);
+        cp_async16(s + r * (D + 8) + c * 8, g + (long long)r * rs + c * 8);
     }
 }
 
@@ -853,21 +877,23 @@ __device__ __forceinline__ void mma_pb(float (*acc)[4], const float (*p)[4], con
     }
 }
 
-// Writes the warp's 16 rows of a [16 × D] accumulator times `s`; `g` at row 0.
+// Writes the warp's 16 rows of a [16 × D] accumulator times `s`; `g` at row 0, rows `rs`
+// apart.
 template <int D>
-__device__ __forceinline__ void store_rows(X* g, const float (*acc)[4], float s) {
+__device__ __forceinline__ void store_rows(X* g, int rs, const float (*acc)[4], float s) {
     int lane = threadIdx.x % WARP, r = lane / 4, c = lane % 4 * 2;
 #pragma unroll
     for (int dn = 0; dn < D / 8; dn++) {
-        *(unsigned*)(g + r * D + dn * 8 + c) = pack2(acc[dn][0] * s, acc[dn][1] * s);
-        *(unsigned*)(g + (r + 8) * D + dn * 8 + c) = pack2(acc[dn][2] * s, acc[dn][3] * s);
+        *(unsigned*)(g + (long long)r * rs + dn * 8 + c) = pack2(acc[dn][0] * s, acc[dn][1] * s);
+        *(unsigned*)(g + (long long)(r + 8) * rs + dn * 8 + c) =
+            pack2(acc[dn][2] * s, acc[dn][3] * s);
     }
 }
 
 // Forward: one block per (query tile, b·h), the key tiles up to the diagonal in order.
 template <int D>
 __device__ __forceinline__ void flash_fwd_tc(X* o, float* lse, const X* q, const X* k,
-                                             const X* v, int T, float scale) {
+                                             const X* v, int T, int H, float scale) {
     constexpr int S = D + 8;
     X* sQ = (X*)flash_smem;
     X* sK = sQ + FL_TILE * S;      // two buffers
@@ -964,16 +990,19 @@ __device__ __forceinline__ void flash_fwd_tc(X* o, float* lse, const X* q, const
         acc[dn][2] *= inv[1];
         acc[dn][3] *= inv[1];
     }
-    store_rows<D>(o + base + (unsigned long long)row0 * D, acc, 1.0f);
+    const int ors = H * D;  // the merged output's row
+    X* ob = o + ((unsigned long long)(blockIdx.y / H) * T * H + blockIdx.y % H) * D;
+    store_rows<D>(ob + (unsigned long long)row0 * ors, ors, acc, 1.0f);
 }
 
 // dk and dv: one block per (key tile, b·h), the query tiles from the diagonal on. Each warp
 // holds 16 keys and computes Sᵀ and dPᵀ (keys × queries), so Pᵀ and dSᵀ are A operands of
 // dv += Pᵀ·dO and dk += dSᵀ·Q as they stand. K and V stay in registers for D ≤ 64.
 template <int D>
-__device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, const X* q, const X* k,
-                                                  const X* v, const X* dout, const float* lse,
-                                                  const float* dd, int T, float scale) {
+__device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, long long gbs, int ghs, int grs,
+                                                  const X* q, const X* k, const X* v,
+                                                  const X* dout, const float* lse,
+                                                  const float* dd, int T, int H, float scale) {
     constexpr int S = D + 8;
     constexpr bool REGS = D <= 64;
     X* sK = (X*)flash_smem;
@@ -989,11 +1018,14 @@ __device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, const X* q, cons
     const unsigned long long base = (unsigned long long)blockIdx.y * T * D;
     const unsigned long long rbase = (unsigned long long)blockIdx.y * T;
     const float sl2 = scale * FL_LOG2E;
+    const unsigned b = blockIdx.y / H, h = blockIdx.y % H;
+    const int ors = H * D;  // dO's merged row
+    const X* gb = dout + ((unsigned long long)b * T * H + h) * D;
 
     tile_load<D>(sK, k + base + (unsigned long long)kb * FL_TILE * D);
     tile_load<D>(sV, v + base + (unsigned long long)kb * FL_TILE * D);
     tile_load<D>(sQ, q + base + (unsigned long long)kb * FL_TILE * D);
-    tile_load<D>(sG, dout + base + (unsigned long long)kb * FL_TILE * D);
+    tile_load<D>(sG, gb + (unsigned long long)kb * FL_TILE * ors, ors);
     vec_load(sL, lse + rbase + kb * FL_TILE);
     vec_load(sD, dd + rbase + kb * FL_TILE);
     cp_async_commit();
@@ -1011,7 +1043,8 @@ __device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, const X* q, cons
             const unsigned long long next = base + (unsigned long long)(i + 1) * FL_TILE * D;
             const int nb = buf ^ 1;
             tile_load<D>(sQ + nb * FL_TILE * S, q + next);
-            tile_load<D>(sG + nb * FL_TILE * S, dout + next);
+            tile_load<D>(sG + nb * FL_TILE * S, gb + (unsigned long long)(i + 1) * FL_TILE * ors,
+                         ors);
             vec_load(sL + nb * FL_TILE, lse + rbase + (i + 1) * FL_TILE);
             vec_load(sD + nb * FL_TILE, dd + rbase + (i + 1) * FL_TILE);
             cp_async_commit();
@@ -1040,29 +1073,34 @@ __device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, const X* q, cons
         mma_abt<D, !REGS>(dp, va, sV, warp * 16, gt);  // dPᵀ = V·dOᵀ
         const bool diag = i == kb;
 #pragma unroll
-        for (int nt = 0; nt < FL_TILE / 8; nt++)
+        for (int nt = 0; nt < FL_TILE / 8; nt++) {
+            // The two queries of this lane's columns, one 8-byte load each.
+            const fl2 lc = *(const fl2*)(lt + nt * 8 + t2), dc = *(const fl2*)(dt + nt * 8 + t2);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = warp * 16 + g + e / 2 * 8, c = nt * 8 + t2 + e % 2;  // key, query
-                float p = diag && c < r ? 0.0f : exp2_fast(s[nt][e] * sl2 - lt[c] * FL_LOG2E);
+                float l2 = (e % 2 ? lc.y : lc.x) * FL_LOG2E, di = e % 2 ? dc.y : dc.x;
+                float p = diag && c < r ? 0.0f : exp2_fast(s[nt][e] * sl2 - l2);
                 s[nt][e] = p;
-                dp[nt][e] = p * (dp[nt][e] - dt[c]);
+                dp[nt][e] = p * (dp[nt][e] - di);
             }
+        }
         mma_pb<D>(dva, s, gt);   // dV += Pᵀ·dO
         mma_pb<D>(dka, dp, qt);  // dK += dSᵀ·Q
         __syncthreads();  // the buffers are refilled next iteration
     }
-    const unsigned long long row0 = base + (unsigned long long)(kb * FL_TILE + warp * 16) * D;
-    store_rows<D>(dk + row0, dka, scale);
-    store_rows<D>(dv + row0, dva, 1.0f);
+    const long long at = b * gbs + (long long)h * ghs + (long long)(kb * FL_TILE + warp * 16) * grs;
+    store_rows<D>(dk + at, grs, dka, scale);
+    store_rows<D>(dv + at, grs, dva, 1.0f);
 }
 
 // dq: one block per (query tile, b·h), the key tiles up to the diagonal. Q and dO stay in
 // registers for D ≤ 64.
 template <int D>
-__device__ __forceinline__ void flash_bwd_dq_tc(X* dq, const X* q, const X* k, const X* v,
-                                                const X* dout, const float* lse, const float* dd,
-                                                int T, float scale) {
+__device__ __forceinline__ void flash_bwd_dq_tc(X* dq, long long gbs, int ghs, int grs,
+                                                const X* q, const X* k, const X* v,
+                                                const X* dout, const X* o, const float* lse,
+                                                float* dd, int T, int H, float scale) {
     constexpr int S = D + 8;
     constexpr bool REGS = D <= 64;
     X* sQ = (X*)flash_smem;
@@ -1075,8 +1113,12 @@ __device__ __forceinline__ void flash_bwd_dq_tc(X* dq, const X* q, const X* k, c
     const unsigned long long base = (unsigned long long)blockIdx.y * T * D;
     const float sl2 = scale * FL_LOG2E;
 
+    const unsigned b = blockIdx.y / H, h = blockIdx.y % H;
+    const int ors = H * D;  // the merged row of O and dO
+    const unsigned long long mrow = ((unsigned long long)b * T * H + h) * D +
+                                    (unsigned long long)qb * FL_TILE * ors;
     tile_load<D>(sQ, q + base + (unsigned long long)qb * FL_TILE * D);
-    tile_load<D>(sG, dout + base + (unsigned long long)qb * FL_TILE * D);
+    tile_load<D>(sG, dout + mrow, ors);
     tile_load<D>(sK, k + base);
     tile_load<D>(sV, v + base);
     cp_async_commit();
@@ -1084,10 +1126,7 @@ __device__ __forceinline__ void flash_bwd_dq_tc(X* dq, const X* q, const X* k, c
     const unsigned long long r0 = (unsigned long long)blockIdx.y * T + qb * FL_TILE + warp * 16;
     float L2[2], Di[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        L2[h] = lse[r0 + g + h * 8] * FL_LOG2E;
-        Di[h] = dd[r0 + g + h * 8];
-    }
+    for (int e = 0; e < 2; e++) L2[e] = lse[r0 + g + e * 8] * FL_LOG2E;
     unsigned qa[REGS ? D / 16 : 1][4], ga[REGS ? D / 16 : 1][4];
     float dqa[D / 8][4];
 #pragma unroll
@@ -1112,6 +1151,21 @@ __device__ __forceinline__ void flash_bwd_dq_tc(X* dq, const X* q, const X* k, c
                 ldsm_x4(ga[kk], frag_a(sG, S, warp * 16, kk * 16));
             }
         }
+        if (j == 0) {
+            // D_i = Σ O·dO of the warp's rows, two lanes a row, O from global and dO from
+            // its tile; written for the dk/dv kernel, which runs after this one.
+            const int r = warp * 16 + lane / 2, half = lane % 2;
+            const X* orow = o + mrow + (unsigned long long)r * ors + half * (D / 2);
+            const X* grow = sG + r * S + half * (D / 2);
+            float sum = 0.0f;
+#pragma unroll
+            for (int c = 0; c < D / 16; c++)
+                sum += dot8(*(const u4*)(orow + c * 8), *(const u4*)(grow + c * 8));
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (half == 0) dd[r0 - warp * 16 + r] = sum;
+            Di[0] = __shfl_sync(0xffffffffu, sum, 2 * g);
+            Di[1] = __shfl_sync(0xffffffffu, sum, 2 * g + 16);
+        }
         const X* kt = sK + buf * FL_TILE * S;
         const X* vt = sV + buf * FL_TILE * S;
         float s[FL_TILE / 8][4], dp[FL_TILE / 8][4];
@@ -1133,7 +1187,8 @@ __device__ __forceinline__ void flash_bwd_dq_tc(X* dq, const X* q, const X* k, c
         mma_pb<D>(dqa, s, kt);  // dQ += dS·K
         __syncthreads();  // the buffers are refilled next iteration
     }
-    store_rows<D>(dq + base + (unsigned long long)(qb * FL_TILE + warp * 16) * D, dqa, scale);
+    store_rows<D>(dq + b * gbs + (long long)h * ghs + (long long)(qb * FL_TILE + warp * 16) * grs,
+                  grs, dqa, scale);
 }
 
 #define FL_BODY(call) call
@@ -1147,20 +1202,23 @@ extern "C" {
 
 #define FLASH_TC(D)                                                                         \
     __global__ void __launch_bounds__(FL_THREADS)                                           \
-        flash_fwd_tc##D(X* o, float* lse, const X* q, const X* k, const X* v, int T,        \
+        flash_fwd_tc##D(X* o, float* lse, const X* q, const X* k, const X* v, int T, int H, \
                         float scale) {                                                      \
-        FL_BODY((flash_fwd_tc<D>(o, lse, q, k, v, T, scale)));                              \
+        FL_BODY((flash_fwd_tc<D>(o, lse, q, k, v, T, H, scale)));                           \
     }                                                                                       \
     __global__ void __launch_bounds__(FL_THREADS)                                           \
-        flash_bwd_dkdv_tc##D(X* dk, X* dv, const X* q, const X* k, const X* v,              \
-                             const X* dout, const float* lse, const float* dd, int T,       \
-                             float scale) {                                                 \
-        FL_BODY((flash_bwd_dkdv_tc<D>(dk, dv, q, k, v, dout, lse, dd, T, scale)));          \
+        flash_bwd_dkdv_tc##D(X* dk, X* dv, long long gbs, int ghs, int grs, const X* q,     \
+                             const X* k, const X* v, const X* dout, const float* lse,       \
+                             const float* dd, int T, int H, float scale) {                  \
+        FL_BODY((flash_bwd_dkdv_tc<D>(dk, dv, gbs, ghs, grs, q, k, v, dout, lse, dd, T, H,  \
+                                      scale)));                                             \
     }                                                                                       \
     __global__ void __launch_bounds__(FL_THREADS)                                           \
-        flash_bwd_dq_tc##D(X* dq, const X* q, const X* k, const X* v, const X* dout,        \
-                           const float* lse, const float* dd, int T, float scale) {         \
-        FL_BODY((flash_bwd_dq_tc<D>(dq, q, k, v, dout, lse, dd, T, scale)));                \
+        flash_bwd_dq_tc##D(X* dq, long long gbs, int ghs, int grs, const X* q, const X* k,  \
+                           const X* v, const X* dout, const X* o, const float* lse,         \
+                           float* dd, int T, int H, float scale) {                          \
+        FL_BODY((flash_bwd_dq_tc<D>(dq, gbs, ghs, grs, q, k, v, dout, o, lse, dd, T, H,     \
+                                    scale)));                                               \
     }
 
 FLASH_TC(32)
