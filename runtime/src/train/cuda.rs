@@ -74,6 +74,19 @@ pub const KERNELS: &[&str] = &[
     "heads_split",
     "softmax_causal_fwd",
     "softmax_causal_bwd",
+    "flash_bwd_dot",
+    "flash_fwd",
+    "flash_bwd_dq",
+    "flash_bwd_dkdv",
+    "flash_fwd_tc32",
+    "flash_bwd_dkdv_tc32",
+    "flash_bwd_dq_tc32",
+    "flash_fwd_tc64",
+    "flash_bwd_dkdv_tc64",
+    "flash_bwd_dq_tc64",
+    "flash_fwd_tc128",
+    "flash_bwd_dkdv_tc128",
+    "flash_bwd_dq_tc128",
     "cross_entropy",
     "sumsq_partial",
     "sum_partial",
@@ -159,11 +172,29 @@ impl Gpu {
         // SAFETY: the image is NUL-terminated PTX that lives through the call.
         let module =
             unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(err)?;
+        let smem_optin = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(err)?;
         let mut functions = HashMap::new();
         for &k in KERNELS {
             let cname = CString::new(k).expect("kernel names have no NUL");
             // SAFETY: the module is loaded and stays so while `self` lives.
             let f = unsafe { result::module::get_function(module, cname) }.map_err(err)?;
+            if k.contains("_tc") {
+                // The tensor-core attention kernels stage their tiles in more shared memory
+                // than the 48 KiB a launch gets without asking.
+                // SAFETY: a live function of the loaded module.
+                unsafe {
+                    result::function::set_function_attribute(
+                        f,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem_optin,
+                    )
+                }
+                .map_err(err)?;
+            }
             functions.insert(k, f);
         }
         let stream =
@@ -262,6 +293,18 @@ impl Gpu {
         block: u32,
         args: &[Arg],
     ) -> Result<(), RunError> {
+        self.launch_smem(kernel, grid, block, 0, args)
+    }
+
+    /// Launches `kernel` with `smem` bytes of dynamic shared memory a block.
+    pub fn launch_smem(
+        &self,
+        kernel: &str,
+        grid: (u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), RunError> {
         let f = *self
             .functions
             .get(kernel)
@@ -294,7 +337,7 @@ impl Gpu {
                 f,
                 grid.into_dim3(),
                 (block, 1, 1),
-                0,
+                smem,
                 self.stream,
                 &mut params,
             )

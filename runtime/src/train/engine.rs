@@ -5,9 +5,10 @@
 //! What each layer keeps for its backward pass follows `parallel.recompute` and
 //! `train.attention`: with `none` every layer keeps its norms' outputs, q/k/v, the attention
 //! output, the MLP input and activation (and with `standard` attention the s×s
-//! probabilities); `selective` and `flash` attention keep everything but the probabilities,
-//! which backward recomputes from q and k; `full` keeps only each layer's input and runs the
-//! layer's forward again just before its backward.
+//! probabilities); `selective` keeps everything but the probabilities, which backward
+//! recomputes from q and k; `flash` attention never forms them (fused kernels, see
+//! `attention`) and keeps each row's logsumexp instead; `full` keeps only each layer's
+//! input and runs the layer's forward again just before its backward.
 //!
 //! The loss head (final norm, logits, cross-entropy) runs forward and backward at the end
 //! of a micro-batch's forward pass: its logits are the largest tensor of the step and are
@@ -15,6 +16,7 @@
 
 use planc_compiler::plan::{Attention, Mlp, Norm, Optimizer, Position, Precision, Recompute};
 
+use super::attention::{self, Grads, Heads};
 use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
 use super::model::{Dims, Params};
@@ -68,8 +70,10 @@ struct LayerActs {
     q: Buf,
     k: Buf,
     v: Buf,
-    /// Softmax probabilities [B, H, T, T]; NULL when recomputed.
+    /// Softmax probabilities [B, H, T, T]; NULL when recomputed or under flash attention.
     p: Buf,
+    /// Flash attention: each row's logsumexp, fp32 [B, H, T]; NULL otherwise.
+    lse: Buf,
     a: Buf,
     x2: Buf,
     ln2: Buf,
@@ -98,8 +102,11 @@ struct ActSet {
 /// Buffers reused by every layer and micro-batch.
 struct Scratch {
     qkv: Buf,
+    /// Standard attention's output and its gradient [B, H, T, D] (flash reads and writes the
+    /// merged layouts instead; NULL there, as are dq/dk/dv when flash writes into `dqkv`).
     o: Buf,
-    /// Probabilities recomputed in backward (or computed in forward when not kept).
+    /// Probabilities recomputed in backward (or computed in forward when not kept); NULL
+    /// under flash attention, as is `dp`.
     p: Buf,
     tmp: Buf,
     dres: Buf,
@@ -109,6 +116,8 @@ struct Scratch {
     dk: Buf,
     dv: Buf,
     dp: Buf,
+    /// Flash attention's D_i = Σ O·dO, fp32 [B, H, T].
+    dd: Buf,
     d_o: Buf,
     da: Buf,
     dh: Buf,
@@ -201,8 +210,10 @@ impl Engine {
 
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
+        let flash = shape.attention == Attention::Flash;
         // The permutation kernels index in 32 bits.
-        let largest = (n * d.qkv_rows()).max(b * d.heads * t * t);
+        let scores = if flash { 0 } else { b * d.heads * t * t };
+        let largest = (n * d.qkv_rows()).max(scores);
         if largest >= 1 << 31 {
             return Err(RunError::Plan(format!(
                 "a micro-batch of {b} × {t} tokens makes tensors of {largest} elements; the \
@@ -212,6 +223,13 @@ impl Engine {
         let (c, hh, dd) = (d.hidden, d.heads, d.head_dim);
         let bhtd = b * hh * t * dd;
         let bhtt = b * hh * t * t;
+        let bht = b * hh * t;
+        if flash && dd > attention::MAX_HEAD_DIM {
+            return Err(RunError::Plan(format!(
+                "flash attention takes head sizes up to {}, not {dd}: use attention = standard",
+                attention::MAX_HEAD_DIM
+            )));
+        }
         let keep_p = shape.attention == Attention::Standard && shape.recompute == Recompute::None;
         let full = shape.recompute == Recompute::Full;
         let before = gpu.held;
@@ -233,6 +251,11 @@ impl Engine {
                     v: gpu.alloc(bhtd * xsz)?,
                     p: if keep_p {
                         gpu.alloc(bhtt * xsz)?
+                    } else {
+                        Buf::NULL
+                    },
+                    lse: if flash {
+                        gpu.alloc(bht * 4)?
                     } else {
                         Buf::NULL
                     },
@@ -259,10 +282,30 @@ impl Engine {
         mem.activations = gpu.held - before;
         let before = gpu.held;
         let max_cols = c.max(d.qkv_rows()).max(d.fc_rows());
+        // Flash attention reads and writes the merged layouts, and without rope or shared
+        // key/value heads writes dq, dk, dv into the merged qkv gradient.
+        let heads_bufs = !flash;
+        let grad_bufs = !flash || d.kv_heads != d.heads || d.position == Position::Rope;
+        let mut maybe = |keep: bool, bytes: usize| {
+            if keep {
+                gpu.alloc(bytes)
+            } else {
+                Ok(Buf::NULL)
+            }
+        };
+        let (o, d_o) = (
+            maybe(heads_bufs, bhtd * xsz)?,
+            maybe(heads_bufs, bhtd * xsz)?,
+        );
+        let (dq, dk, dv) = (
+            maybe(grad_bufs, bhtd * xsz)?,
+            maybe(grad_bufs, bhtd * xsz)?,
+            maybe(grad_bufs, bhtd * xsz)?,
+        );
         let s = Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
-            o: gpu.alloc(bhtd * xsz)?,
-            p: if keep_p {
+            o,
+            p: if keep_p || flash {
                 Buf::NULL
             } else {
                 gpu.alloc(bhtt * xsz)?
@@ -271,11 +314,20 @@ impl Engine {
             dres: gpu.alloc(n * c * xsz)?,
             dln: gpu.alloc(n * c * xsz)?,
             dqkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
-            dq: gpu.alloc(bhtd * xsz)?,
-            dk: gpu.alloc(bhtd * xsz)?,
-            dv: gpu.alloc(bhtd * xsz)?,
-            dp: gpu.alloc(bhtt * xsz)?,
-            d_o: gpu.alloc(bhtd * xsz)?,
+            dq,
+            dk,
+            dv,
+            dp: if flash {
+                Buf::NULL
+            } else {
+                gpu.alloc(bhtt * xsz)?
+            },
+            dd: if flash {
+                gpu.alloc(bht * 4)?
+            } else {
+                Buf::NULL
+            },
+            d_o,
             da: gpu.alloc(n * d.attn_width() * xsz)?,
             dh: gpu.alloc(n * d.fc_rows() * xsz)?,
             dact: gpu.alloc(n * d.ffn * xsz)?,
@@ -508,6 +560,17 @@ impl Engine {
         (self.shape.batch, d.seq_len, d.heads, d.kv_heads, d.head_dim)
     }
 
+    fn heads(&self) -> Heads {
+        let d = &self.shape.dims;
+        Heads {
+            b: self.shape.batch,
+            h: d.heads,
+            t: d.seq_len,
+            d: d.head_dim,
+            xsz: self.xsz,
+        }
+    }
+
     fn softmax_fwd(&self, p: Buf) -> Res {
         let (b, t, h, _, dd) = self.attn_args();
         let rows = b * h * t;
@@ -562,22 +625,35 @@ impl Engine {
             ],
         )?;
         self.mark(|| format!("L{l} attention core"))?;
-        let p = if a.p != Buf::NULL { a.p } else { self.s.p };
-        self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
-        self.softmax_fwd(p)?;
-        self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
-        self.gpu.launch_n(
-            "heads_merge",
-            b * t * h * dd,
-            &[
-                Arg::P(a.a),
-                Arg::P(self.s.o),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(dd as i32),
-            ],
-        )?;
+        if self.shape.attention == Attention::Flash {
+            let hd = self.heads();
+            // Straight into the merged layout the projection reads.
+            attention::forward(
+                &self.gpu,
+                hd,
+                hd.tensor_cores(),
+                a.a,
+                a.lse,
+                (a.q, a.k, a.v),
+            )?;
+        } else {
+            let p = if a.p != Buf::NULL { a.p } else { self.s.p };
+            self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
+            self.softmax_fwd(p)?;
+            self.blas.attend(self.s.o, p, a.v, b * h, t, dd)?;
+            self.gpu.launch_n(
+                "heads_merge",
+                b * t * h * dd,
+                &[
+                    Arg::P(a.a),
+                    Arg::P(self.s.o),
+                    Arg::I(b as i32),
+                    Arg::I(t as i32),
+                    Arg::I(h as i32),
+                    Arg::I(dd as i32),
+                ],
+            )?;
+        }
         self.mark(|| format!("L{l} attention projection"))?;
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
@@ -695,21 +771,106 @@ impl Engine {
         self.blas
             .linear_dw(gr(self, "proj_w"), dres, a.a, n, aw, c)?;
         self.bias_grad(gr(self, "proj_b"), dres, c)?;
-        let (b, t, h, g, dd) = self.attn_args();
+        let (b, t, h, _, dd) = self.attn_args();
         self.mark(|| format!("L{l} attention core backward"))?;
+        let into_qkv = self.flash_into_qkv();
+        if self.shape.attention == Attention::Flash {
+            let hd = self.heads();
+            let s = &self.s;
+            let grads = if into_qkv {
+                Grads::qkv(hd, s.dqkv, s.dd)
+            } else {
+                Grads::heads(hd, (s.dq, s.dk, s.dv), s.dd)
+            };
+            attention::backward(
+                &self.gpu,
+                hd,
+                hd.tensor_cores(),
+                grads,
+                (a.q, a.k, a.v),
+                a.lse,
+                (a.a, s.da),
+            )?;
+        } else {
+            let s = &self.s;
+            self.gpu.launch_n(
+                "heads_split",
+                b * t * h * dd,
+                &[
+                    Arg::P(s.d_o),
+                    Arg::P(s.da),
+                    Arg::I(b as i32),
+                    Arg::I(t as i32),
+                    Arg::I(h as i32),
+                    Arg::I(dd as i32),
+                ],
+            )?;
+            self.attention_core_bwd(l, a)?;
+        }
+        if !into_qkv {
+            self.mark(|| format!("L{l} attention qkv gradient merge"))?;
+            self.qkv_merge_grad()?;
+        }
+        self.mark(|| format!("L{l} qkv backward"))?;
+        let s = &self.s;
+        self.blas
+            .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
+        self.blas
+            .linear_dw(gr(self, "qkv_w"), s.dqkv, a.ln1, n, c, qr)?;
+        self.bias_grad(gr(self, "qkv_b"), s.dqkv, qr)?;
+        self.mark(|| format!("L{l} attention norm backward"))?;
+        self.norm_bwd(
+            dres,
+            dln,
+            x_in,
+            w(self, "ln1_w"),
+            a.ln1_mean,
+            a.ln1_rstd,
+            gr(self, "ln1_w"),
+            gr(self, "ln1_b"),
+        )
+    }
+
+    /// Whether flash attention's backward writes dq, dk and dv straight into the merged qkv
+    /// gradient: it can when each query head has its own key/value head and no rope turns
+    /// them (the merge would then only permute).
+    fn flash_into_qkv(&self) -> bool {
+        let d = &self.shape.dims;
+        self.shape.attention == Attention::Flash
+            && d.kv_heads == d.heads
+            && d.position != Position::Rope
+    }
+
+    /// dq, dk, dv [B, H, T, D] → the merged qkv gradient (rope undone, the query heads of
+    /// a key/value head summed).
+    fn qkv_merge_grad(&self) -> Res {
+        let (b, t, h, g, dd) = self.attn_args();
+        let n = self.rows();
+        let qr = self.shape.dims.qkv_rows();
         let s = &self.s;
         self.gpu.launch_n(
-            "heads_split",
-            b * t * h * dd,
+            "qkv_merge_grad",
+            n * qr,
             &[
-                Arg::P(s.d_o),
-                Arg::P(s.da),
+                Arg::P(s.dqkv),
+                Arg::P(s.dq),
+                Arg::P(s.dk),
+                Arg::P(s.dv),
                 Arg::I(b as i32),
                 Arg::I(t as i32),
                 Arg::I(h as i32),
+                Arg::I(g as i32),
                 Arg::I(dd as i32),
+                Arg::P(self.rope_cos),
+                Arg::P(self.rope_sin),
             ],
-        )?;
+        )
+    }
+
+    /// Standard attention's core backward: d_o → dq, dk, dv through the probabilities
+    /// (kept, or recomputed here) and the score gradient in `dp`.
+    fn attention_core_bwd(&mut self, l: usize, a: LayerActs) -> Res {
+        let (b, t, h, _, dd) = self.attn_args();
         let p = if a.p != Buf::NULL {
             a.p
         } else {
@@ -737,44 +898,7 @@ impl Engine {
             ],
         )?;
         self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
-        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)?;
-        self.mark(|| format!("L{l} attention qkv gradient merge"))?;
-        let s = &self.s;
-        self.gpu.launch_n(
-            "qkv_merge_grad",
-            n * qr,
-            &[
-                Arg::P(s.dqkv),
-                Arg::P(s.dq),
-                Arg::P(s.dk),
-                Arg::P(s.dv),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(g as i32),
-                Arg::I(dd as i32),
-                Arg::P(self.rope_cos),
-                Arg::P(self.rope_sin),
-            ],
-        )?;
-        self.mark(|| format!("L{l} qkv backward"))?;
-        let s = &self.s;
-        self.blas
-            .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
-        self.blas
-            .linear_dw(gr(self, "qkv_w"), s.dqkv, a.ln1, n, c, qr)?;
-        self.bias_grad(gr(self, "qkv_b"), s.dqkv, qr)?;
-        self.mark(|| format!("L{l} attention norm backward"))?;
-        self.norm_bwd(
-            dres,
-            dln,
-            x_in,
-            w(self, "ln1_w"),
-            a.ln1_mean,
-            a.ln1_rstd,
-            gr(self, "ln1_w"),
-            gr(self, "ln1_b"),
-        )
+        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)
     }
 
     /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's

@@ -632,3 +632,682 @@ __global__ void sgd(float* w, X* wx, const float* g, long n, float lr, float wd,
 }
 
 }  // extern "C"
+
+// ---- fused causal attention (flash) -------------------------------------------------------
+//
+// softmax(scale·QKᵀ, causal)·V without the T×T scores, FlashAttention-2's way: forward keeps
+// the output and each row's logsumexp L (natural log, fp32, [B·H·T]); backward recomputes
+// the probabilities a tile at a time from q, k and L, with D_i = Σ_d O·dO (from
+// `flash_bwd_dot`, or the tensor-core dq kernel, which runs first). q, k and v are [B, H, T, D]; the output and its gradient are merged,
+// [B, T, H·D], as the projection after attention reads them (no permutation kernels); dq,
+// dk and dv go to [B, H, T, D] or straight into the merged qkv gradient, at strides `gbs`
+// (batch), `ghs` (head) and `grs` (row).
+//
+// Backward is two kernels, dk/dv (one block per key tile, over the query tiles at or after
+// it) and dq (one block per query tile, over the key tiles up to it), rather than one that
+// adds dq with float atomics: the products for S and dP are computed twice, but every sum
+// runs in a fixed order, so a step does not depend on scheduling (see the top of the file).
+//
+// The scalar kernels (one warp per row, exact expf) serve fp32 and head sizes the
+// tensor-core kernels do not take; the tensor-core kernels (mma.sync m16n8k16, 16-bit
+// inputs, fp32 accumulation) serve bf16 and fp16.
+
+#define FLASH_MAXD 256
+#define FLASH_NC (FLASH_MAXD / WARP)
+
+// A lane's share of a row of D ≤ FLASH_MAXD: elements lane + 32·c.
+__device__ __forceinline__ void flash_row(float* r, const X* p, int D) {
+    int lane = threadIdx.x % WARP;
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) {
+        int d = lane + c * WARP;
+        r[c] = d < D ? ld(p[d]) : 0.0f;
+    }
+}
+
+// Σ_d r·p over the warp; every lane gets the same sum (the butterfly adds each pair in
+// both lanes in the same order).
+__device__ __forceinline__ float flash_dot(const float* r, const X* p, int D) {
+    int lane = threadIdx.x % WARP;
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) {
+        int d = lane + c * WARP;
+        if (d < D) s += r[c] * ld(p[d]);
+    }
+    return warp_sum(s);
+}
+
+// acc += w·p over the lane's share.
+__device__ __forceinline__ void flash_axpy(float* acc, float w, const X* p, int D) {
+    int lane = threadIdx.x % WARP;
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) {
+        int d = lane + c * WARP;
+        if (d < D) acc[c] += w * ld(p[d]);
+    }
+}
+
+__device__ __forceinline__ void flash_store(X* p, const float* r, float s, int D) {
+    int lane = threadIdx.x % WARP;
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) {
+        int d = lane + c * WARP;
+        if (d < D) p[d] = st(r[c] * s);
+    }
+}
+
+extern "C" {
+
+// D_i = Σ_d O[i, d]·dO[i, d] from the merged output a [B, T, H·D] and its gradient (the
+// [B, H, T, D] output is not kept); one warp per row, written in [B, H, T] order.
+__global__ void flash_bwd_dot(float* dd, const X* a, const X* da, int B, int T, int H, int D) {
+    unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= (unsigned)B * H * T) return;
+    unsigned t = row % T, h = (row / T) % H, b = row / (T * H);
+    unsigned long long off = (((unsigned long long)b * T + t) * H + h) * D;
+    float s = 0.0f;
+    for (int d = threadIdx.x % WARP; d < D; d += WARP) s += ld(a[off + d]) * ld(da[off + d]);
+    s = warp_sum(s);
+    if (threadIdx.x % WARP == 0) dd[row] = s;
+}
+
+// Scalar forward: one warp per query row, the keys in order with the online softmax.
+__global__ void flash_fwd(X* o, float* lse, const X* q, const X* k, const X* v, int BH, int T,
+                          int H, int D, float scale) {
+    unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= (unsigned)BH * T) return;
+    unsigned t = row % T, bh = row / T;
+    const unsigned long long base = (unsigned long long)(row - t) * D;
+    float qr[FLASH_NC], acc[FLASH_NC];
+    flash_row(qr, q + (unsigned long long)row * D, D);
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) acc[c] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    for (unsigned j = 0; j <= t; j++) {
+        float s = flash_dot(qr, k + base + (unsigned long long)j * D, D) * scale;
+        float mn = fmaxf(m, s);
+        float corr = exp_from(m, mn);
+        float p = expf(s - mn);
+        l = l * corr + p;
+#pragma unroll
+        for (int c = 0; c < FLASH_NC; c++) acc[c] *= corr;
+        flash_axpy(acc, p, v + base + (unsigned long long)j * D, D);
+        m = mn;
+    }
+    flash_store(o + ((unsigned long long)(bh / H) * T * H + (unsigned long long)t * H + bh % H) * D,
+                acc, 1.0f / l, D);
+    if (threadIdx.x % WARP == 0) lse[row] = m + logf(l);
+}
+
+// Scalar dq: one warp per query row, over the keys up to it.
+__global__ void flash_bwd_dq(X* dq, long long gbs, int ghs, int grs, const X* q, const X* k,
+                             const X* v, const X* dout, const float* lse, const float* dd, int BH,
+                             int T, int H, int D, float scale) {
+    unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= (unsigned)BH * T) return;
+    unsigned t = row % T, b = row / T / H, h = row / T % H;
+    const unsigned long long base = (unsigned long long)(row - t) * D;
+    float qr[FLASH_NC], gr[FLASH_NC], acc[FLASH_NC];
+    flash_row(qr, q + (unsigned long long)row * D, D);
+    flash_row(gr, dout + (((unsigned long long)b * T + t) * H + h) * D, D);
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) acc[c] = 0.0f;
+    const float L = lse[row], Di = dd[row];
+    for (unsigned j = 0; j <= t; j++) {
+        const X* kj = k + base + (unsigned long long)j * D;
+        float p = expf(flash_dot(qr, kj, D) * scale - L);
+        float dp = flash_dot(gr, v + base + (unsigned long long)j * D, D);
+        flash_axpy(acc, p * (dp - Di), kj, D);
+    }
+    flash_store(dq + b * gbs + (long long)h * ghs + (long long)t * grs, acc, scale, D);
+}
+
+// Scalar dk and dv: one warp per key row, over the queries from it on.
+__global__ void flash_bwd_dkdv(X* dk, X* dv, long long gbs, int ghs, int grs, const X* q,
+                               const X* k, const X* v, const X* dout, const float* lse,
+                               const float* dd, int BH, int T, int H, int D, float scale) {
+    unsigned row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= (unsigned)BH * T) return;
+    unsigned t = row % T, b = row / T / H, h = row / T % H;
+    const unsigned long long base = (unsigned long long)(row - t) * D;
+    const unsigned rbase = row - t;
+    float kr[FLASH_NC], vr[FLASH_NC], ka[FLASH_NC], va[FLASH_NC];
+    flash_row(kr, k + (unsigned long long)row * D, D);
+    flash_row(vr, v + (unsigned long long)row * D, D);
+#pragma unroll
+    for (int c = 0; c < FLASH_NC; c++) ka[c] = va[c] = 0.0f;
+    for (unsigned i = t; i < (unsigned)T; i++) {
+        const X* qi = q + base + (unsigned long long)i * D;
+        const X* gi = dout + (((unsigned long long)b * T + i) * H + h) * D;
+        float p = expf(flash_dot(kr, qi, D) * scale - lse[rbase + i]);
+        flash_axpy(va, p, gi, D);
+        float dp = flash_dot(vr, gi, D);
+        flash_axpy(ka, p * (dp - dd[rbase + i]), qi, D);
+    }
+    const long long at = b * gbs + (long long)h * ghs + (long long)t * grs;
+    flash_store(dk + at, ka, scale, D);
+    flash_store(dv + at, va, 1.0f, D);
+}
+
+}  // extern "C"
+
+// Tensor-core kernels: blocks of 4 warps on tiles of 64 queries × 64 keys, each warp 16
+// rows of its block's tile. Tiles are staged in shared memory with cp.async (double
+// buffered: the next tile loads while this one is computed), rows padded by 16 bytes so
+// the 8 rows an ldmatrix reads fall in distinct banks. Fragment layouts are PTX's for
+// m16n8k16: lane = 4g + t holds rows g and g + 8, columns 2t and 2t + 1 of each 8-wide
+// accumulator tile, which is also the A operand's layout, so probabilities pass from one
+// product to the next in registers. Needs T to be a multiple of 64.
+#define FL_TILE 64
+#define FL_THREADS 128
+#define FL_LOG2E 1.4426950408889634f
+#define FL_LN2 0.6931471805599453f
+
+extern __shared__ __attribute__((aligned(16))) unsigned char flash_smem[];
+
+struct __attribute__((aligned(8))) fl2 {
+    float x, y;
+};
+
+struct __attribute__((aligned(16))) u4 {
+    unsigned x[4];
+};
+
+#if PLANC_X != 0
+
+#if PLANC_X == 1
+#define FL_MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+#define FL_CVT2 "cvt.rn.bf16x2.f32"
+#else
+#define FL_MMA "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+#define FL_CVT2 "cvt.rn.f16x2.f32"
+#endif
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ void cp_async16(const void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_t(unsigned* r, const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+
+// c += a·b for one 16×8 tile over k = 16.
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm(FL_MMA " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one register of the storage type, `lo` in the low half (the lower column).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned r;
+    asm(FL_CVT2 " %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Σ a·b over 8 values of the storage type each.
+__device__ __forceinline__ float dot8(u4 a, u4 b) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        s += ld((X)(a.x[i] & 0xffffu)) * ld((X)(b.x[i] & 0xffffu)) +
+             ld((X)(a.x[i] >> 16)) * ld((X)(b.x[i] >> 16));
+    return s;
+}
+
+__device__ __forceinline__ float exp2_fast(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+
+// FL_TILE rows of D elements, global (row stride `rs`) → shared (stride D + 8), by the
+// whole block.
+template <int D>
+__device__ __forceinline__ void tile_load(X* s, const X* g, int rs = D) {
+    constexpr int CH = D / 8;  // 16-byte pieces a row
+    for (int i = threadIdx.x; i < FL_TILE * CH; i += FL_THREADS) {
+        int r = i / CH, c = i % CH;
+        cp_async16(s + r * (D + 8) + c * 8, g + (long long)r * rs + c * 8);
+    }
+}
+
+// FL_TILE floats, global → shared.
+__device__ __forceinline__ void vec_load(float* s, const float* g) {
+    if (threadIdx.x < FL_TILE / 4) cp_async16(s + threadIdx.x * 4, g + threadIdx.x * 4);
+}
+
+// A operand (16 rows × 16 columns at r0, c0) of a row-major shared tile; with .trans, the B
+// operand of a tile stored [k][n] (16 k × 16 n: two 8-wide n tiles, r[0..1] and r[2..3]).
+__device__ __forceinline__ const X* frag_a(const X* s, int stride, int r0, int c0) {
+    int lane = threadIdx.x % WARP;
+    return s + (r0 + lane % 8 + (lane / 8 % 2) * 8) * stride + c0 + lane / 16 * 8;
+}
+
+// B operand of a tile stored [n][k] (16 n × 16 k: two 8-wide n tiles, r[0..1], r[2..3]).
+__device__ __forceinline__ const X* frag_b(const X* s, int stride, int n0, int k0) {
+    int lane = threadIdx.x % WARP;
+    return s + (n0 + lane % 8 + lane / 16 * 8) * stride + k0 + (lane / 8 % 2) * 8;
+}
+
+// acc[16 × 64] += a[16 × D] · Bᵀ where B [64][D] is a shared tile (stride D + 8) and `a`
+// the warp's A fragments, one per 16 columns; with SHARED, rows arow.. of the shared `as`.
+template <int D, bool SHARED>
+__device__ __forceinline__ void mma_abt(float (*acc)[4], const unsigned (*a)[4], const X* as,
+                                        int arow, const X* b) {
+    constexpr int S = D + 8;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        unsigned af[4];
+        if constexpr (SHARED) {
+            ldsm_x4(af, frag_a(as, S, arow, kk * 16));
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) af[i] = a[kk][i];
+        }
+#pragma unroll
+        for (int np = 0; np < FL_TILE / 16; np++) {
+            unsigned bf[4];
+            ldsm_x4(bf, frag_b(b, S, np * 16, kk * 16));
+            mma16816(acc[2 * np], af, bf[0], bf[1]);
+            mma16816(acc[2 * np + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+// acc[16 × D] += p[16 × 64] · B where p is an accumulator tile (rounded to the storage
+// type) and B [64][D] a shared tile.
+template <int D>
+__device__ __forceinline__ void mma_pb(float (*acc)[4], const float (*p)[4], const X* b) {
+    constexpr int S = D + 8;
+#pragma unroll
+    for (int kc = 0; kc < FL_TILE / 16; kc++) {
+        unsigned pa[4] = {pack2(p[2 * kc][0], p[2 * kc][1]), pack2(p[2 * kc][2], p[2 * kc][3]),
+                          pack2(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                          pack2(p[2 * kc + 1][2], p[2 * kc + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            unsigned bf[4];
+            ldsm_x4_t(bf, frag_a(b, S, kc * 16, dp * 16));
+            mma16816(acc[2 * dp], pa, bf[0], bf[1]);
+            mma16816(acc[2 * dp + 1], pa, bf[2], bf[3]);
+        }
+    }
+}
+
+// Writes the warp's 16 rows of a [16 × D] accumulator times `s`; `g` at row 0, rows `rs`
+// apart.
+template <int D>
+__device__ __forceinline__ void store_rows(X* g, int rs, const float (*acc)[4], float s) {
+    int lane = threadIdx.x % WARP, r = lane / 4, c = lane % 4 * 2;
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        *(unsigned*)(g + (long long)r * rs + dn * 8 + c) = pack2(acc[dn][0] * s, acc[dn][1] * s);
+        *(unsigned*)(g + (long long)(r + 8) * rs + dn * 8 + c) =
+            pack2(acc[dn][2] * s, acc[dn][3] * s);
+    }
+}
+
+// Forward: one block per (query tile, b·h), the key tiles up to the diagonal in order.
+template <int D>
+__device__ __forceinline__ void flash_fwd_tc(X* o, float* lse, const X* q, const X* k,
+                                             const X* v, int T, int H, float scale) {
+    constexpr int S = D + 8;
+    X* sQ = (X*)flash_smem;
+    X* sK = sQ + FL_TILE * S;      // two buffers
+    X* sV = sK + 2 * FL_TILE * S;  // two buffers
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int g = lane / 4, t2 = lane % 4 * 2;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const unsigned long long base = (unsigned long long)blockIdx.y * T * D;
+    const float sl2 = scale * FL_LOG2E;  // exponentials in base 2
+
+    tile_load<D>(sQ, q + base + (unsigned long long)qb * FL_TILE * D);
+    tile_load<D>(sK, k + base);
+    tile_load<D>(sV, v + base);
+    cp_async_commit();
+
+    unsigned qa[D / 16][4];
+    float acc[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int j = 0; j <= qb; j++) {
+        const int buf = j & 1;
+        if (j < qb) {
+            const unsigned long long next = base + (unsigned long long)(j + 1) * FL_TILE * D;
+            tile_load<D>(sK + (buf ^ 1) * FL_TILE * S, k + next);
+            tile_load<D>(sV + (buf ^ 1) * FL_TILE * S, v + next);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qa[kk], frag_a(sQ, S, warp * 16, kk * 16));
+        }
+        float s[FL_TILE / 8][4];
+#pragma unroll
+        for (int i = 0; i < FL_TILE / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+        mma_abt<D, false>(s, qa, nullptr, 0, sK + buf * FL_TILE * S);
+        const bool diag = j == qb;
+#pragma unroll
+        for (int nt = 0; nt < FL_TILE / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = warp * 16 + g + e / 2 * 8, c = nt * 8 + t2 + e % 2;
+                s[nt][e] = diag && c > r ? -INFINITY : s[nt][e] * sl2;
+            }
+        // Online softmax; a row's 64 columns are spread over the 4 lanes of its quad. Every
+        // row has a finite maximum from the first tile on (key 0 is never masked).
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = m[h];
+#pragma unroll
+            for (int nt = 0; nt < FL_TILE / 8; nt++)
+                mx = fmaxf(mx, fmaxf(s[nt][2 * h], s[nt][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float alpha = exp2_fast(m[h] - mx);
+            m[h] = mx;
+            float rs = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < FL_TILE / 8; nt++) {
+                s[nt][2 * h] = exp2_fast(s[nt][2 * h] - mx);
+                s[nt][2 * h + 1] = exp2_fast(s[nt][2 * h + 1] - mx);
+                rs += s[nt][2 * h] + s[nt][2 * h + 1];
+            }
+            l[h] = l[h] * alpha + rs;  // this lane's share; the quad is summed at the end
+#pragma unroll
+            for (int dn = 0; dn < D / 8; dn++) {
+                acc[dn][2 * h] *= alpha;
+                acc[dn][2 * h + 1] *= alpha;
+            }
+        }
+        mma_pb<D>(acc, s, sV + buf * FL_TILE * S);
+        __syncthreads();  // the buffer is refilled next iteration
+    }
+    const unsigned row0 = qb * FL_TILE + warp * 16;
+    float inv[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        inv[h] = 1.0f / l[h];
+        if (lane % 4 == 0)
+            lse[(unsigned long long)blockIdx.y * T + row0 + g + h * 8] =
+                (m[h] + log2f(l[h])) * FL_LN2;
+    }
+#pragma unroll
+    for (int dn = 0; dn < D / 8; dn++) {
+        acc[dn][0] *= inv[0];
+        acc[dn][1] *= inv[0];
+        acc[dn][2] *= inv[1];
+        acc[dn][3] *= inv[1];
+    }
+    const int ors = H * D;  // the merged output's row
+    X* ob = o + ((unsigned long long)(blockIdx.y / H) * T * H + blockIdx.y % H) * D;
+    store_rows<D>(ob + (unsigned long long)row0 * ors, ors, acc, 1.0f);
+}
+
+// dk and dv: one block per (key tile, b·h), the query tiles from the diagonal on. Each warp
+// holds 16 keys and computes Sᵀ and dPᵀ (keys × queries), so Pᵀ and dSᵀ are A operands of
+// dv += Pᵀ·dO and dk += dSᵀ·Q as they stand. K and V stay in registers for D ≤ 64.
+template <int D>
+__device__ __forceinline__ void flash_bwd_dkdv_tc(X* dk, X* dv, long long gbs, int ghs, int grs,
+                                                  const X* q, const X* k, const X* v,
+                                                  const X* dout, const float* lse,
+                                                  const float* dd, int T, int H, float scale) {
+    constexpr int S = D + 8;
+    constexpr bool REGS = D <= 64;
+    X* sK = (X*)flash_smem;
+    X* sV = sK + FL_TILE * S;
+    X* sQ = sV + FL_TILE * S;           // two buffers
+    X* sG = sQ + 2 * FL_TILE * S;       // dO, two buffers
+    float* sL = (float*)(sG + 2 * FL_TILE * S);  // two buffers
+    float* sD = sL + 2 * FL_TILE;                // two buffers
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int g = lane / 4, t2 = lane % 4 * 2;
+    const int kb = blockIdx.x;  // the first key tiles have the most queries: they run first
+    const int nq = T / FL_TILE;
+    const unsigned long long base = (unsigned long long)blockIdx.y * T * D;
+    const unsigned long long rbase = (unsigned long long)blockIdx.y * T;
+    const float sl2 = scale * FL_LOG2E;
+    const unsigned b = blockIdx.y / H, h = blockIdx.y % H;
+    const int ors = H * D;  // dO's merged row
+    const X* gb = dout + ((unsigned long long)b * T * H + h) * D;
+
+    tile_load<D>(sK, k + base + (unsigned long long)kb * FL_TILE * D);
+    tile_load<D>(sV, v + base + (unsigned long long)kb * FL_TILE * D);
+    tile_load<D>(sQ, q + base + (unsigned long long)kb * FL_TILE * D);
+    tile_load<D>(sG, gb + (unsigned long long)kb * FL_TILE * ors, ors);
+    vec_load(sL, lse + rbase + kb * FL_TILE);
+    vec_load(sD, dd + rbase + kb * FL_TILE);
+    cp_async_commit();
+
+    unsigned ka[REGS ? D / 16 : 1][4], va[REGS ? D / 16 : 1][4];
+    float dka[D / 8][4], dva[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dka[i][e] = dva[i][e] = 0.0f;
+
+    for (int i = kb; i < nq; i++) {
+        const int buf = (i - kb) & 1;
+        if (i + 1 < nq) {
+            const unsigned long long next = base + (unsigned long long)(i + 1) * FL_TILE * D;
+            const int nb = buf ^ 1;
+            tile_load<D>(sQ + nb * FL_TILE * S, q + next);
+            tile_load<D>(sG + nb * FL_TILE * S, gb + (unsigned long long)(i + 1) * FL_TILE * ors,
+                         ors);
+            vec_load(sL + nb * FL_TILE, lse + rbase + (i + 1) * FL_TILE);
+            vec_load(sD + nb * FL_TILE, dd + rbase + (i + 1) * FL_TILE);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (REGS && i == kb) {
+#pragma unroll
+            for (int kk = 0; kk < (REGS ? D / 16 : 1); kk++) {
+                ldsm_x4(ka[kk], frag_a(sK, S, warp * 16, kk * 16));
+                ldsm_x4(va[kk], frag_a(sV, S, warp * 16, kk * 16));
+            }
+        }
+        const X* qt = sQ + buf * FL_TILE * S;
+        const X* gt = sG + buf * FL_TILE * S;
+        const float* lt = sL + buf * FL_TILE;
+        const float* dt = sD + buf * FL_TILE;
+        float s[FL_TILE / 8][4], dp[FL_TILE / 8][4];
+#pragma unroll
+        for (int n = 0; n < FL_TILE / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        mma_abt<D, !REGS>(s, ka, sK, warp * 16, qt);   // Sᵀ = K·Qᵀ
+        mma_abt<D, !REGS>(dp, va, sV, warp * 16, gt);  // dPᵀ = V·dOᵀ
+        const bool diag = i == kb;
+#pragma unroll
+        for (int nt = 0; nt < FL_TILE / 8; nt++) {
+            // The two queries of this lane's columns, one 8-byte load each.
+            const fl2 lc = *(const fl2*)(lt + nt * 8 + t2), dc = *(const fl2*)(dt + nt * 8 + t2);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = warp * 16 + g + e / 2 * 8, c = nt * 8 + t2 + e % 2;  // key, query
+                float l2 = (e % 2 ? lc.y : lc.x) * FL_LOG2E, di = e % 2 ? dc.y : dc.x;
+                float p = diag && c < r ? 0.0f : exp2_fast(s[nt][e] * sl2 - l2);
+                s[nt][e] = p;
+                dp[nt][e] = p * (dp[nt][e] - di);
+            }
+        }
+        mma_pb<D>(dva, s, gt);   // dV += Pᵀ·dO
+        mma_pb<D>(dka, dp, qt);  // dK += dSᵀ·Q
+        __syncthreads();  // the buffers are refilled next iteration
+    }
+    const long long at = b * gbs + (long long)h * ghs + (long long)(kb * FL_TILE + warp * 16) * grs;
+    store_rows<D>(dk + at, grs, dka, scale);
+    store_rows<D>(dv + at, grs, dva, 1.0f);
+}
+
+// dq: one block per (query tile, b·h), the key tiles up to the diagonal. Q and dO stay in
+// registers for D ≤ 64.
+template <int D>
+__device__ __forceinline__ void flash_bwd_dq_tc(X* dq, long long gbs, int ghs, int grs,
+                                                const X* q, const X* k, const X* v,
+                                                const X* dout, const X* o, const float* lse,
+                                                float* dd, int T, int H, float scale) {
+    constexpr int S = D + 8;
+    constexpr bool REGS = D <= 64;
+    X* sQ = (X*)flash_smem;
+    X* sG = sQ + FL_TILE * S;
+    X* sK = sG + FL_TILE * S;      // two buffers
+    X* sV = sK + 2 * FL_TILE * S;  // two buffers
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int g = lane / 4, t2 = lane % 4 * 2;
+    const int qb = gridDim.x - 1 - blockIdx.x;  // the longest rows first
+    const unsigned long long base = (unsigned long long)blockIdx.y * T * D;
+    const float sl2 = scale * FL_LOG2E;
+
+    const unsigned b = blockIdx.y / H, h = blockIdx.y % H;
+    const int ors = H * D;  // the merged row of O and dO
+    const unsigned long long mrow = ((unsigned long long)b * T * H + h) * D +
+                                    (unsigned long long)qb * FL_TILE * ors;
+    tile_load<D>(sQ, q + base + (unsigned long long)qb * FL_TILE * D);
+    tile_load<D>(sG, dout + mrow, ors);
+    tile_load<D>(sK, k + base);
+    tile_load<D>(sV, v + base);
+    cp_async_commit();
+
+    const unsigned long long r0 = (unsigned long long)blockIdx.y * T + qb * FL_TILE + warp * 16;
+    float L2[2], Di[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) L2[e] = lse[r0 + g + e * 8] * FL_LOG2E;
+    unsigned qa[REGS ? D / 16 : 1][4], ga[REGS ? D / 16 : 1][4];
+    float dqa[D / 8][4];
+#pragma unroll
+    for (int i = 0; i < D / 8; i++) dqa[i][0] = dqa[i][1] = dqa[i][2] = dqa[i][3] = 0.0f;
+
+    for (int j = 0; j <= qb; j++) {
+        const int buf = j & 1;
+        if (j < qb) {
+            const unsigned long long next = base + (unsigned long long)(j + 1) * FL_TILE * D;
+            tile_load<D>(sK + (buf ^ 1) * FL_TILE * S, k + next);
+            tile_load<D>(sV + (buf ^ 1) * FL_TILE * S, v + next);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (REGS && j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < (REGS ? D / 16 : 1); kk++) {
+                ldsm_x4(qa[kk], frag_a(sQ, S, warp * 16, kk * 16));
+                ldsm_x4(ga[kk], frag_a(sG, S, warp * 16, kk * 16));
+            }
+        }
+        if (j == 0) {
+            // D_i = Σ O·dO of the warp's rows, two lanes a row, O from global and dO from
+            // its tile; written for the dk/dv kernel, which runs after this one.
+            const int r = warp * 16 + lane / 2, half = lane % 2;
+            const X* orow = o + mrow + (unsigned long long)r * ors + half * (D / 2);
+            const X* grow = sG + r * S + half * (D / 2);
+            float sum = 0.0f;
+#pragma unroll
+            for (int c = 0; c < D / 16; c++)
+                sum += dot8(*(const u4*)(orow + c * 8), *(const u4*)(grow + c * 8));
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            if (half == 0) dd[r0 - warp * 16 + r] = sum;
+            Di[0] = __shfl_sync(0xffffffffu, sum, 2 * g);
+            Di[1] = __shfl_sync(0xffffffffu, sum, 2 * g + 16);
+        }
+        const X* kt = sK + buf * FL_TILE * S;
+        const X* vt = sV + buf * FL_TILE * S;
+        float s[FL_TILE / 8][4], dp[FL_TILE / 8][4];
+#pragma unroll
+        for (int n = 0; n < FL_TILE / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        mma_abt<D, !REGS>(s, qa, sQ, warp * 16, kt);   // S = Q·Kᵀ
+        mma_abt<D, !REGS>(dp, ga, sG, warp * 16, vt);  // dP = dO·Vᵀ
+        const bool diag = j == qb;
+#pragma unroll
+        for (int nt = 0; nt < FL_TILE / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = warp * 16 + g + e / 2 * 8, c = nt * 8 + t2 + e % 2;  // query, key
+                float p = diag && c > r ? 0.0f : exp2_fast(s[nt][e] * sl2 - L2[e / 2]);
+                s[nt][e] = p * (dp[nt][e] - Di[e / 2]);
+            }
+        mma_pb<D>(dqa, s, kt);  // dQ += dS·K
+        __syncthreads();  // the buffers are refilled next iteration
+    }
+    store_rows<D>(dq + b * gbs + (long long)h * ghs + (long long)(qb * FL_TILE + warp * 16) * grs,
+                  grs, dqa, scale);
+}
+
+#define FL_BODY(call) call
+#else
+// fp32 runs the scalar kernels; these entry points exist so every precision has the same
+// kernel list, and are never launched.
+#define FL_BODY(call)
+#endif
+
+extern "C" {
+
+#define FLASH_TC(D)                                                                         \
+    __global__ void __launch_bounds__(FL_THREADS)                                           \
+        flash_fwd_tc##D(X* o, float* lse, const X* q, const X* k, const X* v, int T, int H, \
+                        float scale) {                                                      \
+        FL_BODY((flash_fwd_tc<D>(o, lse, q, k, v, T, H, scale)));                           \
+    }                                                                                       \
+    __global__ void __launch_bounds__(FL_THREADS)                                           \
+        flash_bwd_dkdv_tc##D(X* dk, X* dv, long long gbs, int ghs, int grs, const X* q,     \
+                             const X* k, const X* v, const X* dout, const float* lse,       \
+                             const float* dd, int T, int H, float scale) {                  \
+        FL_BODY((flash_bwd_dkdv_tc<D>(dk, dv, gbs, ghs, grs, q, k, v, dout, lse, dd, T, H,  \
+                                      scale)));                                             \
+    }                                                                                       \
+    __global__ void __launch_bounds__(FL_THREADS)                                           \
+        flash_bwd_dq_tc##D(X* dq, long long gbs, int ghs, int grs, const X* q, const X* k,  \
+                           const X* v, const X* dout, const X* o, const float* lse,         \
+                           float* dd, int T, int H, float scale) {                          \
+        FL_BODY((flash_bwd_dq_tc<D>(dq, gbs, ghs, grs, q, k, v, dout, o, lse, dd, T, H,     \
+                                    scale)));                                               \
+    }
+
+FLASH_TC(32)
+FLASH_TC(64)
+FLASH_TC(128)
+
+}  // extern "C"

@@ -1,0 +1,253 @@
+//! Fused causal attention (`train.attention = flash`): the launches of the flash kernels of
+//! `kernels.cu`. Forward writes the output and each row's logsumexp; backward recomputes the
+//! probabilities tile by tile, so no T×T tensor exists in either pass.
+//!
+//! q, k and v are [b, h, t, d]; the output and its gradient are in the layout the projection
+//! after attention uses, [b, t, h·d], so no kernel permutes them; dq, dk and dv go where
+//! [`Grads`] says, which with as many key/value heads as query heads and no rope can be the
+//! merged qkv gradient itself.
+//!
+//! bf16 and fp16 with head sizes 32, 64 or 128 and sequences a multiple of the 64-row tile
+//! run the tensor-core kernels; anything else (fp32 above all, which must match a float32
+//! reference closely) runs the scalar kernels, one warp a row.
+
+use super::cuda::{Arg, Buf, Gpu};
+use crate::RunError;
+
+type Res = Result<(), RunError>;
+
+/// Rows of a tensor-core tile (queries and keys alike) and threads of its block.
+const TILE: usize = 64;
+const TC_THREADS: u32 = 128;
+/// The scalar kernels hold a row in registers, 8 elements a lane.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// The attention's shape: q, k, v and o are [b, h, t, d].
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    pub b: usize,
+    pub h: usize,
+    pub t: usize,
+    pub d: usize,
+    /// Bytes of the storage type (4: fp32).
+    pub xsz: usize,
+}
+
+impl Heads {
+    /// Whether the tensor-core kernels take this shape.
+    pub fn tensor_cores(&self) -> bool {
+        self.xsz == 2 && matches!(self.d, 32 | 64 | 128) && self.t.is_multiple_of(TILE)
+    }
+
+    fn rows(&self) -> usize {
+        self.b * self.h * self.t
+    }
+
+    fn scale(&self) -> f32 {
+        1.0 / (self.d as f32).sqrt()
+    }
+
+    /// Dynamic shared memory of the tensor-core kernels: `tiles` tiles of TILE rows of
+    /// d + 8 elements (padding against bank conflicts), plus `floats` fp32 values.
+    fn smem(&self, tiles: usize, floats: usize) -> u32 {
+        (tiles * TILE * (self.d + 8) * self.xsz + floats * 4) as u32
+    }
+}
+
+/// o = softmax(QKᵀ/√d, causal)·V, into `o` [b, t, h·d], and lse = each row's logsumexp
+/// ([b·h·t] fp32).
+pub fn forward(
+    gpu: &Gpu,
+    hd: Heads,
+    tc: bool,
+    o: Buf,
+    lse: Buf,
+    (q, k, v): (Buf, Buf, Buf),
+) -> Res {
+    if tc {
+        let tiles = hd.t / TILE;
+        gpu.launch_smem(
+            &format!("flash_fwd_tc{}", hd.d),
+            (tiles as u32, (hd.b * hd.h) as u32),
+            TC_THREADS,
+            hd.smem(5, 0),
+            &[
+                Arg::P(o),
+                Arg::P(lse),
+                Arg::P(q),
+                Arg::P(k),
+                Arg::P(v),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::F(hd.scale()),
+            ],
+        )
+    } else {
+        gpu.launch(
+            "flash_fwd",
+            (hd.rows().div_ceil(8) as u32, 1),
+            256,
+            &[
+                Arg::P(o),
+                Arg::P(lse),
+                Arg::P(q),
+                Arg::P(k),
+                Arg::P(v),
+                Arg::I((hd.b * hd.h) as i32),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::I(hd.d as i32),
+                Arg::F(hd.scale()),
+            ],
+        )
+    }
+}
+
+/// Where backward writes dq, dk and dv: row `t` of head `h` of sequence `b` at
+/// `b·bs + h·hs + t·rs` elements from each pointer.
+#[derive(Clone, Copy, Debug)]
+pub struct Grads {
+    pub dq: Buf,
+    pub dk: Buf,
+    pub dv: Buf,
+    bs: i64,
+    hs: i32,
+    rs: i32,
+    /// fp32 [b·h·t]: D_i = Σ O·dO, filled by backward.
+    pub dd: Buf,
+}
+
+impl Grads {
+    /// Three [b, h, t, d] buffers.
+    pub fn heads(hd: Heads, (dq, dk, dv): (Buf, Buf, Buf), dd: Buf) -> Grads {
+        Grads {
+            dq,
+            dk,
+            dv,
+            bs: (hd.h * hd.t * hd.d) as i64,
+            hs: (hd.t * hd.d) as i32,
+            rs: hd.d as i32,
+            dd,
+        }
+    }
+
+    /// The merged gradient of the qkv projection, [b, t, 3·h·d] (q, k, v heads in turn):
+    /// only with as many key/value heads as query heads and no rope.
+    pub fn qkv(hd: Heads, dqkv: Buf, dd: Buf) -> Grads {
+        let w = hd.h * hd.d;
+        Grads {
+            dq: dqkv,
+            dk: dqkv.at(w, hd.xsz),
+            dv: dqkv.at(2 * w, hd.xsz),
+            bs: (hd.t * 3 * w) as i64,
+            hs: hd.d as i32,
+            rs: (3 * w) as i32,
+            dd,
+        }
+    }
+}
+
+/// dq, dk, dv from the output `a` and its gradient `da`, both [b, t, h·d].
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    gpu: &Gpu,
+    hd: Heads,
+    tc: bool,
+    g: Grads,
+    (q, k, v): (Buf, Buf, Buf),
+    lse: Buf,
+    (a, da): (Buf, Buf),
+) -> Res {
+    if tc {
+        let tiles = (hd.t / TILE) as u32;
+        let bh = (hd.b * hd.h) as u32;
+        // dq first: it computes D_i on the way, which dk/dv read.
+        gpu.launch_smem(
+            &format!("flash_bwd_dq_tc{}", hd.d),
+            (tiles, bh),
+            TC_THREADS,
+            hd.smem(6, 0),
+            &[
+                Arg::P(g.dq),
+                Arg::L(g.bs),
+                Arg::I(g.hs),
+                Arg::I(g.rs),
+                Arg::P(q),
+                Arg::P(k),
+                Arg::P(v),
+                Arg::P(da),
+                Arg::P(a),
+                Arg::P(lse),
+                Arg::P(g.dd),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::F(hd.scale()),
+            ],
+        )?;
+        gpu.launch_smem(
+            &format!("flash_bwd_dkdv_tc{}", hd.d),
+            (tiles, bh),
+            TC_THREADS,
+            hd.smem(6, 4 * TILE),
+            &[
+                Arg::P(g.dk),
+                Arg::P(g.dv),
+                Arg::L(g.bs),
+                Arg::I(g.hs),
+                Arg::I(g.rs),
+                Arg::P(q),
+                Arg::P(k),
+                Arg::P(v),
+                Arg::P(da),
+                Arg::P(lse),
+                Arg::P(g.dd),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::F(hd.scale()),
+            ],
+        )
+    } else {
+        gpu.launch(
+            "flash_bwd_dot",
+            (hd.rows().div_ceil(8) as u32, 1),
+            256,
+            &[
+                Arg::P(g.dd),
+                Arg::P(a),
+                Arg::P(da),
+                Arg::I(hd.b as i32),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::I(hd.d as i32),
+            ],
+        )?;
+        let grid = (hd.rows().div_ceil(8) as u32, 1);
+        let common = |first: &[Arg]| -> Vec<Arg> {
+            let mut args = first.to_vec();
+            args.extend_from_slice(&[
+                Arg::L(g.bs),
+                Arg::I(g.hs),
+                Arg::I(g.rs),
+                Arg::P(q),
+                Arg::P(k),
+                Arg::P(v),
+                Arg::P(da),
+                Arg::P(lse),
+                Arg::P(g.dd),
+                Arg::I((hd.b * hd.h) as i32),
+                Arg::I(hd.t as i32),
+                Arg::I(hd.h as i32),
+                Arg::I(hd.d as i32),
+                Arg::F(hd.scale()),
+            ]);
+            args
+        };
+        gpu.launch(
+            "flash_bwd_dkdv",
+            grid,
+            256,
+            &common(&[Arg::P(g.dk), Arg::P(g.dv)]),
+        )?;
+        gpu.launch("flash_bwd_dq", grid, 256, &common(&[Arg::P(g.dq)]))
+    }
+}
