@@ -11,6 +11,7 @@ pub mod check;
 pub mod cost;
 pub mod nccl_env;
 pub mod plan;
+pub mod profile;
 pub mod report;
 pub mod resolve;
 pub mod schema;

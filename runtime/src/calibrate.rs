@@ -8,7 +8,6 @@
 use std::time::Instant;
 
 use planc_compiler::plan::{Gpu as CatalogGpu, Precision};
-use serde::{Deserialize, Serialize};
 
 use crate::collectives::Collectives;
 use crate::gpu::Runner;
@@ -17,69 +16,9 @@ use crate::train::cuda::{Arg, Gpu};
 use crate::RunError;
 use planc_compiler::cost::comm::Collective;
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Provenance {
-    pub device: String,
-    pub catalog_gpu: String,
-    pub driver_version: i32,
-    pub nvrtc_version: String,
-    pub nccl_version: Option<i32>,
-    pub precision: String,
-    pub measured_at_unix_s: u64,
-    pub planc_version: String,
-    pub seconds: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct GemmPoint {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub seconds: f64,
-    pub tflops: f64,
-    /// Achieved / the catalog's dense peak at this precision.
-    pub efficiency: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MemoryPoint {
-    /// Bytes read plus bytes written by one launch.
-    pub bytes: usize,
-    pub seconds: f64,
-    pub gb_per_s: f64,
-    /// Achieved / the catalog's HBM bandwidth.
-    pub efficiency: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct AttentionPoint {
-    pub kind: String,
-    pub batch_heads: usize,
-    pub seq: usize,
-    pub head_dim: usize,
-    pub seconds: f64,
-    /// Causal attention FLOPs (forward) per second.
-    pub tflops: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct CollectivePoint {
-    pub op: String,
-    pub gpus: usize,
-    pub bytes: usize,
-    pub seconds: f64,
-    /// nccl-tests' bus bandwidth: algorithm bandwidth times the op's bus factor.
-    pub bus_gb_per_s: f64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Profile {
-    pub provenance: Provenance,
-    pub gemm: Vec<GemmPoint>,
-    pub memory: Vec<MemoryPoint>,
-    pub attention: Vec<AttentionPoint>,
-    pub collectives: Vec<CollectivePoint>,
-}
+pub use planc_compiler::profile::{
+    AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, Profile, Provenance,
+};
 
 /// The shapes of training products: square-ish large ones, and the thin ones of
 /// tensor-parallel shards and small-hidden models (one side 256–1024).

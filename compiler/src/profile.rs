@@ -1,0 +1,267 @@
+//! Device profiles: what `planc calibrate` measured on a machine (products over a grid of
+//! shapes, memory-bound kernels by size, attention, collectives by message and group
+//! size), as TOML, and the curves the cost model reads from them in place of the catalog's
+//! constants: interpolated in log space, clamped at the measured ends.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Provenance {
+    pub device: String,
+    pub catalog_gpu: String,
+    pub driver_version: i32,
+    pub nvrtc_version: String,
+    pub nccl_version: Option<i32>,
+    pub precision: String,
+    pub measured_at_unix_s: u64,
+    pub planc_version: String,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GemmPoint {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub seconds: f64,
+    pub tflops: f64,
+    /// Achieved / the catalog's dense peak at this precision.
+    pub efficiency: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPoint {
+    /// Bytes read plus bytes written by one launch.
+    pub bytes: usize,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+    /// Achieved / the catalog's HBM bandwidth.
+    pub efficiency: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttentionPoint {
+    pub kind: String,
+    pub batch_heads: usize,
+    pub seq: usize,
+    pub head_dim: usize,
+    pub seconds: f64,
+    /// Causal attention FLOPs (forward) per second.
+    pub tflops: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollectivePoint {
+    pub op: String,
+    pub gpus: usize,
+    pub bytes: usize,
+    pub seconds: f64,
+    /// nccl-tests' bus bandwidth: algorithm bandwidth times the op's bus factor.
+    pub bus_gb_per_s: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Profile {
+    pub provenance: Provenance,
+    pub gemm: Vec<GemmPoint>,
+    pub memory: Vec<MemoryPoint>,
+    pub attention: Vec<AttentionPoint>,
+    pub collectives: Vec<CollectivePoint>,
+}
+
+impl Profile {
+    pub fn load(path: &Path) -> Result<Profile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the profile `{}`: {e}", path.display()))?;
+        toml::from_str(&text)
+            .map_err(|e| format!("`{}` is not a planc device profile: {e}", path.display()))
+    }
+
+    /// Product efficiency for an `m×n×k` product: the measured points weighted by inverse
+    /// squared distance in log-shape space (thin shapes are near thin shapes).
+    pub fn gemm_efficiency(&self, m: f64, n: f64, k: f64) -> Option<f64> {
+        let q = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
+        let (mut w, mut acc) = (0.0, 0.0);
+        for g in &self.gemm {
+            let p = [(g.m as f64).ln(), (g.n as f64).ln(), (g.k as f64).ln()];
+            let d2: f64 = q.iter().zip(&p).map(|(a, b)| (a - b).powi(2)).sum();
+            if d2 < 1e-12 {
+                return Some(g.efficiency);
+            }
+            let wi = 1.0 / d2;
+            w += wi;
+            acc += wi * g.efficiency;
+        }
+        (w > 0.0).then(|| acc / w)
+    }
+
+    /// Memory-bound efficiency for a kernel moving `bytes`: piecewise linear in log bytes.
+    pub fn memory_efficiency(&self, bytes: f64) -> Option<f64> {
+        interpolate(
+            self.memory
+                .iter()
+                .map(|p| (p.bytes as f64, p.efficiency))
+                .collect(),
+            bytes,
+        )
+    }
+
+    /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`) over
+    /// `gpus` for a message of `bytes`, from the nearest measured group size.
+    pub fn bus_bandwidth(&self, op: &str, gpus: usize, bytes: f64) -> Option<f64> {
+        let sizes: Vec<usize> = self
+            .collectives
+            .iter()
+            .filter(|c| c.op == op)
+            .map(|c| c.gpus)
+            .collect();
+        let g = sizes
+            .iter()
+            .min_by_key(|&&s| (s as i64 - gpus as i64).unsigned_abs())
+            .copied()?;
+        interpolate(
+            self.collectives
+                .iter()
+                .filter(|c| c.op == op && c.gpus == g)
+                .map(|c| (c.bytes as f64, c.bus_gb_per_s * 1e9))
+                .collect(),
+            bytes,
+        )
+    }
+}
+
+/// Linear interpolation of `y` over `ln x`, clamped to the end points.
+fn interpolate(mut pts: Vec<(f64, f64)>, x: f64) -> Option<f64> {
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let first = *pts.first()?;
+    let last = *pts.last()?;
+    if x <= first.0 {
+        return Some(first.1);
+    }
+    if x >= last.0 {
+        return Some(last.1);
+    }
+    let lx = x.ln();
+    pts.windows(2).find_map(|w| {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        (x >= x0 && x <= x1).then(|| {
+            let t = (lx - x0.ln()) / (x1.ln() - x0.ln()).max(1e-12);
+            y0 + t * (y1 - y0)
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile() -> Profile {
+        Profile {
+            provenance: Provenance {
+                device: "test".into(),
+                catalog_gpu: "H200_SXM_141GB".into(),
+                driver_version: 0,
+                nvrtc_version: "13.0".into(),
+                nccl_version: None,
+                precision: "bf16".into(),
+                measured_at_unix_s: 0,
+                planc_version: "0".into(),
+                seconds: 0.0,
+            },
+            gemm: vec![
+                GemmPoint {
+                    m: 8192,
+                    n: 8192,
+                    k: 8192,
+                    seconds: 0.0,
+                    tflops: 0.0,
+                    efficiency: 0.8,
+                },
+                GemmPoint {
+                    m: 8192,
+                    n: 256,
+                    k: 4096,
+                    seconds: 0.0,
+                    tflops: 0.0,
+                    efficiency: 0.4,
+                },
+            ],
+            memory: vec![
+                MemoryPoint {
+                    bytes: 1 << 20,
+                    seconds: 0.0,
+                    gb_per_s: 0.0,
+                    efficiency: 0.1,
+                },
+                MemoryPoint {
+                    bytes: 1 << 30,
+                    seconds: 0.0,
+                    gb_per_s: 0.0,
+                    efficiency: 0.7,
+                },
+            ],
+            attention: vec![],
+            collectives: vec![
+                CollectivePoint {
+                    op: "AllReduce".into(),
+                    gpus: 2,
+                    bytes: 1 << 20,
+                    seconds: 0.0,
+                    bus_gb_per_s: 50.0,
+                },
+                CollectivePoint {
+                    op: "AllReduce".into(),
+                    gpus: 2,
+                    bytes: 1 << 28,
+                    seconds: 0.0,
+                    bus_gb_per_s: 200.0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn curves_interpolate_in_log_space_and_clamp() {
+        let p = profile();
+        assert_eq!(p.memory_efficiency(1024.0), Some(0.1));
+        assert_eq!(p.memory_efficiency(1e12), Some(0.7));
+        let mid = p.memory_efficiency(2f64.powi(25)).unwrap();
+        assert!((mid - 0.4).abs() < 1e-9, "{mid}");
+        let bw = p.bus_bandwidth("AllReduce", 2, 2f64.powi(24)).unwrap();
+        assert!((bw - 125e9).abs() < 1e3, "{bw}");
+        assert_eq!(p.bus_bandwidth("AllGather", 2, 1e6), None);
+    }
+
+    #[test]
+    fn thin_products_take_the_thin_points_efficiency() {
+        let p = profile();
+        let thin = p.gemm_efficiency(8192.0, 300.0, 4096.0).unwrap();
+        let square = p.gemm_efficiency(8000.0, 8000.0, 8000.0).unwrap();
+        assert!(thin < 0.5 && square > 0.75, "{thin} {square}");
+        assert_eq!(p.gemm_efficiency(8192.0, 8192.0, 8192.0), Some(0.8));
+    }
+
+    #[test]
+    fn a_profile_round_trips_through_toml() {
+        let p = profile();
+        let text = toml::to_string(&p).unwrap();
+        assert_eq!(toml::from_str::<Profile>(&text).unwrap(), p);
+    }
+}
+
+#[cfg(test)]
+mod shipped {
+    #[test]
+    fn the_shipped_h200_profile_loads() {
+        let p = super::Profile::load(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/catalog/profiles/h200_sxm_141gb.bf16.toml"
+        )))
+        .unwrap();
+        assert_eq!(p.provenance.catalog_gpu, "H200_SXM_141GB");
+        let e = p.gemm_efficiency(16384.0, 2304.0, 768.0).unwrap();
+        assert!(e > 0.3 && e < 1.0, "{e}");
+    }
+}
