@@ -254,6 +254,13 @@ pub fn summary(checked: &Checked) -> Option<String> {
             (e.closed_form_step_s / e.step_s - 1.0) * 100.0
         );
     }
+    if let Some(note) = checked
+        .plan
+        .as_ref()
+        .and_then(planc_compiler::report::profile_note)
+    {
+        s += &format!("         {note}\n");
+    }
     s += &format!(
         "speed    {:.0} tokens/s  {:.2} samples/s  {:.1} model TFLOP/s per GPU ({:.1} hardware)  MFU {:.1} %\n",
         e.tokens_per_s,

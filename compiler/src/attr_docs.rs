@@ -17,6 +17,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("inter_node", "bandwidth") => "bandwidth of one NIC (e.g. `400 Gb/s`)",
         ("intra_node" | "inter_node", "latency") => "one message's latency (e.g. `5 us`)",
         ("inter_node", "nics_per_node") => "NICs per node; the node's GPUs share them",
+        ("cluster", "profile") => {
+            "a device profile from `planc calibrate` (TOML, relative to the plan): measured curves instead of the catalog's constants"
+        }
         ("model", "preset") => {
             "a published architecture from the catalog (`\"llama3-70b\"`); attributes written here override it"
         }

@@ -120,6 +120,7 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
     let mut names = vec![e.name.clone()];
     names.extend(e.aliases);
     let gpu = Gpu {
+        profile: None,
         name: e.name,
         memory: e.memory_gib * 1024f64.powi(3),
         hbm_bandwidth: e.hbm_bandwidth_gbs * 1e9,

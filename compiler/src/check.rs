@@ -95,7 +95,13 @@ pub fn check_file_with_progress(
     if checked.diagnostics.iter().any(Diagnostic::is_error) {
         return Ok(checked);
     }
-    let Some(spec) = spec else { return Ok(checked) };
+    let Some(mut spec) = spec else {
+        return Ok(checked);
+    };
+    if let Some(d) = attach_profile(&mut spec, &checked.sources) {
+        checked.diagnostics.push(d);
+        return Ok(checked);
+    }
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     if let Some(parallel) = choose_layout(
         &spec,
@@ -454,4 +460,47 @@ mod tests {
         let e = c.estimate.unwrap();
         assert!(e.mfu > 0.2 && e.mfu < 0.7, "{}", e.mfu);
     }
+}
+
+/// Loads `cluster.profile` (relative to the file that names it) onto the groups of the GPU
+/// it was measured on; an unreadable profile, or one of another GPU, is P0104.
+fn attach_profile(spec: &mut PlanSpec, sources: &SourceMap) -> Option<Diagnostic> {
+    let (path, file, span) = spec.cluster.profile.clone()?;
+    let base = sources
+        .get(file)
+        .path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let full = base.join(&path);
+    let fail = |msg: String| {
+        let mut d = Diagnostic::new(codes::P0104, msg).at(file, span, "this profile");
+        d.with_help("measure the machine with `planc calibrate -o FILE`");
+        Some(d)
+    };
+    let profile = match crate::profile::Profile::load(&full) {
+        Ok(p) => std::sync::Arc::new(p),
+        Err(e) => return fail(e),
+    };
+    let measured = profile.provenance.catalog_gpu.clone();
+    let mut used = false;
+    for g in &mut spec.cluster.groups {
+        if g.gpu.name == measured {
+            g.gpu.profile = Some(profile.clone());
+            used = true;
+        }
+    }
+    if !used {
+        let gpus: Vec<&str> = spec
+            .cluster
+            .groups
+            .iter()
+            .map(|g| g.gpu.name.as_str())
+            .collect();
+        return fail(format!(
+            "`{path}` was measured on {measured}; the plan's GPUs are {}",
+            gpus.join(", ")
+        ));
+    }
+    None
 }

@@ -83,6 +83,10 @@ pub struct Link {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Gpu {
+    /// Measured curves for this device (`cluster.profile`), used instead of the constants
+    /// below where they cover an operation.
+    #[serde(skip)]
+    pub profile: Option<std::sync::Arc<crate::profile::Profile>>,
     pub name: String,
     pub memory: f64,
     pub hbm_bandwidth: f64,
@@ -126,6 +130,10 @@ pub struct Cluster {
     pub name: String,
     pub groups: Vec<NodeGroup>,
     pub inter_node: Option<InterNode>,
+    /// `profile = "FILE"` as written, where it was written (loaded by `check`, which knows
+    /// the file's folder).
+    #[serde(skip)]
+    pub profile: Option<(String, planc_lang::span::FileId, planc_lang::span::Span)>,
 }
 
 impl Cluster {

@@ -93,6 +93,10 @@ pub struct TimeSection {
     pub method: &'static str,
     /// Extension: the closed-form step time, as a cross-check of the simulation.
     pub closed_form_step_s: f64,
+    /// Extension: where measured curves (`cluster.profile`) replaced the catalog's constants:
+    /// which figures, and the device and date of the measurement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -210,6 +214,7 @@ pub fn build(
         stages,
     });
     r.time = Some(TimeSection {
+        profile: profile_note(plan),
         step_s: e.step_s,
         compute_s: e.compute_s,
         exposed_comm_s: e.exposed_comm_s,
@@ -227,4 +232,54 @@ pub fn build(
         mfu: e.mfu,
     });
     r
+}
+
+/// Which figures came from a device profile, for the report; None without one.
+pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
+    let g = plan
+        .cluster
+        .groups
+        .iter()
+        .find_map(|g| g.gpu.profile.as_ref().map(|p| (g, p)))?;
+    let (group, p) = g;
+    let v = &p.provenance;
+    let at_precision = v.precision == plan.train.precision.as_str();
+    Some(if at_precision {
+        format!(
+            "products and memory-bound kernels of {} from the profile measured on {} ({}, planc calibrate, {})",
+            group.gpu.name,
+            v.device,
+            v.precision,
+            date(v.measured_at_unix_s)
+        )
+    } else {
+        format!(
+            "the profile of {} was measured in {}, the plan trains in {}: constants used",
+            v.device, v.precision, plan.train.precision
+        )
+    })
+}
+
+/// `YYYY-MM-DD` of a Unix time (the civil calendar from days since 1970-01-01).
+fn date(unix_s: u64) -> String {
+    let z = (unix_s / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod date_tests {
+    #[test]
+    fn dates_of_unix_times() {
+        assert_eq!(super::date(0), "1970-01-01");
+        assert_eq!(super::date(1_795_432_805), "2026-11-23");
+        assert_eq!(super::date(951_782_400), "2000-02-29");
+    }
 }

@@ -868,6 +868,7 @@ impl<'a> Resolver<'a> {
         };
         let intra_node = self.lower_link(n, "intra_node", &default_link);
         Some(Gpu {
+            profile: None,
             name: name.to_string(),
             memory: memory?,
             hbm_bandwidth: hbm?,
@@ -1147,10 +1148,15 @@ impl<'a> Resolver<'a> {
         if !ok {
             return None;
         }
+        let profile = self.string(n, "profile").and_then(|p| {
+            self.get(n, "profile")
+                .map(|(_, span)| (p, self.nodes[n].file, span))
+        });
         Some(Cluster {
             name,
             groups,
             inter_node,
+            profile,
         })
     }
 

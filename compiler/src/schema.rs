@@ -42,7 +42,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
     schema(
         "cluster",
         Naming::Optional,
-        &["nodes", "gpus_per_node", "gpu"],
+        &["nodes", "gpus_per_node", "gpu", "profile"],
         &["intra_node", "inter_node", "group"],
     ),
     schema(

@@ -43,7 +43,19 @@ impl Device<'_> {
         self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
     }
 
+    /// The device profile, where it was measured at this precision.
+    fn profile(&self) -> Option<&crate::profile::Profile> {
+        self.gpu
+            .profile
+            .as_deref()
+            .filter(|p| p.provenance.precision == self.precision.as_str())
+    }
+
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
+        // A measured efficiency already holds the tile, wave and thin-shape losses.
+        if let Some(e) = self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
+            return (2.0 * m * n * k / (self.peak() * e)).max(KERNEL_FLOOR_S);
+        }
         let padded = |x: f64| (x / TILE).ceil() * TILE;
         let flops = 2.0 * padded(m) * padded(n) * k;
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
@@ -53,6 +65,9 @@ impl Device<'_> {
     }
 
     pub fn memory(&self, bytes: f64) -> f64 {
+        if let Some(e) = self.profile().and_then(|p| p.memory_efficiency(bytes)) {
+            return (bytes / (self.gpu.hbm_bandwidth * e)).max(KERNEL_FLOOR_S);
+        }
         (bytes / self.memory_rate()).max(KERNEL_FLOOR_S)
     }
 
