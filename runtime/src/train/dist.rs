@@ -194,8 +194,7 @@ pub fn data_parallel_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize
 }
 
 /// Meets the other ranks and makes the communicator of every group that holds this rank.
-/// Rank 0 listens on `world.master`, creates one NCCL id per group and sends each rank all
-/// of them; the others connect (retrying until the timeout).
+/// Rank 0 creates one NCCL id per group and hands every rank all of them (`rendezvous`).
 pub fn communicators(
     world: &World,
     groups: &[Vec<usize>],
@@ -207,105 +206,30 @@ pub fn communicators(
             "NCCL (libnccl.so.2) not found; add it to LD_LIBRARY_PATH".into(),
         ));
     }
-    let deadline = Instant::now() + timeout();
-    let ids: Vec<ncclUniqueId> = if world.rank == 0 {
-        let ids: Vec<ncclUniqueId> = groups
+    let ids = if world.rank == 0 {
+        groups
             .iter()
-            .map(|_| nccl::get_uniqueid().map_err(|e| nerr("unique id", e)))
-            .collect::<Result<_, _>>()?;
-        let listener = TcpListener::bind(&world.master).map_err(|e| {
-            RunError::Plan(format!(
-                "rank 0 cannot listen on {}: {e} (choose another --master port)",
-                world.master
-            ))
-        })?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| RunError::Cuda(e.to_string()))?;
-        let mut joined = vec![false; world.size];
-        joined[0] = true;
-        while joined.iter().any(|j| !j) {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false).ok();
-                    let mut r = [0u8; 4];
-                    s.read_exact(&mut r)
-                        .map_err(|e| RunError::Cuda(e.to_string()))?;
-                    let r = u32::from_le_bytes(r) as usize;
-                    if r >= world.size {
-                        continue;
-                    }
-                    for id in &ids {
-                        let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
-                        s.write_all(&bytes)
-                            .map_err(|e| RunError::Cuda(e.to_string()))?;
-                    }
-                    joined[r] = true;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        let missing: Vec<String> = joined
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, j)| !**j)
-                            .map(|(r, _)| r.to_string())
-                            .collect();
-                        return Err(RunError::Plan(format!(
-                            "rank 0 waited {:?} on {} for ranks {} to join; they never came \
-                             (check --nnodes, --node-rank, --master on every node)",
-                            timeout(),
-                            world.master,
-                            missing.join(", ")
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                Err(e) => return Err(RunError::Cuda(e.to_string())),
-            }
-        }
-        ids
+            .map(|_| {
+                nccl::get_uniqueid()
+                    .map(|id| id.internal.map(|c| c as u8))
+                    .map_err(|e| nerr("unique id", e))
+            })
+            .collect::<Result<Vec<_>, _>>()?
     } else {
-        let mut s = loop {
-            match TcpStream::connect(&world.master) {
-                Ok(s) => break s,
-                Err(e) => {
-                    if Instant::now() > deadline {
-                        return Err(RunError::Plan(format!(
-                            "rank {} could not reach rank 0 at {} within {:?}: {e}",
-                            world.rank,
-                            world.master,
-                            timeout()
-                        )));
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        };
-        s.write_all(&(world.rank as u32).to_le_bytes())
-            .map_err(|e| RunError::Cuda(e.to_string()))?;
-        let mut ids = Vec::new();
-        for _ in groups {
-            let mut b = [0u8; 128];
-            s.read_exact(&mut b).map_err(|e| {
-                RunError::Plan(format!(
-                    "rank {}: rank 0 hung up during the rendezvous: {e}",
-                    world.rank
-                ))
-            })?;
-            ids.push(ncclUniqueId {
-                internal: b.map(|x| x as std::ffi::c_char),
-            });
-        }
-        ids
+        Vec::new()
     };
+    let ids = rendezvous(world, ids, groups.len(), timeout())?;
     let mut comms = Vec::new();
     for (k, members) in groups.iter().enumerate() {
         let Some(me) = members.iter().position(|&r| r == world.rank) else {
             continue;
         };
+        let id = ncclUniqueId {
+            internal: ids[k].map(|b| b as std::ffi::c_char),
+        };
         let mut raw: ncclComm_t = std::ptr::null_mut();
         // SAFETY: every member calls this with the same id and group size.
-        unsafe { nccl::comm_init_rank(&mut raw, members.len() as i32, ids[k], me as i32) }
+        unsafe { nccl::comm_init_rank(&mut raw, members.len() as i32, id, me as i32) }
             .map_err(|e| nerr("init", e))?;
         comms.push(Comm {
             raw,
@@ -322,6 +246,99 @@ pub fn communicators(
         });
     }
     Ok(comms)
+}
+
+/// The TCP exchange: rank 0 listens on `world.master`, each other rank connects (retrying
+/// until `limit`), sends its rank and receives `count` ids of 128 bytes; rank 0 returns
+/// its own `ids`. A rank that never joins, or a rank 0 that cannot be reached, is an error
+/// that names it.
+pub fn rendezvous(
+    world: &World,
+    ids: Vec<[u8; 128]>,
+    count: usize,
+    limit: Duration,
+) -> Result<Vec<[u8; 128]>, RunError> {
+    let io = |e: std::io::Error| RunError::Cuda(format!("rendezvous: {e}"));
+    let deadline = Instant::now() + limit;
+    if world.rank == 0 {
+        let listener = TcpListener::bind(&world.master).map_err(|e| {
+            RunError::Plan(format!(
+                "rank 0 cannot listen on {}: {e} (choose another --master port)",
+                world.master
+            ))
+        })?;
+        listener.set_nonblocking(true).map_err(io)?;
+        let mut joined = vec![false; world.size];
+        joined[0] = true;
+        while joined.iter().any(|j| !j) {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).map_err(io)?;
+                    s.set_read_timeout(Some(Duration::from_secs(10)))
+                        .map_err(io)?;
+                    let mut r = [0u8; 4];
+                    if s.read_exact(&mut r).is_err() {
+                        continue;
+                    }
+                    let r = u32::from_le_bytes(r) as usize;
+                    if r == 0 || r >= world.size {
+                        continue;
+                    }
+                    for id in &ids {
+                        s.write_all(id).map_err(io)?;
+                    }
+                    joined[r] = true;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        let missing: Vec<String> = joined
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, j)| !**j)
+                            .map(|(r, _)| r.to_string())
+                            .collect();
+                        return Err(RunError::Plan(format!(
+                            "rank 0 waited {limit:?} on {} for ranks {} to join; they never came \
+                             (check --nnodes, --node-rank, --master on every node)",
+                            world.master,
+                            missing.join(", ")
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(io(e)),
+            }
+        }
+        return Ok(ids);
+    }
+    let mut s = loop {
+        match TcpStream::connect(&world.master) {
+            Ok(s) => break s,
+            Err(e) => {
+                if Instant::now() > deadline {
+                    return Err(RunError::Plan(format!(
+                        "rank {} could not reach rank 0 at {} within {limit:?}: {e}",
+                        world.rank, world.master
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    s.write_all(&(world.rank as u32).to_le_bytes())
+        .map_err(io)?;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut b = [0u8; 128];
+        s.read_exact(&mut b).map_err(|e| {
+            RunError::Plan(format!(
+                "rank {}: rank 0 hung up during the rendezvous: {e}",
+                world.rank
+            ))
+        })?;
+        out.push(b);
+    }
+    Ok(out)
 }
 
 /// Turns a wait past the timeout into an error: the main thread says what it is about to
@@ -392,3 +409,86 @@ impl Drop for Watchdog {
 }
 
 static ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn world(rank: usize, size: usize, port: u16) -> World {
+        World {
+            rank,
+            size,
+            local_rank: rank,
+            master: format!("127.0.0.1:{port}"),
+        }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    #[test]
+    fn every_rank_receives_rank_zeros_ids() {
+        let port = free_port();
+        let ids: Vec<[u8; 128]> = (0..3u8).map(|k| [k + 7; 128]).collect();
+        let expect = ids.clone();
+        let others: Vec<_> = (1..4)
+            .map(|r| {
+                std::thread::spawn(move || {
+                    rendezvous(&world(r, 4, port), Vec::new(), 3, Duration::from_secs(20))
+                })
+            })
+            .collect();
+        let mine = rendezvous(&world(0, 4, port), ids, 3, Duration::from_secs(20)).unwrap();
+        assert_eq!(mine, expect);
+        for t in others {
+            assert_eq!(t.join().unwrap().unwrap(), expect);
+        }
+    }
+
+    #[test]
+    fn a_rank_that_never_joins_is_named() {
+        let port = free_port();
+        let one = std::thread::spawn(move || {
+            rendezvous(&world(1, 3, port), Vec::new(), 1, Duration::from_secs(5))
+        });
+        let err = rendezvous(
+            &world(0, 3, port),
+            vec![[1; 128]],
+            1,
+            Duration::from_secs(1),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("ranks 2 to join"), "{err}");
+        assert!(one.join().unwrap().is_ok());
+    }
+
+    #[test]
+    fn an_unreachable_rank_zero_is_named() {
+        let port = free_port();
+        let err = rendezvous(
+            &world(2, 3, port),
+            Vec::new(),
+            1,
+            Duration::from_millis(300),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("rank 2 could not reach rank 0"), "{err}");
+    }
+
+    #[test]
+    fn data_parallel_groups_hold_the_ranks_of_one_tensor_and_pipeline_position() {
+        // tp 2, dp 2, pp 2: rank = tp_rank + 2·(dp_rank + 2·pp_rank).
+        assert_eq!(
+            data_parallel_groups(8, 2, 2),
+            vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
+        );
+        assert_eq!(data_parallel_groups(2, 1, 2), vec![vec![0, 1]]);
+    }
+}
