@@ -52,7 +52,7 @@ fn free_port() -> Option<u16> {
 }
 
 /// Starts this node's ranks and waits for them.
-pub fn launch(world: usize, nodes: &Nodes, args: &[OsString]) -> ExitCode {
+pub fn launch(world: usize, plan_nodes: u64, nodes: &Nodes, args: &[OsString]) -> ExitCode {
     if nodes.nnodes == 0 || !world.is_multiple_of(nodes.nnodes) || nodes.node_rank >= nodes.nnodes {
         eprintln!(
             "error: {} nodes (node rank {}) cannot split the plan's {world} GPUs evenly",
@@ -78,9 +78,17 @@ pub fn launch(world: usize, nodes: &Nodes, args: &[OsString]) -> ExitCode {
     let gpus = planc_runtime::local_gpu_count();
     if gpus < local {
         eprintln!(
-            "error: the plan places {local} GPUs on this node ({world} over {} nodes); this machine has {gpus}",
-            nodes.nnodes
+            "error: the plan places {local} GPUs on this node ({world} over {} node{}); this machine has {gpus}",
+            nodes.nnodes,
+            if nodes.nnodes == 1 { "" } else { "s" }
         );
+        if plan_nodes > 1 && nodes.nnodes == 1 {
+            eprintln!(
+                "help: the plan has {plan_nodes} nodes: run `planc run PLAN --nnodes {plan_nodes} \
+                 --node-rank R --master HOST:PORT` on each, R = 0..{}",
+                plan_nodes - 1
+            );
+        }
         return ExitCode::from(1);
     }
     let exe = match std::env::current_exe() {

@@ -77,7 +77,8 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             }
             let nodes = launch::Nodes::resolve(args.nnodes, args.node_rank, args.master.clone());
             let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-            return launch::launch(size, &nodes, &argv);
+            let plan_nodes = plan.cluster.groups.iter().map(|g| g.nodes).sum();
+            return launch::launch(size, plan_nodes, &nodes, &argv);
         }
         None => World::ONE,
     };

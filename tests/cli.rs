@@ -340,6 +340,20 @@ fn run_says_plainly_when_there_is_no_gpu() {
     let tp = planc(&["run", "examples/llama3-8b-1x8h100.tp"]);
     assert_eq!(tp.code, 1, "{}", tp.stderr);
     assert!(tp.stderr.contains("cp = 2"), "{}", tp.stderr);
+    // A data-parallel plan over two nodes, started without --nnodes on a machine without
+    // its GPUs: the launcher says how many it needs and how to start each node.
+    let nodes = planc(&["run", "examples/gpt2-124m-2x8-planc.tp"]);
+    assert_eq!(nodes.code, 1, "{}", nodes.stderr);
+    assert!(
+        nodes.stderr.contains("places 16 GPUs on this node"),
+        "{}",
+        nodes.stderr
+    );
+    assert!(
+        nodes.stderr.contains("--nnodes 2 --node-rank R"),
+        "{}",
+        nodes.stderr
+    );
     let bad = planc(&["run", "examples/oom-llama3-70b-8xa100.tp"]);
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("not running a plan with errors"));
