@@ -5,7 +5,8 @@
 //!
 //! The plans are written as a user would write them; nothing here is fitted to the rows.
 //! The paper's runs predate fused (flash) attention, so the plans say
-//! `attention = standard`.
+//! `attention = standard`; they trained with Megatron-LM's default dropout of 0.1, so the
+//! plans say `dropout = 0.1` (planc's default is 0).
 
 use planc_compiler::check::check_source;
 
@@ -98,7 +99,7 @@ fn plan_text(r: &Row, recompute: &str, sp: bool) -> String {
     inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s, latency = 5 us }}
 }}
 model {{ layers = {l}, hidden = {h}, heads = {a}, vocab = 51200, seq_len = 2048 }}
-train {{ global_batch = {b}, precision = fp16, optimizer = adam, attention = standard }}
+train {{ global_batch = {b}, precision = fp16, optimizer = adam, attention = standard, dropout = 0.1 }}
 parallel {{
     tp = {tp}
     pp = {pp}
