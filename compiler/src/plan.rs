@@ -87,11 +87,28 @@ pub struct Gpu {
     pub gemm_efficiency: f64,
     pub memory_efficiency: f64,
     pub intra_node: Link,
+    /// CUDA compute capability (8.0 for A100); `None` for a plan's own `gpu`, which is
+    /// taken to be current.
+    pub compute_capability: Option<f64>,
+    /// Bus bandwidth (bytes/s) a collective over two GPUs of one node reaches on large
+    /// messages, where measured: small NVLink groups fall short of the eight-GPU figure.
+    pub pair_bus_bandwidth: Option<f64>,
 }
 
 impl Gpu {
     pub fn peak(&self, p: Precision) -> Option<f64> {
         self.peak.iter().find(|(q, _)| *q == p).map(|(_, f)| *f)
+    }
+
+    /// Whether fused (flash) attention kernels run on it: FlashAttention and cuDNN's fused
+    /// attention need Ampere (compute capability 8.0) or newer.
+    pub fn has_fused_attention(&self) -> bool {
+        self.compute_capability.is_none_or(|cc| cc >= 8.0)
+    }
+
+    /// Before Ampere: NCCL's Volta tuning (lower LL bandwidth cap) applies.
+    pub fn is_pre_ampere(&self) -> bool {
+        !self.has_fused_attention()
     }
 }
 

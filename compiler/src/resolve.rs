@@ -807,6 +807,8 @@ impl<'a> Resolver<'a> {
             gemm_efficiency,
             memory_efficiency,
             intra_node,
+            compute_capability: None,
+            pair_bus_bandwidth: None,
         })
     }
 

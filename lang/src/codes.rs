@@ -156,6 +156,11 @@ codes! {
         "planc does not model uneven pipeline stages under the interleaved schedule (vpp > 1): \
          use `schedule = 1f1b` with `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and \
          choose pp × vpp dividing `layers`.";
+    P0325 Warning "no fused attention on this device"
+        "Fused (flash) attention kernels need an Ampere or newer GPU (compute capability 8.0): \
+         FlashAttention and cuDNN's fused attention do not run on V100 or T4. A plan that asks for \
+         `attention = flash` there is priced, and launched, with standard attention, which stores the \
+         s×s scores (more memory, more time). Write `attention = standard`, or use newer GPUs.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

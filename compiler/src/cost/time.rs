@@ -15,8 +15,19 @@ use crate::plan::{Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision
 
 /// A GPU cannot finish kernels faster than the host launches them.
 const KERNEL_FLOOR_S: f64 = 4e-6;
+/// A streaming kernel does not move bytes at the bandwidth of a large copy from its first
+/// microsecond to its last: its blocks launch, the first DRAM round trips fill the memory
+/// pipeline, and the last wave drains it. About 2 µs on Hopper, from `planc run` on an
+/// H100: the 12.6 MB norms of GPT-3 175B at tp 8 took ~1.5× their bytes at the copy rate,
+/// the 100 MB and larger kernels 1.1×.
+const KERNEL_RAMP_S: f64 = 2e-6;
 /// Matrix products are computed in 128×128 output tiles; ragged edges waste a tile.
 const TILE: f64 = 128.0;
+/// Per output tile, a product's pipelined main loop over k is preceded by filling its
+/// shared-memory stages and followed by writing the tile: work that does not depend on k,
+/// about as long as 64 of its k steps (a 3-4 stage pipeline of 16-32 wide k slices). Thin
+/// products (k = hidden / tp, head_dim) lose that fraction: 4 % at k = 1536, 33 % at 128.
+const TILE_K_OVERHEAD: f64 = 64.0;
 /// Fused attention kernels reach this fraction of the device's matrix-product rate.
 const FLASH_EFFICIENCY: f64 = 0.75;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
@@ -43,17 +54,21 @@ impl Device<'_> {
         self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
     }
 
+    /// `gemm_efficiency` is what a large, square product reaches (8192³, k overhead
+    /// included): the k overhead is measured relative to that.
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
         let padded = |x: f64| (x / TILE).ceil() * TILE;
+        let thin = |k: f64| (k + TILE_K_OVERHEAD) / k;
+        let k_overhead = thin(k.max(1.0)) / thin(8192.0);
         let flops = 2.0 * padded(m) * padded(n) * k;
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
-        (flops / self.matrix_rate())
-            .max(bytes / self.memory_rate())
+        (flops * k_overhead / self.matrix_rate())
+            .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
             .max(KERNEL_FLOOR_S)
     }
 
     pub fn memory(&self, bytes: f64) -> f64 {
-        (bytes / self.memory_rate()).max(KERNEL_FLOOR_S)
+        (bytes / self.memory_rate() + KERNEL_RAMP_S).max(KERNEL_FLOOR_S)
     }
 
     pub fn flash(&self, flops: f64) -> f64 {
@@ -115,6 +130,13 @@ pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
         intra: group.intra_node.clone(),
         inter: inter.map(|i| i.link.clone()),
         inter_per_gpu,
+        // The pair figure was measured on the catalog's own link; a plan that writes
+        // another `intra_node` link has no measurement of it.
+        pair_bus_bandwidth: group
+            .gpu
+            .pair_bus_bandwidth
+            .filter(|_| group.intra_node == group.gpu.intra_node),
+        pre_ampere: group.gpu.is_pre_ampere(),
     };
     let shape = |size: u64, stride: u64| GroupShape {
         size,
@@ -389,6 +411,30 @@ mod tests {
     }
 
     #[test]
+    fn thin_products_pay_for_their_tiles_fixed_work() {
+        let d = a100();
+        // The same FLOPs with k = 1536 instead of 8192: (1536 + 64) / 1536 over
+        // (8192 + 64) / 8192.
+        let (m, n) = (2048.0, 12288.0);
+        let square = d.gemm(m, n, 8192.0) * 1536.0 / 8192.0;
+        let thin = d.gemm(m, n, 1536.0);
+        let want = (1600.0 / 1536.0) / (8256.0 / 8192.0);
+        assert!((thin / square - want).abs() < 1e-9, "{}", thin / square);
+    }
+
+    #[test]
+    fn small_streaming_kernels_do_not_reach_the_copy_bandwidth() {
+        let d = a100();
+        let rate = d.gpu.hbm_bandwidth * d.gpu.memory_efficiency;
+        let big = 1e9;
+        assert!((d.memory(big) - (big / rate + KERNEL_RAMP_S)).abs() < 1e-15);
+        // 12.6 MB at ~1.7 TB/s: 7.3 µs of bytes and 2 µs of ramp.
+        let small = 12.6e6;
+        let slowdown = d.memory(small) / (small / rate);
+        assert!(slowdown > 1.2 && slowdown < 1.35, "{slowdown}");
+    }
+
+    #[test]
     fn ragged_dimensions_pay_for_whole_tiles() {
         let d = a100();
         assert_eq!(d.gemm(129.0, 8192.0, 8192.0), d.gemm(256.0, 8192.0, 8192.0));
@@ -400,7 +446,7 @@ mod tests {
         let d = a100();
         // 8192×8192 bf16 weights read once: 134 MB at 2.0 TB/s × efficiency.
         let bytes = 2.0 * (8192.0 * 8192.0 + 8192.0 + 1.0 * 8192.0);
-        let want = bytes / (d.gpu.hbm_bandwidth * d.gpu.memory_efficiency);
+        let want = bytes / (d.gpu.hbm_bandwidth * d.gpu.memory_efficiency) + KERNEL_RAMP_S;
         assert!((d.gemm(1.0, 8192.0, 8192.0) - want).abs() < 1e-12);
     }
 
