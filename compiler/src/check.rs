@@ -227,6 +227,8 @@ fn choose_layout(
         offload: ps.offload.fixed().expect("no holes left"),
         first_stage_layers: ps.first_stage_layers,
         last_stage_layers: ps.last_stage_layers,
+        overlap_grad_reduce: ps.overlap_grad_reduce,
+        overlap_p2p: ps.overlap_p2p,
     })
 }
 

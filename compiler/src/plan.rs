@@ -265,6 +265,17 @@ pub struct Parallel {
     /// Extension: transformer layers on the last pipeline stage
     /// (`--decoder-last-pipeline-num-layers`); `None` gives it the middle stages' share.
     pub last_stage_layers: Option<u64>,
+    /// Extension: data-parallel gradient reduction (and the distributed optimizer's
+    /// parameter gather) overlapped with backward (and forward) passes, bucket by bucket, as
+    /// Megatron-LM's `--overlap-grad-reduce`/`--overlap-param-gather` and PyTorch DDP do;
+    /// `false`: after the last backward pass, all of it exposed (Megatron-LM before 2023,
+    /// DeepSpeed's pipeline engine). Default true.
+    pub overlap_grad_reduce: bool,
+    /// Extension: pipeline sends and receives overlapped with the next pass (Megatron-LM's
+    /// `--overlap-p2p-communication`, interleaved schedule only); `None`: the framework's
+    /// default, on with the interleaved schedule and off otherwise. See
+    /// [`Parallel::overlaps_p2p`].
+    pub overlap_p2p: Option<bool>,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -301,7 +312,16 @@ impl Parallel {
             offload: Offload::None,
             first_stage_layers: None,
             last_stage_layers: None,
+            overlap_grad_reduce: true,
+            overlap_p2p: None,
         }
+    }
+
+    /// Whether pipeline transfers overlap the passes. Megatron-LM overlaps them only in its
+    /// interleaved schedule (it turns `overlap_p2p_comm` off otherwise), so `true` with
+    /// another schedule has no effect (validate warns, P0324).
+    pub fn overlaps_p2p(&self) -> bool {
+        self.schedule == Schedule::Interleaved && self.vpp > 1 && self.overlap_p2p.unwrap_or(true)
     }
 
     pub fn grad_accum(&self, global_batch: u64) -> u64 {
@@ -434,6 +454,9 @@ pub struct ParallelSpec {
     /// Never a hole: the solver keeps what the plan writes.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    /// Never holes: what the framework overlaps is a fact about it, not a layout choice.
+    pub overlap_grad_reduce: bool,
+    pub overlap_p2p: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -296,6 +296,20 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             .help("use zero = 1 (Megatron's distributed optimizer) with pp > 1, or pp = 1"),
         );
     }
+    if p.overlap_p2p == Some(true) && !p.overlaps_p2p() {
+        let (f, s) = v.at("parallel", "overlap_p2p");
+        v.out.push(
+            Diagnostic::new(
+                codes::P0324,
+                format!(
+                    "`overlap_p2p = true` has no effect with the {} schedule",
+                    p.schedule
+                ),
+            )
+            .at(f, s, "pipeline transfers stay on the critical path")
+            .help("Megatron-LM overlaps pipeline transfers only in the interleaved schedule (vpp > 1): use `schedule = interleaved`, or remove `overlap_p2p`"),
+        );
+    }
     match p.offload {
         Offload::Optimizer if p.zero == 0 => v.push(
             codes::P0318,

@@ -66,6 +66,8 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             offload: planc_compiler::plan::Offload::None,
                                             first_stage_layers: s.parallel.first_stage_layers,
                                             last_stage_layers: s.parallel.last_stage_layers,
+                                            overlap_grad_reduce: s.parallel.overlap_grad_reduce,
+                                            overlap_p2p: s.parallel.overlap_p2p,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;

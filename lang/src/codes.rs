@@ -82,7 +82,8 @@ codes! {
         "The value is outside the range this attribute accepts (a count must be a positive whole number).";
     P0213 Error "hole outside parallel"
         "`auto` and candidate lists are allowed only in the `parallel` block, and there not for \
-         `first_stage_layers` and `last_stage_layers`: how the layers are split is written, never searched.";
+         `first_stage_layers` and `last_stage_layers` (how the layers are split is written, never searched) \
+         nor for `overlap_grad_reduce` and `overlap_p2p` (what the framework overlaps describes it).";
     P0214 Error "unknown GPU"
         "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
     P0215 Error "unknown model preset"
@@ -156,6 +157,10 @@ codes! {
         "planc does not model uneven pipeline stages under the interleaved schedule (vpp > 1): \
          use `schedule = 1f1b` with `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and \
          choose pp × vpp dividing `layers`.";
+    P0324 Warning "pipeline overlap without interleaving"
+        "`overlap_p2p = true` asks for pipeline sends and receives overlapped with the passes, which \
+         Megatron-LM does only in its interleaved schedule (it turns the option off otherwise). The \
+         plan is priced with the transfers on the critical path.";
     P0325 Warning "no fused attention on this device"
         "Fused (flash) attention kernels need an Ampere or newer GPU (compute capability 8.0): \
          FlashAttention and cuDNN's fused attention do not run on V100 or T4. A plan that asks for \

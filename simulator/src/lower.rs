@@ -100,8 +100,11 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
     let opts = StepOptions {
         zero: p.zero as u8,
         data_parallel,
-        buckets,
+        // Without overlap the reduction waits for the whole backward pass: one piece.
+        buckets: if p.overlap_grad_reduce { buckets } else { 1 },
         tied_embedding: m.tied_embeddings,
+        overlap_grad_reduce: p.overlap_grad_reduce,
+        overlap_p2p: p.overlaps_p2p(),
     };
     (build(kind, ranks, micro_batches, opts), costs)
 }

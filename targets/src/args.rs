@@ -167,7 +167,7 @@ pub fn megatron(
             parallel.push(Arg::text("--ckpt-format", "fsdp_dtensor"));
         }
     }
-    if p.dp > 1 && p.zero <= 1 {
+    if p.dp > 1 && p.zero <= 1 && p.overlap_grad_reduce {
         parallel.push(Arg::switch("--overlap-grad-reduce"));
         if p.zero == 1 {
             parallel.push(Arg::switch("--overlap-param-gather"));

@@ -5,7 +5,7 @@
 //! bytes at its achievable memory bandwidth, whichever is slower, never faster than a
 //! kernel launch). Tensor-, context- and expert-parallel collectives sit on the critical
 //! path as Megatron-LM issues them; data-parallel gradient reduction overlaps the last
-//! micro-batch's backward pass.
+//! micro-batch's backward pass (`parallel.overlap_grad_reduce`, the default) or follows it.
 
 use serde::Serialize;
 
@@ -311,8 +311,13 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
         forward.add(pc.head_fwd);
         backward.add(pc.head_bwd);
     }
-    // One send forward and one backward per model chunk boundary.
-    let p2p = 2.0 * p.vpp as f64 * pc.p2p;
+    // One send forward and one backward per model chunk boundary, on the critical path
+    // unless the framework overlaps them with the next pass.
+    let p2p = if p.overlaps_p2p() {
+        0.0
+    } else {
+        2.0 * p.vpp as f64 * pc.p2p
+    };
     let mut weight_grad = pc.layer_wgrad * layers;
     if stage == p.pp - 1 {
         weight_grad += pc.head_fwd.compute;
@@ -346,6 +351,13 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
         )
     };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
+    if !p.overlap_grad_reduce {
+        // After the backward passes (and the parameter gather before the forward ones),
+        // nothing hides it.
+        let per_step = if p.zero >= 2 { m } else { 1.0 };
+        let gathers = if p.zero >= 3 { 2.0 * m } else { 1.0 };
+        return per_step * reduce + gathers * gather;
+    }
     if p.zero >= 2 {
         // ZeRO-2 reduces gradients after every backward, ZeRO-3 also gathers parameters
         // before every forward and backward: per micro-batch the link carries all of it

@@ -39,6 +39,8 @@ pub struct Space {
     /// As written; copied into every layout.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    pub overlap_grad_reduce: bool,
+    pub overlap_p2p: Option<bool>,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -109,6 +111,8 @@ impl Space {
             offload: pick(&ps.offload, || vec![Offload::None]),
             first_stage_layers: ps.first_stage_layers,
             last_stage_layers: ps.last_stage_layers,
+            overlap_grad_reduce: ps.overlap_grad_reduce,
+            overlap_p2p: ps.overlap_p2p,
         }
     }
 
@@ -189,6 +193,8 @@ impl Space {
                                             offload,
                                             first_stage_layers: self.first_stage_layers,
                                             last_stage_layers: self.last_stage_layers,
+                                            overlap_grad_reduce: self.overlap_grad_reduce,
+                                            overlap_p2p: self.overlap_p2p,
                                         });
                                     }
                                 }
