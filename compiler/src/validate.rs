@@ -383,7 +383,7 @@ fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
             "there is only one pipeline stage",
             "remove `first_stage_layers` and `last_stage_layers`, or raise pp".into(),
         ),
-        SplitError::UnevenInterleaved => {
+        SplitError::UnevenChunks { middle, vpp } => {
             let (f, s) = v.at(
                 "parallel",
                 if v.spec.origins.written("parallel", "vpp") {
@@ -393,16 +393,18 @@ fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
                 },
             );
             let (ef, es) = v.at("parallel", end_attr);
+            let chunk_divisors = divisors_upto(middle, middle);
             v.out.push(
                 Diagnostic::new(
                     codes::P0323,
-                    format!("{ends} with vpp = {} (interleaved schedule)", p.vpp),
+                    format!(
+                        "{ends} leave {middle} layers on each other stage, which do not split into vpp = {vpp} equal chunks"
+                    ),
                 )
-                .at(f, s, "uneven stages are not modelled with interleaving")
+                .at(f, s, format!("{vpp} chunks per stage"))
                 .also(ef, es, "uneven stages")
                 .help(format!(
-                    "use `schedule = 1f1b` and `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and choose pp × vpp among the divisors of {layers}: {}",
-                    divisors_upto(layers, layers)
+                    "choose vpp among the divisors of {middle}: {chunk_divisors}; or change the ends so that the other stages' share divides by {vpp}"
                 )),
             );
         }

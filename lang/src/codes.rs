@@ -153,10 +153,12 @@ codes! {
          layers evenly, at least one each, as Megatron-LM splits them: layers − first − last must be a \
          positive multiple of the number of those stages (pp − 2 when both are set). With pp = 2 and \
          both set, first + last must equal `layers`. An end left unset counts as one of the others.";
-    P0323 Error "uneven stages with interleaving"
-        "planc does not model uneven pipeline stages under the interleaved schedule (vpp > 1): \
-         use `schedule = 1f1b` with `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and \
-         choose pp × vpp dividing `layers`.";
+    P0323 Error "uneven stages do not split into chunks"
+        "With the interleaved schedule each stage holds vpp model chunks. The end stages set by \
+         `first_stage_layers`/`last_stage_layers` split their layers into chunks as evenly as they can, \
+         lighter chunks outermost (Megatron-LM's `--pipeline-model-parallel-layout`, as Llama 3 405B \
+         was trained); the other stages' share must split into vpp equal chunks, as Megatron-LM \
+         requires of them. Choose vpp dividing that share, or change the ends.";
     P0324 Warning "pipeline overlap without interleaving"
         "`overlap_p2p = true` asks for pipeline sends and receives overlapped with the passes, which \
          Megatron-LM does only in its interleaved schedule (it turns the option off otherwise). The \

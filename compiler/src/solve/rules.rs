@@ -56,7 +56,7 @@ impl Rule {
             Rule::KvHeadsByTp => format!("tp must divide kv_heads = {}", m.kv_heads),
             Rule::LayersByStages => match uneven_ends(spec) {
                 Some(ends) => format!(
-                    "with {ends}, pp must be > 1, vpp = 1, and the other stages must share the rest of the {} layers evenly",
+                    "with {ends}, pp must be > 1, the other stages must share the rest of the {} layers evenly, and with vpp > 1 their share must split into vpp equal chunks",
                     m.layers
                 ),
                 None => format!("pp × vpp must divide layers = {}", m.layers),
@@ -278,7 +278,13 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
                 &rest.eq(k(0)),
                 &Bool::and(&[&rest.ge(&others), &divides_expr(&others, &rest)]),
             );
-            Bool::and(&[&v.pp.ge(k(2)), &v.vpp.eq(&one), &shared])
+            // Interleaved: the middle stages' share (rest / others) splits into vpp chunks.
+            let chunks = Bool::or(&[
+                &v.vpp.eq(&one),
+                &others.eq(k(0)),
+                &divides_expr(&v.vpp, &rest.div(&others)),
+            ]);
+            Bool::and(&[&v.pp.ge(k(2)), &shared, &chunks])
         }
         Rule::BatchByDp => divides(
             &Int::mul(&[&v.dp, &v.micro_batch]),

@@ -6,8 +6,10 @@
 //!   the best plan on the networks planc models; list larger values to consider them);
 //! - pp: the divisors of `layers`; with `first_stage_layers` or `last_stage_layers` written,
 //!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
-//!   two are never holes: every layout keeps what the plan writes, and the layers rule
-//!   refuses interleaving with them;
+//!   two are never holes: every layout keeps what the plan writes, and with interleaving
+//!   the layers rule also asks the middle stages' share to split into vpp equal chunks;
+//! - overlap_grad_reduce, overlap_p2p: never holes (they describe the framework), copied
+//!   into every layout;
 //! - cp: 1, 2, 4, 8; ep: the divisors of `experts`;
 //! - vpp: 1, or 2–8 dividing the layers per stage (interleaved schedule only);
 //! - micro_batch: 1, 2, 4, 8;
