@@ -285,7 +285,10 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             )),
         );
     }
-    if p.zero >= 2 && p.pp > 1 {
+    // ZeRO-2 under a pipeline reduce-scatters each micro-batch's gradients into their
+    // shards (FSDP sharding gradients, as Meta trained Llama 3 405B): priced, and allowed.
+    // ZeRO-3 would also gather every chunk's parameters before every pass.
+    if p.zero >= 3 && p.pp > 1 {
         let (f, s) = v.at("parallel", "zero");
         v.out.push(
             Diagnostic::new(
@@ -293,7 +296,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
                 format!("ZeRO-{} with pipeline parallelism (pp = {})", p.zero, p.pp),
             )
             .at(f, s, format!("zero = {} and pp > 1", p.zero))
-            .help("use zero = 1 (Megatron's distributed optimizer) with pp > 1, or pp = 1"),
+            .help("use zero = 1 (Megatron's distributed optimizer) or 2 (gradients sharded too) with pp > 1, or pp = 1"),
         );
     }
     if p.overlap_p2p == Some(true) && !p.overlaps_p2p() {

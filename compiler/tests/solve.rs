@@ -43,6 +43,9 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                         for &schedule in &space.schedule {
                             for &sp in &sps {
                                 for &zero in &space.zero {
+                                    if pp > 1 && zero > space.zero_with_pipeline_max {
+                                        continue; // `zero = auto` keeps ZeRO-2/3 off pipelines
+                                    }
                                     for &recompute in &space.recompute {
                                         if space.sequence_parallel.is_empty() && sp != (tp > 1) {
                                             continue; // auto: on exactly when tp > 1

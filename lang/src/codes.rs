@@ -135,10 +135,11 @@ codes! {
          a multiple of tp × dp × cp.";
     P0316 Error "experts not divisible by ep"
         "Expert parallelism places experts / ep experts on each rank.";
-    P0317 Error "ZeRO-2/3 with pipeline parallelism"
-        "ZeRO-2 and ZeRO-3 shard gradients (and parameters) per micro-batch; DeepSpeed's pipeline engine \
-         refuses them and Megatron-LM has no such mode (its distributed optimizer is ZeRO-1). Use zero = 1 \
-         with pipeline parallelism, or pp = 1.";
+    P0317 Error "ZeRO-3 with pipeline parallelism"
+        "ZeRO-3 shards the parameters too, so every pass of every micro-batch would gather its chunk's \
+         parameters first; DeepSpeed's pipeline engine refuses it and Megatron-LM has no such mode. Use \
+         zero = 1 (the distributed optimizer) or zero = 2 (gradients sharded too, reduce-scattered after \
+         every micro-batch's backward, as FSDP with pipelines does) with pipeline parallelism, or pp = 1.";
     P0318 Error "offload needs ZeRO"
         "`offload = optimizer` needs zero ≥ 1 and `offload = params` needs zero = 3, as in DeepSpeed.";
     P0319 Error "top_k larger than experts"

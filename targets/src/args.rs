@@ -181,6 +181,15 @@ pub fn megatron(
     match p.zero {
         0 => {}
         1 => parallel.push(Arg::switch("--use-distributed-optimizer")),
+        2 if p.pp > 1 => {
+            // Gradients sharded under a pipeline (FSDP with pipelines, as in Meta's own
+            // framework): planc has not verified Megatron-LM's FSDP with pipeline stages.
+            return Err(unsupported(
+                "zero = 2 with pipeline parallelism: planc does not emit Megatron-LM's FSDP with \
+                 pipeline stages; use `zero = 1` (the distributed optimizer) for Megatron-LM"
+                    .into(),
+            ));
+        }
         z => {
             parallel.push(Arg::switch("--use-megatron-fsdp"));
             parallel.push(Arg::text(

@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
 use super::ops::{embedding_forward, head_forward, layer_forward, Group, Op, OpKind};
-use crate::plan::{Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute};
+use crate::plan::{
+    Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
+};
 
 /// A GPU cannot finish kernels faster than the host launches them.
 const KERNEL_FLOOR_S: f64 = 4e-6;
@@ -331,7 +333,7 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
 }
 
 /// Data-parallel gradient (and parameter) communication of one stage, exposed part.
-pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f64 {
+pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
     let p = &plan.parallel;
     if pl.dp.size <= 1 {
         return 0.0;
@@ -363,7 +365,12 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
         // before every forward and backward: per micro-batch the link carries all of it
         // while the passes compute, one bucket at a time.
         let link = reduce + if p.zero >= 3 { 2.0 * gather } else { 0.0 };
-        let compute = st.forward.compute + st.backward.compute;
+        // A reduction starts when its backward pass produces the gradients; it hides behind
+        // that pass and behind the forward passes that follow backward passes in the
+        // schedule's steady state, not behind the warm-up's forwards, which run before any
+        // gradient exists (with vpp chunks and few micro-batches, all of them).
+        let compute =
+            st.backward.compute + st.forward.compute * steady_forwards(plan, stage, m as u64);
         let per_micro_batch = (link - compute).max(link / buckets);
         let final_gather = if p.zero >= 3 {
             0.0
@@ -375,6 +382,26 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
     let exposed_reduce = (reduce - st.backward.compute).max(reduce / buckets);
     let exposed_gather = (gather - st.forward.compute).max(gather / buckets);
     exposed_reduce + exposed_gather
+}
+
+/// The fraction of stage `stage`'s forward passes that run after its first backward pass
+/// (the rest are the warm-up's).
+fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
+    let p = &plan.parallel;
+    let pp = p.pp;
+    let v = if p.schedule == Schedule::Interleaved {
+        p.vpp.max(1)
+    } else {
+        1
+    };
+    let total = m.max(1) * v;
+    let warmup = match p.schedule {
+        Schedule::Gpipe => total,
+        Schedule::OneFOneB | Schedule::ZeroBubble => pp - stage - 1,
+        Schedule::Interleaved => (pp - stage - 1) * 2 + (v - 1) * pp,
+    }
+    .min(total);
+    (total - warmup) as f64 / total as f64
 }
 
 /// The optimizer step: streaming the local optimizer state through HBM (or the host).

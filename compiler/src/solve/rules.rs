@@ -80,7 +80,7 @@ impl Rule {
                 spec.train.precision
             ),
             Rule::OffloadNeedsZero => "optimizer offload needs zero ≥ 1, parameter offload zero = 3".into(),
-            Rule::ZeroShardsWithoutPipeline => "zero = 2 or 3 needs pp = 1 (Megatron-LM and DeepSpeed's pipeline engine shard only the optimizer state under pipeline parallelism)".into(),
+            Rule::ZeroShardsWithoutPipeline => "zero = 3 needs pp = 1 (no pipeline engine gathers every chunk's parameters before every pass)".into(),
             Rule::MemoryFits => {
                 let g = &spec.cluster.groups[0].gpu;
                 format!(
@@ -146,7 +146,7 @@ impl Rule {
                 Offload::Optimizer => p.zero >= 1,
                 Offload::Params => p.zero == 3,
             },
-            Rule::ZeroShardsWithoutPipeline => p.zero < 2 || p.pp == 1,
+            Rule::ZeroShardsWithoutPipeline => p.zero < 3 || p.pp == 1,
             Rule::MemoryFits => true, // decided by the cost model, per candidate
         }
     }
@@ -325,7 +325,7 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
             &v.offload.eq(k(1)).implies(v.zero.ge(&one)),
             &v.offload.eq(k(2)).implies(v.zero.eq(k(3))),
         ]),
-        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(2)).implies(v.pp.eq(&one)),
+        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(3)).implies(v.pp.eq(&one)),
         Rule::MemoryFits => Bool::from_bool(true),
     }
 }

@@ -16,7 +16,10 @@
 //! - schedule: 1f1b, interleaved (gpipe holds all micro-batches in flight for the same
 //!   bubble, zb_h1 is not run by Megatron-LM or DeepSpeed; list them to consider them);
 //! - sequence_parallel: on exactly when tp > 1 (it saves memory at the same communication);
-//! - zero: 0–3 (1 is Megatron's distributed optimizer); recompute: none, selective, full
+//! - zero: 0–3 (1 is Megatron's distributed optimizer), and with pp > 1 only 0–1: ZeRO-2
+//!   under a pipeline is what FSDP-based frameworks run (Meta's, for Llama 3), not
+//!   Megatron-LM or DeepSpeed, so `auto` does not propose it; write or list it to consider
+//!   it; recompute: none, selective, full
 //!   (none and full with flash attention, where selective recomputes nothing);
 //! - offload: none (list `optimizer` or `params` to consider offloading).
 
@@ -36,6 +39,8 @@ pub struct Space {
     /// Empty: on exactly when tp > 1.
     pub sequence_parallel: Vec<bool>,
     pub zero: Vec<u64>,
+    /// The highest zero a layout with pp > 1 may take: 1 when zero is `auto` (see above).
+    pub zero_with_pipeline_max: u64,
     pub recompute: Vec<Recompute>,
     pub offload: Vec<Offload>,
     /// As written; copied into every layout.
@@ -104,6 +109,7 @@ impl Space {
                 h => pick(h, Vec::new),
             },
             zero: pick(&ps.zero, || vec![0, 1, 2, 3]),
+            zero_with_pipeline_max: if ps.zero == Hole::Auto { 1 } else { 3 },
             // With flash attention, selective recompute has nothing to recompute (the
             // attention scores are never stored), so it is the same plan as none.
             recompute: pick(&ps.recompute, || match spec.train.attention {
@@ -178,6 +184,9 @@ impl Space {
                     for &micro_batch in &self.micro_batch {
                         for &sequence_parallel in &sps {
                             for &zero in &self.zero {
+                                if pp > 1 && zero > self.zero_with_pipeline_max {
+                                    continue;
+                                }
                                 for &recompute in &self.recompute {
                                     for &offload in &self.offload {
                                         out.push(Parallel {
