@@ -82,6 +82,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "last_stage_layers") => {
             "layers on the last pipeline stage (it also holds the output layer); default: the even split"
         }
+        ("parallel", "overlap_grad_reduce") => {
+            "reduce data-parallel gradients during backward, bucket by bucket (Megatron-LM's --overlap-grad-reduce); false: after it, exposed; default true (planc extension)"
+        }
+        ("parallel", "overlap_p2p") => {
+            "overlap pipeline sends and receives with the passes (Megatron-LM, interleaved schedule only); default: on when interleaved (planc extension)"
+        }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
             "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`)"

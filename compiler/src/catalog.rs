@@ -35,6 +35,8 @@ struct GpuEntry {
     intra_node_kind: String,
     intra_node_bandwidth_gbs: f64,
     intra_node_latency_us: f64,
+    compute_capability: f64,
+    pair_bus_bandwidth_gbs: Option<f64>,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -132,6 +134,8 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
             bandwidth: e.intra_node_bandwidth_gbs * 1e9,
             latency: e.intra_node_latency_us * 1e-6,
         },
+        compute_capability: Some(e.compute_capability),
+        pair_bus_bandwidth: e.pair_bus_bandwidth_gbs.map(|b| b * 1e9),
     };
     (names, gpu)
 }

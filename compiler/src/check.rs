@@ -10,7 +10,7 @@ use planc_lang::units::{format_quantity, Dimension};
 use planc_lang::{Diagnostic, Severity};
 
 use crate::cost::{estimate, Estimate};
-use crate::plan::{Hole, Parallel, Plan, PlanSpec, Recompute};
+use crate::plan::{Attention, Hole, Parallel, Plan, PlanSpec, Recompute};
 use crate::report::{self, Report};
 use crate::solve::{self, Solution};
 use crate::source::{load_plan, FileLoader, MemoryLoader, SourceMap};
@@ -102,6 +102,7 @@ pub fn check_file_with_progress(
         checked.diagnostics.push(d);
         return Ok(checked);
     }
+    checked.diagnostics.extend(device_attention(&mut spec));
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     if let Some(parallel) = choose_layout(
         &spec,
@@ -132,6 +133,40 @@ pub fn check_file_with_progress(
         .diagnostics
         .sort_by_key(|d| std::cmp::Reverse(d.severity));
     Ok(checked)
+}
+
+/// Fused (flash) attention needs Ampere or newer: on a cluster with older GPUs the plan is
+/// priced, and launched, with standard attention, so memory, time and the emitted flags
+/// agree. Said (P0325) where the plan wrote `attention = flash`; the default is quietly the
+/// one the device can run.
+fn device_attention(spec: &mut PlanSpec) -> Vec<Diagnostic> {
+    if spec.train.attention != Attention::Flash {
+        return Vec::new();
+    }
+    let mut old: Vec<&str> = spec
+        .cluster
+        .groups
+        .iter()
+        .filter(|g| !g.gpu.has_fused_attention())
+        .map(|g| g.gpu.name.as_str())
+        .collect();
+    old.dedup();
+    if old.is_empty() {
+        return Vec::new();
+    }
+    let names = old.join(" and ");
+    let written = spec.origins.written("train", "attention");
+    let (f, s) = spec.origins.of("train", "attention").unwrap_or_default();
+    spec.train.attention = Attention::Standard;
+    if !written {
+        return Vec::new();
+    }
+    vec![Diagnostic::new(
+        codes::P0325,
+        format!("{names} cannot run fused (flash) attention: priced as standard attention"),
+    )
+    .at(f, s, "no fused attention kernel before Ampere")
+    .help("write `attention = standard` (the s×s scores are stored: recompute = selective drops them), or use Ampere or newer GPUs")]
 }
 
 /// Checks plan text held in memory (tests, fuzzing, editors).
@@ -201,6 +236,8 @@ fn choose_layout(
         offload: ps.offload.fixed().expect("no holes left"),
         first_stage_layers: ps.first_stage_layers,
         last_stage_layers: ps.last_stage_layers,
+        overlap_grad_reduce: ps.overlap_grad_reduce,
+        overlap_p2p: ps.overlap_p2p,
     })
 }
 

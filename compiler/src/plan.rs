@@ -95,11 +95,28 @@ pub struct Gpu {
     pub gemm_efficiency: f64,
     pub memory_efficiency: f64,
     pub intra_node: Link,
+    /// CUDA compute capability (8.0 for A100); `None` for a plan's own `gpu`, which is
+    /// taken to be current.
+    pub compute_capability: Option<f64>,
+    /// Bus bandwidth (bytes/s) a collective over two GPUs of one node reaches on large
+    /// messages, where measured: small NVLink groups fall short of the eight-GPU figure.
+    pub pair_bus_bandwidth: Option<f64>,
 }
 
 impl Gpu {
     pub fn peak(&self, p: Precision) -> Option<f64> {
         self.peak.iter().find(|(q, _)| *q == p).map(|(_, f)| *f)
+    }
+
+    /// Whether fused (flash) attention kernels run on it: FlashAttention and cuDNN's fused
+    /// attention need Ampere (compute capability 8.0) or newer.
+    pub fn has_fused_attention(&self) -> bool {
+        self.compute_capability.is_none_or(|cc| cc >= 8.0)
+    }
+
+    /// Before Ampere: NCCL's Volta tuning (lower LL bandwidth cap) applies.
+    pub fn is_pre_ampere(&self) -> bool {
+        !self.has_fused_attention()
     }
 }
 
@@ -260,6 +277,17 @@ pub struct Parallel {
     /// Extension: transformer layers on the last pipeline stage
     /// (`--decoder-last-pipeline-num-layers`); `None` gives it the middle stages' share.
     pub last_stage_layers: Option<u64>,
+    /// Extension: data-parallel gradient reduction (and the distributed optimizer's
+    /// parameter gather) overlapped with backward (and forward) passes, bucket by bucket, as
+    /// Megatron-LM's `--overlap-grad-reduce`/`--overlap-param-gather` and PyTorch DDP do;
+    /// `false`: after the last backward pass, all of it exposed (Megatron-LM before 2023,
+    /// DeepSpeed's pipeline engine). Default true.
+    pub overlap_grad_reduce: bool,
+    /// Extension: pipeline sends and receives overlapped with the next pass (Megatron-LM's
+    /// `--overlap-p2p-communication`, interleaved schedule only); `None`: the framework's
+    /// default, on with the interleaved schedule and off otherwise. See
+    /// [`Parallel::overlaps_p2p`].
+    pub overlap_p2p: Option<bool>,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -269,8 +297,9 @@ pub enum SplitError {
     NotDivisible,
     /// `first_stage_layers` or `last_stage_layers` with pp = 1.
     UnevenWithoutPipeline,
-    /// `first_stage_layers` or `last_stage_layers` with vpp > 1.
-    UnevenInterleaved,
+    /// `first_stage_layers`/`last_stage_layers` with vpp > 1, and the other stages' share
+    /// (`middle` layers each) does not split into `vpp` equal chunks.
+    UnevenChunks { middle: u64, vpp: u64 },
     /// The stages not fixed by `first_stage_layers`/`last_stage_layers` (`stages` of them)
     /// cannot share the `rest` layers evenly with at least one each; `rest` is `None` when
     /// the fixed ends alone exceed the model.
@@ -296,7 +325,16 @@ impl Parallel {
             offload: Offload::None,
             first_stage_layers: None,
             last_stage_layers: None,
+            overlap_grad_reduce: true,
+            overlap_p2p: None,
         }
+    }
+
+    /// Whether pipeline transfers overlap the passes. Megatron-LM overlaps them only in its
+    /// interleaved schedule (it turns `overlap_p2p_comm` off otherwise), so `true` with
+    /// another schedule has no effect (validate warns, P0324).
+    pub fn overlaps_p2p(&self) -> bool {
+        self.schedule == Schedule::Interleaved && self.vpp > 1 && self.overlap_p2p.unwrap_or(true)
     }
 
     pub fn grad_accum(&self, global_batch: u64) -> u64 {
@@ -340,6 +378,26 @@ impl Parallel {
         self.middle_stage_layers(layers)
     }
 
+    /// Transformer layers of model chunk `chunk` (0-based, `vpp` per stage) of stage
+    /// `stage`. Evenly split stages give every chunk the same share. An end stage whose
+    /// layers do not split evenly into its chunks keeps its lighter chunks outermost, next to
+    /// the embedding (first stage, first chunks) or the output layer and loss (last stage,
+    /// last chunks), as Llama 3 405B was trained: 7 layers over 8 chunks leave the first
+    /// stage's first chunk with the embedding alone. Megatron-LM runs such a split through
+    /// `--pipeline-model-parallel-layout`.
+    pub fn chunk_layers(&self, layers: u64, stage: u64, chunk: u64) -> u64 {
+        let vpp = self.vpp.max(1);
+        let total = self.stage_layers(layers, stage);
+        let (base, rem) = (total / vpp, total % vpp);
+        let heavy = if stage == 0 && self.pp > 1 {
+            // The last `rem` chunks take one more.
+            chunk >= vpp - rem
+        } else {
+            chunk < rem
+        };
+        base + u64::from(heavy)
+    }
+
     /// How many of the two end stages have their layers fixed by the plan.
     fn fixed_ends(&self) -> u64 {
         u64::from(self.first_stage_layers.is_some()) + u64::from(self.last_stage_layers.is_some())
@@ -355,9 +413,6 @@ impl Parallel {
         if self.pp <= 1 {
             return Some(SplitError::UnevenWithoutPipeline);
         }
-        if self.vpp > 1 {
-            return Some(SplitError::UnevenInterleaved);
-        }
         let fixed = self.first_stage_layers.unwrap_or(0) + self.last_stage_layers.unwrap_or(0);
         let stages = self.pp - self.fixed_ends();
         let rest = layers.checked_sub(fixed);
@@ -366,7 +421,18 @@ impl Parallel {
             Some(r) if stages == 0 => r == 0,
             Some(r) => r >= stages && r.is_multiple_of(stages),
         };
-        (!fits).then_some(SplitError::UnevenRest { rest, stages })
+        if !fits {
+            return Some(SplitError::UnevenRest { rest, stages });
+        }
+        // Interleaved: the ends split into chunks as they can (see `chunk_layers`), the
+        // middle stages into equal chunks, as Megatron-LM requires of them.
+        let middle = self.middle_stage_layers(layers);
+        (self.vpp > 1 && stages > 0 && !middle.is_multiple_of(self.vpp)).then_some(
+            SplitError::UnevenChunks {
+                middle,
+                vpp: self.vpp,
+            },
+        )
     }
 }
 
@@ -429,6 +495,9 @@ pub struct ParallelSpec {
     /// Never a hole: the solver keeps what the plan writes.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    /// Never holes: what the framework overlaps is a fact about it, not a layout choice.
+    pub overlap_grad_reduce: bool,
+    pub overlap_p2p: Option<bool>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -593,6 +662,7 @@ mod tests {
             layout(1, Some(3), None).split_error(30),
             Some(SplitError::UnevenWithoutPipeline)
         );
+        // Interleaved: the middle stages' 9 layers do not make 2 equal chunks.
         let interleaved = Parallel {
             vpp: 2,
             schedule: Schedule::Interleaved,
@@ -600,7 +670,68 @@ mod tests {
         };
         assert_eq!(
             interleaved.split_error(30),
-            Some(SplitError::UnevenInterleaved)
+            Some(SplitError::UnevenChunks { middle: 9, vpp: 2 })
+        );
+    }
+
+    #[test]
+    fn interleaved_uneven_ends_keep_their_light_chunks_outermost() {
+        // Llama 3 405B as Meta trained it: 126 = 7 + 14 × 8 + 7 over 16 stages of 8
+        // one-layer chunks; the first chunk of the first stage holds only the embedding, the
+        // last chunk of the last stage only the output layer and the loss.
+        let p = Parallel {
+            vpp: 8,
+            schedule: Schedule::Interleaved,
+            ..layout(16, Some(7), Some(7))
+        };
+        assert_eq!(p.split_error(126), None);
+        let chunks = |s: u64| {
+            (0..8)
+                .map(|c| p.chunk_layers(126, s, c))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(chunks(0), [0, 1, 1, 1, 1, 1, 1, 1]);
+        assert_eq!(chunks(5), [1; 8]);
+        assert_eq!(chunks(15), [1, 1, 1, 1, 1, 1, 1, 0]);
+        // Ends of 10 layers over 4 chunks, the middle stages 12.
+        let q = Parallel {
+            vpp: 4,
+            schedule: Schedule::Interleaved,
+            ..layout(4, Some(10), Some(10))
+        };
+        assert_eq!(q.split_error(44), None);
+        let chunks = |s: u64| (0..4).map(|c| q.chunk_layers(44, s, c)).collect::<Vec<_>>();
+        assert_eq!(chunks(0), [2, 2, 3, 3]);
+        assert_eq!(chunks(1), [3, 3, 3, 3]);
+        assert_eq!(chunks(3), [3, 3, 2, 2]);
+        for s in 0..4 {
+            assert_eq!(chunks(s).iter().sum::<u64>(), q.stage_layers(44, s));
+        }
+        // Even splits give every chunk the same share.
+        let even = Parallel {
+            vpp: 3,
+            schedule: Schedule::Interleaved,
+            ..layout(4, None, None)
+        };
+        assert!((0..4).all(|s| (0..3).all(|c| even.chunk_layers(36, s, c) == 3)));
+    }
+
+    #[test]
+    fn p2p_overlaps_only_under_the_interleaved_schedule() {
+        let mut p = Parallel {
+            vpp: 2,
+            schedule: Schedule::Interleaved,
+            ..layout(4, None, None)
+        };
+        assert!(p.overlaps_p2p());
+        p.overlap_p2p = Some(false);
+        assert!(!p.overlaps_p2p());
+        let mut q = layout(4, None, None);
+        assert!(!q.overlaps_p2p());
+        q.overlap_p2p = Some(true);
+        assert!(
+            !q.overlaps_p2p(),
+            "Megatron-LM turns it off without interleaving"
         );
     }
 

@@ -876,6 +876,8 @@ impl<'a> Resolver<'a> {
             gemm_efficiency,
             memory_efficiency,
             intra_node,
+            compute_capability: None,
+            pair_bus_bandwidth: None,
         })
     }
 
@@ -1415,6 +1417,8 @@ impl<'a> Resolver<'a> {
         });
         let first_stage_layers = self.stage_layers(n, "first_stage_layers");
         let last_stage_layers = self.stage_layers(n, "last_stage_layers");
+        let overlap_grad_reduce = self.fixed_bool(n, "overlap_grad_reduce");
+        let overlap_p2p = self.fixed_bool(n, "overlap_p2p");
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1430,7 +1434,34 @@ impl<'a> Resolver<'a> {
             offload: offload?,
             first_stage_layers: first_stage_layers?,
             last_stage_layers: last_stage_layers?,
+            overlap_grad_reduce: overlap_grad_reduce?.unwrap_or(true),
+            overlap_p2p: overlap_p2p?,
         })
+    }
+
+    /// A `parallel` boolean that is never a hole (`overlap_grad_reduce`, `overlap_p2p`):
+    /// what a framework overlaps describes the framework, so it is written, not searched.
+    /// `Some(None)` when absent, `None` when written wrongly (reported).
+    fn fixed_bool(&mut self, n: usize, name: &str) -> Option<Option<bool>> {
+        if self.find_attr(n, name).is_none() {
+            return Some(None);
+        }
+        let (v, span) = self.get(n, name)?;
+        if matches!(v, Value::Auto | Value::List(_)) {
+            let file = self.nodes[n].file;
+            self.report(
+                codes::P0213,
+                format!("`{name}` cannot be `auto` or a list"),
+                file,
+                span,
+                "the solver does not choose what the framework overlaps",
+            )
+            .with_help(format!(
+                "write `{name} = true` or `false`, or leave it out for the framework's default"
+            ));
+            return None;
+        }
+        self.read_bool(n, span, name, &v).map(Some)
     }
 
     /// `first_stage_layers` / `last_stage_layers`: a whole number, or absent (the even

@@ -129,6 +129,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "offload",
             "first_stage_layers",
             "last_stage_layers",
+            "overlap_grad_reduce",
+            "overlap_p2p",
         ],
         &[],
     ),

@@ -288,7 +288,10 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             )),
         );
     }
-    if p.zero >= 2 && p.pp > 1 {
+    // ZeRO-2 under a pipeline reduce-scatters each micro-batch's gradients into their
+    // shards (FSDP sharding gradients, as Meta trained Llama 3 405B): priced, and allowed.
+    // ZeRO-3 would also gather every chunk's parameters before every pass.
+    if p.zero >= 3 && p.pp > 1 {
         let (f, s) = v.at("parallel", "zero");
         v.out.push(
             Diagnostic::new(
@@ -296,7 +299,21 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
                 format!("ZeRO-{} with pipeline parallelism (pp = {})", p.zero, p.pp),
             )
             .at(f, s, format!("zero = {} and pp > 1", p.zero))
-            .help("use zero = 1 (Megatron's distributed optimizer) with pp > 1, or pp = 1"),
+            .help("use zero = 1 (Megatron's distributed optimizer) or 2 (gradients sharded too) with pp > 1, or pp = 1"),
+        );
+    }
+    if p.overlap_p2p == Some(true) && !p.overlaps_p2p() {
+        let (f, s) = v.at("parallel", "overlap_p2p");
+        v.out.push(
+            Diagnostic::new(
+                codes::P0324,
+                format!(
+                    "`overlap_p2p = true` has no effect with the {} schedule",
+                    p.schedule
+                ),
+            )
+            .at(f, s, "pipeline transfers stay on the critical path")
+            .help("Megatron-LM overlaps pipeline transfers only in the interleaved schedule (vpp > 1): use `schedule = interleaved`, or remove `overlap_p2p`"),
         );
     }
     match p.offload {
@@ -372,7 +389,7 @@ fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
             "there is only one pipeline stage",
             "remove `first_stage_layers` and `last_stage_layers`, or raise pp".into(),
         ),
-        SplitError::UnevenInterleaved => {
+        SplitError::UnevenChunks { middle, vpp } => {
             let (f, s) = v.at(
                 "parallel",
                 if v.spec.origins.written("parallel", "vpp") {
@@ -382,16 +399,18 @@ fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
                 },
             );
             let (ef, es) = v.at("parallel", end_attr);
+            let chunk_divisors = divisors_upto(middle, middle);
             v.out.push(
                 Diagnostic::new(
                     codes::P0323,
-                    format!("{ends} with vpp = {} (interleaved schedule)", p.vpp),
+                    format!(
+                        "{ends} leave {middle} layers on each other stage, which do not split into vpp = {vpp} equal chunks"
+                    ),
                 )
-                .at(f, s, "uneven stages are not modelled with interleaving")
+                .at(f, s, format!("{vpp} chunks per stage"))
                 .also(ef, es, "uneven stages")
                 .help(format!(
-                    "use `schedule = 1f1b` and `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and choose pp × vpp among the divisors of {layers}: {}",
-                    divisors_upto(layers, layers)
+                    "choose vpp among the divisors of {middle}: {chunk_divisors}; or change the ends so that the other stages' share divides by {vpp}"
                 )),
             );
         }

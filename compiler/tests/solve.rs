@@ -43,6 +43,9 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                         for &schedule in &space.schedule {
                             for &sp in &sps {
                                 for &zero in &space.zero {
+                                    if pp > 1 && zero > space.zero_with_pipeline_max {
+                                        continue; // `zero = auto` keeps ZeRO-2/3 off pipelines
+                                    }
                                     for &recompute in &space.recompute {
                                         if space.sequence_parallel.is_empty() && sp != (tp > 1) {
                                             continue; // auto: on exactly when tp > 1
@@ -66,6 +69,8 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             offload: planc_compiler::plan::Offload::None,
                                             first_stage_layers: s.parallel.first_stage_layers,
                                             last_stage_layers: s.parallel.last_stage_layers,
+                                            overlap_grad_reduce: s.parallel.overlap_grad_reduce,
+                                            overlap_p2p: s.parallel.overlap_p2p,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;
@@ -283,9 +288,84 @@ fn uneven_stages_are_kept_and_pp_ranges_over_the_splits_they_allow() {
             (p.first_stage_layers, p.last_stage_layers),
             (Some(6), Some(6))
         );
-        assert_eq!(p.vpp, 1, "uneven stages are never interleaved: {p:?}");
+        // Interleaved only where the middle stages' share splits into equal chunks.
+        if p.vpp > 1 {
+            let middle = p.middle_stage_layers(30);
+            assert!(middle.is_multiple_of(p.vpp), "{p:?}");
+        }
         assert!([4, 8].contains(&p.pp), "{p:?}");
     }
+}
+
+#[test]
+fn interleaved_uneven_layouts_found_by_search_are_those_brute_force_finds() {
+    // Llama 3 405B's 126 layers with one layer fewer on each end: every (pp, vpp) the
+    // search keeps passes the layers rule, and every one the rule passes is kept.
+    let s = spec(&plan_text(
+        FOUR_NODES,
+        "model m { layers = 126, hidden = 2048, heads = 16, vocab = 32000, seq_len = 2048 }",
+        "tp = 8, pp = auto, dp = auto, schedule = interleaved, vpp = auto, micro_batch = 1, zero = 1, first_stage_layers = 7, last_stage_layers = 7",
+    ));
+    let found = solve::search(&s, &|_, _| {});
+    let mut kept: Vec<(u64, u64)> = found
+        .ranked
+        .iter()
+        .map(|c| (c.plan.parallel.pp, c.plan.parallel.vpp))
+        .collect();
+    kept.sort_unstable();
+    let mut brute = Vec::new();
+    for pp in [2, 4] {
+        // 32 GPUs / tp 8: pp ∈ {1, 2, 4}; interleaving needs pp > 1.
+        for vpp in 2..=8u64 {
+            let p = planc_compiler::plan::Parallel {
+                tp: 8,
+                pp,
+                dp: 4 / pp,
+                vpp,
+                schedule: planc_compiler::plan::Schedule::Interleaved,
+                zero: 1,
+                first_stage_layers: Some(7),
+                last_stage_layers: Some(7),
+                ..planc_compiler::plan::Parallel::neutral()
+            };
+            if p.split_error(126).is_none() && 64u64.is_multiple_of(p.dp) {
+                brute.push((pp, vpp));
+            }
+        }
+    }
+    // pp = 2: both ends fixed, nothing between: every vpp; pp = 4: 112 / 2 = 56 per middle
+    // stage, so vpp ∈ {2, 4, 7, 8}.
+    assert!(
+        brute.contains(&(4, 7)) && !brute.contains(&(4, 3)),
+        "{brute:?}"
+    );
+    for kv in &kept {
+        assert!(brute.contains(kv), "{kv:?} kept but refused by brute force");
+    }
+    // A layout the rule passes and memory admits is never lost.
+    for &(pp, vpp) in &brute {
+        let parallel = planc_compiler::plan::Parallel {
+            tp: 8,
+            pp,
+            dp: 4 / pp,
+            vpp,
+            schedule: planc_compiler::plan::Schedule::Interleaved,
+            zero: 1,
+            first_stage_layers: Some(7),
+            last_stage_layers: Some(7),
+            ..planc_compiler::plan::Parallel::neutral()
+        };
+        let plan = Plan {
+            cluster: s.cluster.clone(),
+            model: s.model.clone(),
+            train: s.train.clone(),
+            parallel,
+        };
+        if memory_fraction(&plan) <= 1.0 - s.search.memory_headroom {
+            assert!(kept.contains(&(pp, vpp)), "({pp}, {vpp}) fits but was lost");
+        }
+    }
+    assert!(!kept.is_empty());
 }
 
 #[test]

@@ -100,7 +100,8 @@ codes! {
         "The value is outside the range this attribute accepts (a count must be a positive whole number).";
     P0213 Error "hole outside parallel"
         "`auto` and candidate lists are allowed only in the `parallel` block, and there not for \
-         `first_stage_layers` and `last_stage_layers`: how the layers are split is written, never searched.";
+         `first_stage_layers` and `last_stage_layers` (how the layers are split is written, never searched) \
+         nor for `overlap_grad_reduce` and `overlap_p2p` (what the framework overlaps describes it).";
     P0214 Error "unknown GPU"
         "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
     P0215 Error "unknown model preset"
@@ -152,10 +153,11 @@ codes! {
          a multiple of tp × dp × cp.";
     P0316 Error "experts not divisible by ep"
         "Expert parallelism places experts / ep experts on each rank.";
-    P0317 Error "ZeRO-2/3 with pipeline parallelism"
-        "ZeRO-2 and ZeRO-3 shard gradients (and parameters) per micro-batch; DeepSpeed's pipeline engine \
-         refuses them and Megatron-LM has no such mode (its distributed optimizer is ZeRO-1). Use zero = 1 \
-         with pipeline parallelism, or pp = 1.";
+    P0317 Error "ZeRO-3 with pipeline parallelism"
+        "ZeRO-3 shards the parameters too, so every pass of every micro-batch would gather its chunk's \
+         parameters first; DeepSpeed's pipeline engine refuses it and Megatron-LM has no such mode. Use \
+         zero = 1 (the distributed optimizer) or zero = 2 (gradients sharded too, reduce-scattered after \
+         every micro-batch's backward, as FSDP with pipelines does) with pipeline parallelism, or pp = 1.";
     P0318 Error "offload needs ZeRO"
         "`offload = optimizer` needs zero ≥ 1 and `offload = params` needs zero = 3, as in DeepSpeed.";
     P0319 Error "top_k larger than experts"
@@ -170,10 +172,21 @@ codes! {
          layers evenly, at least one each, as Megatron-LM splits them: layers − first − last must be a \
          positive multiple of the number of those stages (pp − 2 when both are set). With pp = 2 and \
          both set, first + last must equal `layers`. An end left unset counts as one of the others.";
-    P0323 Error "uneven stages with interleaving"
-        "planc does not model uneven pipeline stages under the interleaved schedule (vpp > 1): \
-         use `schedule = 1f1b` with `vpp = 1`, or remove `first_stage_layers`/`last_stage_layers` and \
-         choose pp × vpp dividing `layers`.";
+    P0323 Error "uneven stages do not split into chunks"
+        "With the interleaved schedule each stage holds vpp model chunks. The end stages set by \
+         `first_stage_layers`/`last_stage_layers` split their layers into chunks as evenly as they can, \
+         lighter chunks outermost (Megatron-LM's `--pipeline-model-parallel-layout`, as Llama 3 405B \
+         was trained); the other stages' share must split into vpp equal chunks, as Megatron-LM \
+         requires of them. Choose vpp dividing that share, or change the ends.";
+    P0324 Warning "pipeline overlap without interleaving"
+        "`overlap_p2p = true` asks for pipeline sends and receives overlapped with the passes, which \
+         Megatron-LM does only in its interleaved schedule (it turns the option off otherwise). The \
+         plan is priced with the transfers on the critical path.";
+    P0325 Warning "no fused attention on this device"
+        "Fused (flash) attention kernels need an Ampere or newer GPU (compute capability 8.0): \
+         FlashAttention and cuDNN's fused attention do not run on V100 or T4. A plan that asks for \
+         `attention = flash` there is priced, and launched, with standard attention, which stores the \
+         s×s scores (more memory, more time). Write `attention = standard`, or use newer GPUs.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

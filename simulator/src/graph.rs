@@ -259,8 +259,10 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                     );
                     b.edge(last_compute, n);
                     sends[channel(rank, to)].push(n);
-                    // Megatron waits for its sends before the next pass.
-                    gates.push(n);
+                    // Without overlap, Megatron waits for its sends before the next pass.
+                    if !program.overlap_p2p {
+                        gates.push(n);
+                    }
                 }
                 Instr::Recv { from, .. } => pending_recvs.push(channel(from, rank)),
                 Instr::Collective { group, op } => {

@@ -4,7 +4,7 @@
 //! compose it.
 
 use planc_compiler::cost::comm::{collective_time, p2p_time, Collective};
-use planc_compiler::cost::memory::stage_params;
+use planc_compiler::cost::memory::{layer_params_per_gpu, stage_params};
 use planc_compiler::cost::stage_group;
 use planc_compiler::cost::time::{optimizer_time, pieces, placement, Device, BUCKET_PARAMS};
 use planc_compiler::plan::{Plan, Schedule};
@@ -54,12 +54,18 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let pc = pieces(plan, &dev, &pl);
         let params = stage_params(plan, rank as u64);
         costs.optimizer[rank as usize] = optimizer_time(plan, params, &dev);
-        // Uneven stages are never interleaved, so a rank's chunks share its layers evenly.
-        let layers_per_chunk = plan.stage_layers(rank as u64) as f64 / chunks as f64;
-        let chunk_params = params / chunks as f64;
-        max_chunk_params = max_chunk_params.max(chunk_params);
+        // Each chunk holds its own layers (uneven end stages split unevenly, see
+        // `Parallel::chunk_layers`); the embedding sits in the first chunk of the first
+        // stage, the output layer in the last chunk of the last.
+        let per_layer_params = layer_params_per_gpu(plan);
+        let end_params = params - per_layer_params * plan.stage_layers(rank as u64) as f64;
+        let end_chunk = if rank == 0 { 0 } else { chunks - 1 };
         for chunk in 0..chunks {
             let v = (chunk * ranks + rank) as usize;
+            let layers_per_chunk = p.chunk_layers(m.layers, rank as u64, chunk as u64) as f64;
+            let chunk_params = per_layer_params * layers_per_chunk
+                + if chunk == end_chunk { end_params } else { 0.0 };
+            max_chunk_params = max_chunk_params.max(chunk_params);
             let mut fwd = pc.layer_fwd.scale(layers_per_chunk);
             let mut bwd = pc.layer_bwd.scale(layers_per_chunk);
             let mut wgrad = pc.layer_wgrad * layers_per_chunk;
@@ -100,8 +106,11 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
     let opts = StepOptions {
         zero: p.zero as u8,
         data_parallel,
-        buckets,
+        // Without overlap the reduction waits for the whole backward pass: one piece.
+        buckets: if p.overlap_grad_reduce { buckets } else { 1 },
         tied_embedding: m.tied_embeddings,
+        overlap_grad_reduce: p.overlap_grad_reduce,
+        overlap_p2p: p.overlaps_p2p(),
     };
     (build(kind, ranks, micro_batches, opts), costs)
 }

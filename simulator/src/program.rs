@@ -87,6 +87,9 @@ pub struct Program {
     pub schedule: ScheduleKind,
     pub micro_batches: u32,
     pub ranks: Vec<Vec<Instr>>,
+    /// Pipeline sends proceed while the next pass computes (Megatron-LM's
+    /// `overlap_p2p_comm`); otherwise a rank waits for its sends before its next pass.
+    pub overlap_p2p: bool,
 }
 
 impl Program {
@@ -114,7 +117,7 @@ impl Program {
 }
 
 /// How data parallelism and the optimizer show up in the program.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct StepOptions {
     /// 0–3 as in the plan; 0 means plain all-reduce.
     pub zero: u8,
@@ -124,6 +127,27 @@ pub struct StepOptions {
     pub buckets: u32,
     /// The embedding is tied and split between the first and last rank.
     pub tied_embedding: bool,
+    /// Gradients are reduced during backward, as each chunk's last backward produces them;
+    /// otherwise every chunk's reduction waits for the end of the step's backward passes
+    /// (Megatron-LM before `--overlap-grad-reduce`, DeepSpeed's pipeline engine).
+    pub overlap_grad_reduce: bool,
+    /// See [`Program::overlap_p2p`].
+    pub overlap_p2p: bool,
+}
+
+impl Default for StepOptions {
+    /// No data parallelism; what current Megatron-LM overlaps (gradient reduction, and
+    /// nothing of a non-interleaved pipeline's transfers).
+    fn default() -> Self {
+        StepOptions {
+            zero: 0,
+            data_parallel: false,
+            buckets: 1,
+            tied_embedding: false,
+            overlap_grad_reduce: true,
+            overlap_p2p: false,
+        }
+    }
 }
 
 /// Lowers a schedule into per-rank programs with Megatron's message flow: virtual stage
@@ -231,7 +255,9 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
             }
             if opts.data_parallel && work.pass == grad_pass {
                 let per_micro_batch = opts.zero >= 2;
-                if per_micro_batch || last_grad_work[work.chunk as usize] == Some(i) {
+                let overlapped_end =
+                    opts.overlap_grad_reduce && last_grad_work[work.chunk as usize] == Some(i);
+                if per_micro_batch || overlapped_end {
                     let buckets = opts.buckets.max(1);
                     out.push(Instr::Collective {
                         group: dp,
@@ -241,6 +267,23 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
                         },
                     });
                 }
+            }
+        }
+        if opts.data_parallel && opts.zero < 2 && !opts.overlap_grad_reduce {
+            // After the last backward pass of the step, chunk by chunk in the order their
+            // backward passes finished.
+            let mut order: Vec<(usize, u32)> = (0..chunks)
+                .filter_map(|c| last_grad_work[c as usize].map(|i| (i, c)))
+                .collect();
+            order.sort_unstable();
+            for (_, chunk) in order {
+                out.push(Instr::Collective {
+                    group: dp,
+                    op: CollectiveOp::GradReduce {
+                        chunk,
+                        buckets: opts.buckets.max(1),
+                    },
+                });
             }
         }
         if opts.tied_embedding && ranks > 1 && (rank == 0 || rank == ranks - 1) {
@@ -256,5 +299,6 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
         schedule: kind,
         micro_batches,
         ranks: programs,
+        overlap_p2p: opts.overlap_p2p,
     }
 }

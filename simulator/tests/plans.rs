@@ -180,6 +180,59 @@ fn uneven_stages_lower_to_per_rank_durations_that_follow_the_layer_counts() {
     ));
 }
 
+/// Llama 3 405B as Meta ran it: 16 stages of 8 one-layer chunks, 7 + 14 × 8 + 7.
+fn llama405_interleaved(vpp: u64) -> Plan {
+    let text = format!(
+        "cluster c {{ nodes = 16, gpus_per_node = 8, gpu = H100_SXM_80GB
+             inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }} }}
+         model m {{ preset = \"llama3-405b\" }}
+         train {{ global_batch = 32, precision = bf16, optimizer = adamw }}
+         parallel {{ tp = 8, pp = 16, dp = auto, micro_batch = 1, sequence_parallel = true, zero = 1,
+                     schedule = interleaved, vpp = {vpp}, recompute = full,
+                     first_stage_layers = 7, last_stage_layers = 7 }}"
+    );
+    let checked = check_source("t.tp", &text);
+    checked
+        .plan
+        .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+}
+
+#[test]
+fn interleaved_uneven_chunks_lower_to_their_own_layers() {
+    use planc_compiler::cost::stage_group;
+    use planc_compiler::cost::time::{pieces, placement, Device};
+    let p = llama405_interleaved(8);
+    let (program, costs) = planc_simulator::lower::lower(&p);
+    assert_eq!(program.chunks(), 8);
+    let group = stage_group(&p, 0);
+    let dev = Device {
+        gpu: &group.gpu,
+        precision: p.train.precision,
+    };
+    let pc = pieces(&p, &dev, &placement(&p, group));
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.max(1e-12);
+    // Virtual stage v = chunk · 16 + rank. The first chunk of rank 0 is the embedding
+    // alone, the last chunk of rank 15 the output layer and loss alone; every other chunk
+    // is one layer.
+    assert!(close(costs.forward[0].0, pc.embedding_fwd.compute));
+    assert!(close(costs.forward[127].0, pc.head_fwd.compute));
+    assert!(close(costs.backward[127].0, pc.head_bwd.compute));
+    for v in 1..127 {
+        assert!(
+            close(costs.forward[v].0, pc.layer_fwd.compute),
+            "virtual stage {v}"
+        );
+    }
+    // The step runs without a hang, and taking a layer off each end beats the same model
+    // interleaved without uneven ends (impossible: 126 is not a multiple of 16 × 8), so
+    // compare against 2 chunks of 4 layers with the same ends.
+    let sim = planc_simulator::simulate(&p).expect("no hang").breakdown;
+    let coarse = planc_simulator::simulate(&llama405_interleaved(2))
+        .expect("no hang")
+        .breakdown;
+    assert!(sim.bubble_s < coarse.bubble_s, "{sim:?} vs {coarse:?}");
+}
+
 #[test]
 fn lighter_end_stages_balance_a_model_whose_ends_are_heavy() {
     // The output layer and loss of a 128k vocabulary make the last stage of an even split

@@ -86,6 +86,7 @@ fn a_bucketed_gradient_reduction_hides_behind_the_last_backward() {
         data_parallel: true,
         buckets: 4,
         tied_embedding: false,
+        ..StepOptions::default()
     };
     let sim = simulate_program(build(ScheduleKind::OneFOneB, 1, 1, opts), &costs).unwrap();
     assert!(
@@ -110,6 +111,80 @@ fn a_bucketed_gradient_reduction_hides_behind_the_last_backward() {
 }
 
 #[test]
+fn a_reduction_after_backward_is_exposed_whole() {
+    // As above (F = 1, B = 2, reduction 1.6 in 4 buckets) but the framework reduces after
+    // the backward pass: all 1.6 shows, in one piece.
+    let mut costs = uniform(1, 1, 1.0, 2.0, 0.0);
+    costs.grad_reduce = vec![1.6];
+    let opts = StepOptions {
+        zero: 0,
+        data_parallel: true,
+        buckets: 1,
+        tied_embedding: false,
+        overlap_grad_reduce: false,
+        ..StepOptions::default()
+    };
+    let sim = simulate_program(build(ScheduleKind::OneFOneB, 1, 1, opts), &costs).unwrap();
+    assert!(
+        (sim.breakdown.step_s - 4.6).abs() < 1e-9,
+        "{:?}",
+        sim.breakdown
+    );
+    assert!((sim.breakdown.exposed_comm_s - 1.6).abs() < 1e-9);
+    // Interleaved: both chunks' reductions wait for the last backward of the step.
+    let mut costs = uniform(2, 2, 1.0, 2.0, 0.0);
+    costs.grad_reduce = vec![1.0; 4];
+    let program = build(ScheduleKind::Interleaved { vpp: 2 }, 2, 4, opts);
+    for rank in &program.ranks {
+        let first_reduce = rank
+            .iter()
+            .position(|i| matches!(i, Instr::Collective { .. }))
+            .unwrap();
+        let last_run = rank
+            .iter()
+            .rposition(|i| matches!(i, Instr::Run(_)))
+            .unwrap();
+        assert!(first_reduce > last_run, "{rank:?}");
+    }
+    let after = simulate_program(program, &costs).unwrap();
+    let overlapped = StepOptions {
+        overlap_grad_reduce: true,
+        buckets: 4,
+        ..opts
+    };
+    let during = simulate_program(
+        build(ScheduleKind::Interleaved { vpp: 2 }, 2, 4, overlapped),
+        &costs,
+    )
+    .unwrap();
+    assert!(after.breakdown.step_s > during.breakdown.step_s);
+}
+
+#[test]
+fn overlapped_pipeline_transfers_leave_the_critical_path() {
+    // Interleaved, 4 ranks, 2 chunks, 8 micro-batches, p2p as long as a quarter pass: when
+    // ranks wait for their sends, every transfer adds to the step; overlapped, the next pass
+    // runs while the message travels.
+    let mut costs = uniform(4, 2, 1.0, 2.0, 0.0);
+    costs.p2p = 0.25;
+    let kind = ScheduleKind::Interleaved { vpp: 2 };
+    let blocking = simulate_program(build(kind, 4, 8, StepOptions::default()), &costs).unwrap();
+    let opts = StepOptions {
+        overlap_p2p: true,
+        ..StepOptions::default()
+    };
+    let overlapped = simulate_program(build(kind, 4, 8, opts), &costs).unwrap();
+    assert!(
+        overlapped.breakdown.step_s < blocking.breakdown.step_s - 1.0,
+        "{} vs {}",
+        overlapped.breakdown.step_s,
+        blocking.breakdown.step_s
+    );
+    // Never faster than the work itself: 8 micro-batches × 2 chunks × (1 + 2).
+    assert!(overlapped.breakdown.step_s >= 48.0);
+}
+
+#[test]
 fn pipeline_sends_and_gradient_reductions_share_a_link() {
     // Two ranks; p2p = 0.5. With data parallelism the first rank's final reduction and
     // the sends compete for its link: the step can only get longer, never shorter.
@@ -126,6 +201,7 @@ fn pipeline_sends_and_gradient_reductions_share_a_link() {
         data_parallel: true,
         buckets: 2,
         tied_embedding: false,
+        ..StepOptions::default()
     };
     let with_dp = simulate_program(build(ScheduleKind::OneFOneB, 2, 4, opts), &costs).unwrap();
     assert!(with_dp.breakdown.step_s > plain.breakdown.step_s);
@@ -169,6 +245,7 @@ fn a_skipped_collective_is_reported() {
         data_parallel: false,
         buckets: 1,
         tied_embedding: true,
+        ..StepOptions::default()
     };
     let mut program = build(ScheduleKind::OneFOneB, 4, 4, opts);
     program.ranks[3].retain(|i| !matches!(i, Instr::Collective { .. }));

@@ -119,8 +119,19 @@ pub fn megatron(
     if m.experts > 1 || p.ep > 1 {
         parallel.push(Arg::num("--expert-model-parallel-size", p.ep));
     }
-    // Megatron-LM gives an unset end the middle stages' share, as planc does.
-    if p.pp > 1 {
+    let interleaved = p.schedule == Schedule::Interleaved && p.vpp > 1;
+    // Uneven interleaved stages whose ends do not split into equal chunks need the general
+    // layout; otherwise the first/last flags say it (Megatron-LM gives an unset end the
+    // middle stages' share, as planc does).
+    let layout = interleaved
+        && p.is_uneven()
+        && (0..p.pp).any(|s| !plan.stage_layers(s).is_multiple_of(p.vpp));
+    if layout {
+        parallel.push(Arg::text(
+            "--pipeline-model-parallel-layout",
+            pipeline_layout(plan),
+        ));
+    } else if p.pp > 1 {
         if let Some(n) = p.first_stage_layers {
             parallel.push(Arg::num("--decoder-first-pipeline-num-layers", n));
         }
@@ -130,12 +141,28 @@ pub fn megatron(
     }
     match p.schedule {
         Schedule::Interleaved if p.vpp > 1 => {
-            // Uneven stages are refused with interleaving, so every stage holds this many.
-            let per_stage = plan.stage_layers(0) / p.vpp.max(1);
-            parallel.push(Arg::num(
-                "--num-layers-per-virtual-pipeline-stage",
-                per_stage,
-            ));
+            if layout {
+                // The layout gives vpp (its stages over pp).
+            } else if p.is_uneven() {
+                // Megatron-LM takes the chunk count, not the chunk size, with uneven ends.
+                parallel.push(Arg::num("--num-virtual-stages-per-pipeline-rank", p.vpp));
+            } else {
+                let per_chunk = plan.stage_layers(0) / p.vpp.max(1);
+                parallel.push(Arg::num(
+                    "--num-layers-per-virtual-pipeline-stage",
+                    per_chunk,
+                ));
+            }
+            if !p.overlaps_p2p() {
+                if p.pp <= 2 {
+                    return Err(unsupported(format!(
+                        "Megatron-LM's interleaved schedule without p2p overlap needs pp > 2 \
+                         (pp = {}): remove `overlap_p2p = false` or raise pp",
+                        p.pp
+                    )));
+                }
+                parallel.push(Arg::switch("--no-overlap-p2p-communication"));
+            }
         }
         Schedule::Gpipe if p.pp > 1 => notes.push(
             "Megatron-LM has no GPipe schedule: it runs 1F1B, with the same bubble and fewer \
@@ -155,6 +182,15 @@ pub fn megatron(
     match p.zero {
         0 => {}
         1 => parallel.push(Arg::switch("--use-distributed-optimizer")),
+        2 if p.pp > 1 => {
+            // Gradients sharded under a pipeline (FSDP with pipelines, as in Meta's own
+            // framework): planc has not verified Megatron-LM's FSDP with pipeline stages.
+            return Err(unsupported(
+                "zero = 2 with pipeline parallelism: planc does not emit Megatron-LM's FSDP with \
+                 pipeline stages; use `zero = 1` (the distributed optimizer) for Megatron-LM"
+                    .into(),
+            ));
+        }
         z => {
             parallel.push(Arg::switch("--use-megatron-fsdp"));
             parallel.push(Arg::text(
@@ -168,7 +204,7 @@ pub fn megatron(
             parallel.push(Arg::text("--ckpt-format", "fsdp_dtensor"));
         }
     }
-    if p.dp > 1 && p.zero <= 1 {
+    if p.dp > 1 && p.zero <= 1 && p.overlap_grad_reduce {
         parallel.push(Arg::switch("--overlap-grad-reduce"));
         if p.zero == 1 {
             parallel.push(Arg::switch("--overlap-param-gather"));
@@ -239,6 +275,60 @@ pub fn megatron(
         ("training", training),
         ("data", data),
     ])
+}
+
+/// Megatron-LM's `--pipeline-model-parallel-layout` for the plan: its pp × vpp virtual
+/// stages in order (virtual stage chunk · pp + rank), `|` between them, `E` the embedding,
+/// `t` a transformer layer, `L` the output layer and loss, `t*k` and `(…|)*n` repeats.
+/// Llama 3 405B as Meta ran it is `E|(t|)*126L`.
+pub fn pipeline_layout(plan: &Plan) -> String {
+    let p = &plan.parallel;
+    let (pp, vpp) = (p.pp.max(1), p.vpp.max(1));
+    let total = pp * vpp;
+    let stages: Vec<String> = (0..total)
+        .map(|v| {
+            let (chunk, rank) = (v / pp, v % pp);
+            let layers = p.chunk_layers(plan.model.layers, rank, chunk);
+            let mut s = String::new();
+            if v == 0 {
+                s.push('E');
+            }
+            match layers {
+                0 => {}
+                1 => s.push('t'),
+                k => s.push_str(&format!("t*{k}")),
+            }
+            if v == total - 1 {
+                s.push('L');
+            }
+            s
+        })
+        .collect();
+    // Runs of identical stages as `(X|)*n`, which unrolls to `X|X|…X|`; the last stage
+    // takes no trailing `|`.
+    let mut out = String::new();
+    let mut i = 0;
+    while i < stages.len() {
+        let mut j = i;
+        while j + 1 < stages.len() && stages[j + 1] == stages[i] {
+            j += 1;
+        }
+        let last_run = j == stages.len() - 1;
+        let run = j - i + 1 - usize::from(last_run);
+        match run {
+            0 => {}
+            1 => {
+                out.push_str(&stages[i]);
+                out.push('|');
+            }
+            n => out.push_str(&format!("({}|)*{n}", stages[i])),
+        }
+        if last_run {
+            out.push_str(&stages[j]);
+        }
+        i = j + 1;
+    }
+    out
 }
 
 /// Optimizer steps for `train.tokens`, when given.
@@ -377,5 +467,153 @@ pub fn program(
                 })
                 .unwrap_or_default(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planc_compiler::check::check_source;
+
+    /// Llama 3 405B's layers on 16 nodes (tp 8, pp 16, dp 1) with the given `parallel`
+    /// extras.
+    fn plan(extra: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 16, gpus_per_node = 8, gpu = H100_SXM_80GB
+                 inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }} }}
+             model m {{ preset = \"llama3-405b\" }}
+             train {{ global_batch = 32, precision = bf16, optimizer = adamw }}
+             parallel {{ tp = 8, pp = 16, dp = auto, micro_batch = 1, sequence_parallel = true,
+                         zero = 1, recompute = full, {extra} }}"
+        );
+        let c = check_source("t.tp", &text);
+        assert!(c.ok(), "{:?}", c.diagnostics);
+        c.plan.expect("a plan")
+    }
+
+    fn flags(p: &Plan) -> Vec<(String, Option<Value>)> {
+        megatron(p, None, &mut Vec::new())
+            .expect("expressible")
+            .into_iter()
+            .flat_map(|(_, args)| args)
+            .map(|a| (a.flag.to_string(), a.value))
+            .collect()
+    }
+
+    fn has(f: &[(String, Option<Value>)], flag: &str) -> Option<Option<Value>> {
+        f.iter().find(|(n, _)| n == flag).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn interleaved_ends_that_do_not_split_evenly_take_the_layout_flag() {
+        // As Meta ran it: 16 stages of 8 one-layer chunks, one layer fewer on each end.
+        let p =
+            plan("schedule = interleaved, vpp = 8, first_stage_layers = 7, last_stage_layers = 7");
+        assert_eq!(pipeline_layout(&p), "E|(t|)*126L");
+        let f = flags(&p);
+        assert_eq!(
+            has(&f, "--pipeline-model-parallel-layout"),
+            Some(Some(json!("E|(t|)*126L")))
+        );
+        for absent in [
+            "--decoder-first-pipeline-num-layers",
+            "--decoder-last-pipeline-num-layers",
+            "--num-layers-per-virtual-pipeline-stage",
+            "--num-virtual-stages-per-pipeline-rank",
+            "--no-overlap-p2p-communication",
+        ] {
+            assert_eq!(has(&f, absent), None, "{absent}");
+        }
+    }
+
+    #[test]
+    fn the_layout_lists_every_virtual_stage_in_megatron_order() {
+        // 2 chunks: virtual stage v = chunk · 16 + rank. Ends of 7 over 2 chunks are 3 + 4
+        // (first stage, lighter chunk first) and 4 + 3 (last stage, lighter chunk last).
+        let p =
+            plan("schedule = interleaved, vpp = 2, first_stage_layers = 7, last_stage_layers = 7");
+        let layout = pipeline_layout(&p);
+        assert_eq!(layout, "Et*3|(t*4|)*30t*3L");
+        // Unrolled as Megatron-LM parses it: 32 stages holding 126 layers.
+        let mut unrolled = String::new();
+        let mut rest = layout.as_str();
+        while let Some(open) = rest.find('(') {
+            unrolled.push_str(&rest[..open]);
+            let close = rest[open..].find(")*").expect("a group") + open;
+            let end = rest[close + 2..]
+                .find(|c: char| !c.is_ascii_digit())
+                .map_or(rest.len(), |e| e + close + 2);
+            let n: usize = rest[close + 2..end].parse().unwrap();
+            unrolled.push_str(&rest[open + 1..close].repeat(n));
+            rest = &rest[end..];
+        }
+        unrolled.push_str(rest);
+        let stages: Vec<usize> = unrolled
+            .split('|')
+            .map(|s| {
+                let s = s.trim_start_matches('E').trim_end_matches('L');
+                match s.split_once("t*") {
+                    Some((_, k)) => k.parse().unwrap(),
+                    None => s.matches('t').count(),
+                }
+            })
+            .collect();
+        assert_eq!(stages.len(), 32);
+        assert_eq!(stages.iter().sum::<usize>(), 126);
+        assert_eq!(
+            (stages[0], stages[16], stages[15], stages[31]),
+            (3, 4, 4, 3)
+        );
+    }
+
+    #[test]
+    fn evenly_splitting_ends_keep_the_first_and_last_flags() {
+        // 126 = 7 + 14 × 8 + 7 over 16 stages of 1 chunk: the plain uneven flags.
+        let f = flags(&plan("first_stage_layers = 7, last_stage_layers = 7"));
+        assert_eq!(
+            has(&f, "--decoder-first-pipeline-num-layers"),
+            Some(Some(json!(7)))
+        );
+        assert_eq!(has(&f, "--pipeline-model-parallel-layout"), None);
+        // 128 = 8 + 14 × 8 + 8 in 2 chunks each: every stage splits evenly.
+        let text = |p: &Plan| {
+            let mut q = p.clone();
+            q.model.layers = 128;
+            q.parallel.vpp = 2;
+            q.parallel.schedule = Schedule::Interleaved;
+            q.parallel.first_stage_layers = Some(8);
+            q.parallel.last_stage_layers = Some(8);
+            q
+        };
+        let q = text(&plan("first_stage_layers = 7, last_stage_layers = 7"));
+        let f = flags(&q);
+        assert_eq!(
+            has(&f, "--num-virtual-stages-per-pipeline-rank"),
+            Some(Some(json!(2)))
+        );
+        assert_eq!(
+            has(&f, "--decoder-last-pipeline-num-layers"),
+            Some(Some(json!(8)))
+        );
+        assert_eq!(has(&f, "--num-layers-per-virtual-pipeline-stage"), None);
+    }
+
+    #[test]
+    fn overlap_flags_follow_the_plan() {
+        let mut p =
+            plan("schedule = interleaved, vpp = 2, first_stage_layers = 7, last_stage_layers = 7");
+        p.parallel.dp = 2;
+        let f = flags(&p);
+        assert!(has(&f, "--overlap-grad-reduce").is_some());
+        assert!(has(&f, "--no-overlap-p2p-communication").is_none());
+        p.parallel.overlap_grad_reduce = false;
+        p.parallel.overlap_p2p = Some(false);
+        let f = flags(&p);
+        assert!(has(&f, "--overlap-grad-reduce").is_none());
+        assert!(has(&f, "--overlap-param-gather").is_none());
+        assert!(has(&f, "--no-overlap-p2p-communication").is_some());
+        // Megatron-LM's interleaved schedule without overlap needs pp > 2.
+        p.parallel.pp = 2;
+        assert!(megatron(&p, None, &mut Vec::new()).is_err());
     }
 }

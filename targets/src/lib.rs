@@ -401,7 +401,7 @@ struct Derived {
     /// The schedule as written in plans (`1f1b`, not serde's `onefoneb`).
     schedule: &'static str,
     grad_accum: u64,
-    /// Of a middle stage (uneven stages are never interleaved).
+    /// Of a middle stage (uneven ends may split unevenly; see `Parallel::chunk_layers`).
     layers_per_virtual_stage: u64,
     /// Transformer layers of each pipeline stage, first to last.
     stage_layers: Vec<u64>,

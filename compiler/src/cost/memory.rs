@@ -34,13 +34,9 @@ pub const RUNTIME_OVERHEAD_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
     let m = &plan.model;
     let p = &plan.parallel;
-    let lp = layer_params(m);
     let layers = plan.stage_layers(stage) as f64;
     let tp = p.tp as f64;
-    let experts_here = (m.experts / p.ep.max(1)) as f64;
-    let per_layer =
-        lp.attention / tp + lp.mlp_per_expert * experts_here / tp + lp.router + lp.norms;
-    let mut total = per_layer * layers;
+    let mut total = layer_params_per_gpu(plan) * layers;
     let vocab_h = (m.vocab * m.hidden) as f64 / tp;
     if stage == 0 {
         total += embedding_params(m) - (m.vocab * m.hidden) as f64 + vocab_h;
@@ -57,6 +53,17 @@ pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
         }
     }
     total
+}
+
+/// Parameters of one transformer layer held by one GPU (its tensor-parallel shard, its
+/// experts).
+pub fn layer_params_per_gpu(plan: &Plan) -> f64 {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let lp = layer_params(m);
+    let tp = p.tp as f64;
+    let experts_here = (m.experts / p.ep.max(1)) as f64;
+    lp.attention / tp + lp.mlp_per_expert * experts_here / tp + lp.router + lp.norms
 }
 
 /// Bytes per parameter of (weights, gradients, optimizer state), unsharded.
@@ -117,18 +124,38 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
 /// Micro-batches whose activations stage `stage` holds at its peak, in units of the
 /// stage's layers (so interleaving's partial chunks count fractionally).
 pub fn in_flight(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
+    let layers = plan.stage_layers(stage);
+    if layers == 0 {
+        return 0.0;
+    }
+    in_flight_layers(plan, stage, micro_batches) / layers as f64
+}
+
+/// Layer activations (one micro-batch through one layer = 1) stage `stage` holds at its
+/// peak: the forward passes it has run and not yet run backward when its first backward
+/// starts.
+pub fn in_flight_layers(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
     let p = &plan.parallel;
     let pp = p.pp;
     let m = micro_batches as f64;
+    let layers = plan.stage_layers(stage) as f64;
     match p.schedule {
-        Schedule::Gpipe => m,
+        Schedule::Gpipe => m * layers,
         // ZB-H1 holds what 1F1B holds (its deferred W passes keep only weight inputs).
-        Schedule::OneFOneB | Schedule::ZeroBubble => ((pp - stage) as f64).min(m),
+        Schedule::OneFOneB | Schedule::ZeroBubble => ((pp - stage) as f64).min(m) * layers,
         Schedule::Interleaved => {
-            // Megatron's warm-up for rank i: (pp - i - 1)·2 + (vpp - 1)·pp chunks, plus one.
-            let v = p.vpp as f64;
-            let chunks = ((pp - stage - 1) * 2 + (p.vpp - 1) * pp + 1) as f64;
-            (chunks / v).min(m)
+            // Megatron's warm-up for rank i: (pp − i − 1)·2 + (vpp − 1)·pp forwards, plus
+            // the one its first backward follows. Forwards visit the chunks in groups of pp
+            // micro-batches, so with uneven chunks the sum follows that order.
+            let v = p.vpp.max(1);
+            let warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
+            let forwards = warmup.min(micro_batches * v);
+            if !p.is_uneven() {
+                return forwards as f64 * layers / v as f64;
+            }
+            (0..forwards)
+                .map(|i| p.chunk_layers(plan.model.layers, stage, (i / pp.max(1)) % v) as f64)
+                .sum()
         }
     }
 }
@@ -149,9 +176,8 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     if p.offload == Offload::Params {
         weights_on_gpu = 0.0;
     }
-    let layers = plan.stage_layers(stage) as f64;
     let per_layer = layer_activation_bytes(plan);
-    let mut activations = per_layer * layers * in_flight(plan, stage, micro_batches);
+    let mut activations = per_layer * in_flight_layers(plan, stage, micro_batches);
     let elem = plan.train.precision.bytes();
     // In 128 bits: three counts of up to 2^24 overflow 64.
     let sbh =

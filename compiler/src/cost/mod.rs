@@ -116,7 +116,7 @@ pub fn estimate(plan: &Plan) -> Estimate {
         let pl = placement(plan, group);
         let mem = stage_memory(plan, s, micro_batches);
         let t = stage_time(plan, s, &dev, &pl);
-        let dp = dp_exposed(plan, mem.params, &t, &pl);
+        let dp = dp_exposed(plan, s, mem.params, &t, &pl);
         let opt = optimizer_time(plan, mem.params, &dev);
         stages.push(StageEstimate {
             capacity_bytes: group.gpu.memory,

@@ -5,18 +5,31 @@
 //! bytes at its achievable memory bandwidth, whichever is slower, never faster than a
 //! kernel launch). Tensor-, context- and expert-parallel collectives sit on the critical
 //! path as Megatron-LM issues them; data-parallel gradient reduction overlaps the last
-//! micro-batch's backward pass.
+//! micro-batch's backward pass (`parallel.overlap_grad_reduce`, the default) or follows it.
 
 use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
 use super::ops::{embedding_forward, head_forward, layer_forward, Group, Op, OpKind};
-use crate::plan::{Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute};
+use crate::plan::{
+    Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
+};
 
 /// A GPU cannot finish kernels faster than the host launches them.
 const KERNEL_FLOOR_S: f64 = 4e-6;
+/// A streaming kernel does not move bytes at the bandwidth of a large copy from its first
+/// microsecond to its last: its blocks launch, the first DRAM round trips fill the memory
+/// pipeline, and the last wave drains it. About 2 µs on Hopper, from `planc run` on an
+/// H100: the 12.6 MB norms of GPT-3 175B at tp 8 took ~1.5× their bytes at the copy rate,
+/// the 100 MB and larger kernels 1.1×.
+const KERNEL_RAMP_S: f64 = 2e-6;
 /// Matrix products are computed in 128×128 output tiles; ragged edges waste a tile.
 const TILE: f64 = 128.0;
+/// Per output tile, a product's pipelined main loop over k is preceded by filling its
+/// shared-memory stages and followed by writing the tile: work that does not depend on k,
+/// about as long as 64 of its k steps (a 3-4 stage pipeline of 16-32 wide k slices). Thin
+/// products (k = hidden / tp, head_dim) lose that fraction: 4 % at k = 1536, 33 % at 128.
+const TILE_K_OVERHEAD: f64 = 64.0;
 /// Fused attention kernels reach this fraction of the device's matrix-product rate.
 const FLASH_EFFICIENCY: f64 = 0.75;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
@@ -51,24 +64,29 @@ impl Device<'_> {
             .filter(|p| p.provenance.precision == self.precision.as_str())
     }
 
+    /// `gemm_efficiency` is what a large, square product reaches (8192³, k overhead
+    /// included): the k overhead is measured relative to that. A profile's measured
+    /// efficiency replaces both (it holds the tile, wave and thin-shape losses).
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
-        // A measured efficiency already holds the tile, wave and thin-shape losses.
         if let Some(e) = self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
             return (2.0 * m * n * k / (self.peak() * e)).max(KERNEL_FLOOR_S);
         }
         let padded = |x: f64| (x / TILE).ceil() * TILE;
+        let thin = |k: f64| (k + TILE_K_OVERHEAD) / k;
+        let k_overhead = thin(k.max(1.0)) / thin(8192.0);
         let flops = 2.0 * padded(m) * padded(n) * k;
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
-        (flops / self.matrix_rate())
-            .max(bytes / self.memory_rate())
+        (flops * k_overhead / self.matrix_rate())
+            .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
             .max(KERNEL_FLOOR_S)
     }
 
     pub fn memory(&self, bytes: f64) -> f64 {
+        // A measured curve by size already holds the ramp of small kernels.
         if let Some(e) = self.profile().and_then(|p| p.memory_efficiency(bytes)) {
             return (bytes / (self.gpu.hbm_bandwidth * e)).max(KERNEL_FLOOR_S);
         }
-        (bytes / self.memory_rate()).max(KERNEL_FLOOR_S)
+        (bytes / self.memory_rate() + KERNEL_RAMP_S).max(KERNEL_FLOOR_S)
     }
 
     pub fn flash(&self, flops: f64) -> f64 {
@@ -130,6 +148,13 @@ pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
         intra: group.intra_node.clone(),
         inter: inter.map(|i| i.link.clone()),
         inter_per_gpu,
+        // The pair figure was measured on the catalog's own link; a plan that writes
+        // another `intra_node` link has no measurement of it.
+        pair_bus_bandwidth: group
+            .gpu
+            .pair_bus_bandwidth
+            .filter(|_| group.intra_node == group.gpu.intra_node),
+        pre_ampere: group.gpu.is_pre_ampere(),
     };
     let shape = |size: u64, stride: u64| GroupShape {
         size,
@@ -307,8 +332,13 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
         forward.add(pc.head_fwd);
         backward.add(pc.head_bwd);
     }
-    // One send forward and one backward per model chunk boundary.
-    let p2p = 2.0 * p.vpp as f64 * pc.p2p;
+    // One send forward and one backward per model chunk boundary, on the critical path
+    // unless the framework overlaps them with the next pass.
+    let p2p = if p.overlaps_p2p() {
+        0.0
+    } else {
+        2.0 * p.vpp as f64 * pc.p2p
+    };
     let mut weight_grad = pc.layer_wgrad * layers;
     if stage == p.pp - 1 {
         weight_grad += pc.head_fwd.compute;
@@ -322,7 +352,7 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
 }
 
 /// Data-parallel gradient (and parameter) communication of one stage, exposed part.
-pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f64 {
+pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
     let p = &plan.parallel;
     if pl.dp.size <= 1 {
         return 0.0;
@@ -342,12 +372,24 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
         )
     };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
+    if !p.overlap_grad_reduce {
+        // After the backward passes (and the parameter gather before the forward ones),
+        // nothing hides it.
+        let per_step = if p.zero >= 2 { m } else { 1.0 };
+        let gathers = if p.zero >= 3 { 2.0 * m } else { 1.0 };
+        return per_step * reduce + gathers * gather;
+    }
     if p.zero >= 2 {
         // ZeRO-2 reduces gradients after every backward, ZeRO-3 also gathers parameters
         // before every forward and backward: per micro-batch the link carries all of it
         // while the passes compute, one bucket at a time.
         let link = reduce + if p.zero >= 3 { 2.0 * gather } else { 0.0 };
-        let compute = st.forward.compute + st.backward.compute;
+        // A reduction starts when its backward pass produces the gradients; it hides behind
+        // that pass and behind the forward passes that follow backward passes in the
+        // schedule's steady state, not behind the warm-up's forwards, which run before any
+        // gradient exists (with vpp chunks and few micro-batches, all of them).
+        let compute =
+            st.backward.compute + st.forward.compute * steady_forwards(plan, stage, m as u64);
         let per_micro_batch = (link - compute).max(link / buckets);
         let final_gather = if p.zero >= 3 {
             0.0
@@ -359,6 +401,26 @@ pub fn dp_exposed(plan: &Plan, params: f64, st: &StageTime, pl: &Placement) -> f
     let exposed_reduce = (reduce - st.backward.compute).max(reduce / buckets);
     let exposed_gather = (gather - st.forward.compute).max(gather / buckets);
     exposed_reduce + exposed_gather
+}
+
+/// The fraction of stage `stage`'s forward passes that run after its first backward pass
+/// (the rest are the warm-up's).
+fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
+    let p = &plan.parallel;
+    let pp = p.pp;
+    let v = if p.schedule == Schedule::Interleaved {
+        p.vpp.max(1)
+    } else {
+        1
+    };
+    let total = m.max(1) * v;
+    let warmup = match p.schedule {
+        Schedule::Gpipe => total,
+        Schedule::OneFOneB | Schedule::ZeroBubble => pp - stage - 1,
+        Schedule::Interleaved => (pp - stage - 1) * 2 + (v - 1) * pp,
+    }
+    .min(total);
+    (total - warmup) as f64 / total as f64
 }
 
 /// The optimizer step: streaming the local optimizer state through HBM (or the host).
@@ -407,6 +469,30 @@ mod tests {
     }
 
     #[test]
+    fn thin_products_pay_for_their_tiles_fixed_work() {
+        let d = a100();
+        // The same FLOPs with k = 1536 instead of 8192: (1536 + 64) / 1536 over
+        // (8192 + 64) / 8192.
+        let (m, n) = (2048.0, 12288.0);
+        let square = d.gemm(m, n, 8192.0) * 1536.0 / 8192.0;
+        let thin = d.gemm(m, n, 1536.0);
+        let want = (1600.0 / 1536.0) / (8256.0 / 8192.0);
+        assert!((thin / square - want).abs() < 1e-9, "{}", thin / square);
+    }
+
+    #[test]
+    fn small_streaming_kernels_do_not_reach_the_copy_bandwidth() {
+        let d = a100();
+        let rate = d.gpu.hbm_bandwidth * d.gpu.memory_efficiency;
+        let big = 1e9;
+        assert!((d.memory(big) - (big / rate + KERNEL_RAMP_S)).abs() < 1e-15);
+        // 12.6 MB at ~1.7 TB/s: 7.3 µs of bytes and 2 µs of ramp.
+        let small = 12.6e6;
+        let slowdown = d.memory(small) / (small / rate);
+        assert!(slowdown > 1.2 && slowdown < 1.35, "{slowdown}");
+    }
+
+    #[test]
     fn ragged_dimensions_pay_for_whole_tiles() {
         let d = a100();
         assert_eq!(d.gemm(129.0, 8192.0, 8192.0), d.gemm(256.0, 8192.0, 8192.0));
@@ -418,7 +504,7 @@ mod tests {
         let d = a100();
         // 8192×8192 bf16 weights read once: 134 MB at 2.0 TB/s × efficiency.
         let bytes = 2.0 * (8192.0 * 8192.0 + 8192.0 + 1.0 * 8192.0);
-        let want = bytes / (d.gpu.hbm_bandwidth * d.gpu.memory_efficiency);
+        let want = bytes / (d.gpu.hbm_bandwidth * d.gpu.memory_efficiency) + KERNEL_RAMP_S;
         assert!((d.gemm(1.0, 8192.0, 8192.0) - want).abs() < 1e-12);
     }
 

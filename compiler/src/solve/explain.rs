@@ -101,6 +101,14 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         let f = b.member(v.int(name).expect("a layout variable"), &ints(values));
         b.track(Item::Domain(name), f);
     }
+    if space.zero_with_pipeline_max < 2 {
+        // `zero = auto` proposes ZeRO-2 and 3 only without a pipeline.
+        let f = v
+            .zero
+            .ge(Int::from_i64(space.zero_with_pipeline_max as i64 + 1))
+            .implies(v.pp.eq(Int::from_i64(1)));
+        b.track(Item::Domain("zero"), f);
+    }
     if !space.dp.is_empty() {
         let f = b.member(&v.dp, &ints(&space.dp));
         b.track(Item::Domain("dp"), f);

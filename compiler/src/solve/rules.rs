@@ -56,7 +56,7 @@ impl Rule {
             Rule::KvHeadsByTp => format!("tp must divide kv_heads = {}", m.kv_heads),
             Rule::LayersByStages => match uneven_ends(spec) {
                 Some(ends) => format!(
-                    "with {ends}, pp must be > 1, vpp = 1, and the other stages must share the rest of the {} layers evenly",
+                    "with {ends}, pp must be > 1, the other stages must share the rest of the {} layers evenly, and with vpp > 1 their share must split into vpp equal chunks",
                     m.layers
                 ),
                 None => format!("pp × vpp must divide layers = {}", m.layers),
@@ -80,7 +80,7 @@ impl Rule {
                 spec.train.precision
             ),
             Rule::OffloadNeedsZero => "optimizer offload needs zero ≥ 1, parameter offload zero = 3".into(),
-            Rule::ZeroShardsWithoutPipeline => "zero = 2 or 3 needs pp = 1 (Megatron-LM and DeepSpeed's pipeline engine shard only the optimizer state under pipeline parallelism)".into(),
+            Rule::ZeroShardsWithoutPipeline => "zero = 3 needs pp = 1 (no pipeline engine gathers every chunk's parameters before every pass)".into(),
             Rule::MemoryFits => {
                 let g = &spec.cluster.groups[0].gpu;
                 format!(
@@ -150,7 +150,7 @@ impl Rule {
                 Offload::Optimizer => p.zero >= 1,
                 Offload::Params => p.zero == 3,
             },
-            Rule::ZeroShardsWithoutPipeline => p.zero < 2 || p.pp == 1,
+            Rule::ZeroShardsWithoutPipeline => p.zero < 3 || p.pp == 1,
             Rule::MemoryFits => true, // decided by the cost model, per candidate
         }
     }
@@ -282,7 +282,13 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
                 &rest.eq(k(0)),
                 &Bool::and(&[&rest.ge(&others), &divides_expr(&others, &rest)]),
             );
-            Bool::and(&[&v.pp.ge(k(2)), &v.vpp.eq(&one), &shared])
+            // Interleaved: the middle stages' share (rest / others) splits into vpp chunks.
+            let chunks = Bool::or(&[
+                &v.vpp.eq(&one),
+                &others.eq(k(0)),
+                &divides_expr(&v.vpp, &rest.div(&others)),
+            ]);
+            Bool::and(&[&v.pp.ge(k(2)), &shared, &chunks])
         }
         Rule::BatchByDp => divides(
             &Int::mul(&[&v.dp, &v.micro_batch]),
@@ -323,7 +329,7 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
             &v.offload.eq(k(1)).implies(v.zero.ge(&one)),
             &v.offload.eq(k(2)).implies(v.zero.eq(k(3))),
         ]),
-        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(2)).implies(v.pp.eq(&one)),
+        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(3)).implies(v.pp.eq(&one)),
         Rule::MemoryFits => Bool::from_bool(true),
     }
 }

@@ -6,15 +6,20 @@
 //!   the best plan on the networks planc models; list larger values to consider them);
 //! - pp: the divisors of `layers`; with `first_stage_layers` or `last_stage_layers` written,
 //!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
-//!   two are never holes: every layout keeps what the plan writes, and the layers rule
-//!   refuses interleaving with them;
+//!   two are never holes: every layout keeps what the plan writes, and with interleaving
+//!   the layers rule also asks the middle stages' share to split into vpp equal chunks;
+//! - overlap_grad_reduce, overlap_p2p: never holes (they describe the framework), copied
+//!   into every layout;
 //! - cp: 1, 2, 4, 8; ep: the divisors of `experts`;
 //! - vpp: 1, or 2–8 dividing the layers per stage (interleaved schedule only);
 //! - micro_batch: 1, 2, 4, 8;
 //! - schedule: 1f1b, interleaved (gpipe holds all micro-batches in flight for the same
 //!   bubble, zb_h1 is not run by Megatron-LM or DeepSpeed; list them to consider them);
 //! - sequence_parallel: on exactly when tp > 1 (it saves memory at the same communication);
-//! - zero: 0–3 (1 is Megatron's distributed optimizer); recompute: none, selective, full
+//! - zero: 0–3 (1 is Megatron's distributed optimizer), and with pp > 1 only 0–1: ZeRO-2
+//!   under a pipeline is what FSDP-based frameworks run (Meta's, for Llama 3), not
+//!   Megatron-LM or DeepSpeed, so `auto` does not propose it; write or list it to consider
+//!   it; recompute: none, selective, full
 //!   (none and full with flash attention, where selective recomputes nothing);
 //! - offload: none (list `optimizer` or `params` to consider offloading).
 
@@ -34,11 +39,15 @@ pub struct Space {
     /// Empty: on exactly when tp > 1.
     pub sequence_parallel: Vec<bool>,
     pub zero: Vec<u64>,
+    /// The highest zero a layout with pp > 1 may take: 1 when zero is `auto` (see above).
+    pub zero_with_pipeline_max: u64,
     pub recompute: Vec<Recompute>,
     pub offload: Vec<Offload>,
     /// As written; copied into every layout.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    pub overlap_grad_reduce: bool,
+    pub overlap_p2p: Option<bool>,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -100,6 +109,7 @@ impl Space {
                 h => pick(h, Vec::new),
             },
             zero: pick(&ps.zero, || vec![0, 1, 2, 3]),
+            zero_with_pipeline_max: if ps.zero == Hole::Auto { 1 } else { 3 },
             // With flash attention, selective recompute has nothing to recompute (the
             // attention scores are never stored), so it is the same plan as none.
             recompute: pick(&ps.recompute, || match spec.train.attention {
@@ -109,6 +119,8 @@ impl Space {
             offload: pick(&ps.offload, || vec![Offload::None]),
             first_stage_layers: ps.first_stage_layers,
             last_stage_layers: ps.last_stage_layers,
+            overlap_grad_reduce: ps.overlap_grad_reduce,
+            overlap_p2p: ps.overlap_p2p,
         }
     }
 
@@ -181,6 +193,9 @@ impl Space {
                     for &micro_batch in &self.micro_batch {
                         for &sequence_parallel in &sps {
                             for &zero in &self.zero {
+                                if pp > 1 && zero > self.zero_with_pipeline_max {
+                                    continue;
+                                }
                                 for &recompute in &self.recompute {
                                     for &offload in &self.offload {
                                         out.push(Parallel {
@@ -198,6 +213,8 @@ impl Space {
                                             offload,
                                             first_stage_layers: self.first_stage_layers,
                                             last_stage_layers: self.last_stage_layers,
+                                            overlap_grad_reduce: self.overlap_grad_reduce,
+                                            overlap_p2p: self.overlap_p2p,
                                         });
                                     }
                                 }
