@@ -235,6 +235,49 @@ mod tests {
     }
 
     #[test]
+    fn a_measured_collective_replaces_the_model_for_its_group_size_only() {
+        use crate::cost::comm::{collective_time, Collective, Fabric, GroupShape};
+        use crate::plan::{Link, LinkKind};
+        let p = std::sync::Arc::new(profile());
+        let mut fabric = Fabric {
+            intra: Link {
+                kind: LinkKind::Nvlink,
+                bandwidth: 450e9,
+                latency: 2e-6,
+            },
+            inter: None,
+            inter_per_gpu: 0.0,
+            pair_bus_bandwidth: None,
+            pre_ampere: false,
+            profile: None,
+        };
+        let pair = GroupShape {
+            size: 2,
+            per_node: 2,
+        };
+        let modelled = collective_time(Collective::AllReduce, 2f64.powi(24), pair, &fabric);
+        fabric.profile = Some(p);
+        let measured = collective_time(Collective::AllReduce, 2f64.powi(24), pair, &fabric);
+        // 16 MiB at the interpolated 125 GB/s bus bandwidth, bus factor 1 for a pair.
+        assert!(
+            (measured - 2f64.powi(24) / 125e9).abs() < 1e-9,
+            "{measured}"
+        );
+        assert!(measured != modelled);
+        // Four GPUs were not measured: the model stays.
+        let four = GroupShape {
+            size: 4,
+            per_node: 4,
+        };
+        let with = collective_time(Collective::AllReduce, 1e8, four, &fabric);
+        fabric.profile = None;
+        assert_eq!(
+            with,
+            collective_time(Collective::AllReduce, 1e8, four, &fabric)
+        );
+    }
+
+    #[test]
     fn thin_products_take_the_thin_points_efficiency() {
         let p = profile();
         let thin = p.gemm_efficiency(8192.0, 300.0, 4096.0).unwrap();

@@ -246,7 +246,12 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     let at_precision = v.precision == plan.train.precision.as_str();
     Some(if at_precision {
         format!(
-            "products and memory-bound kernels of {} from the profile measured on {} ({}, planc calibrate, {})",
+            "products, memory-bound kernels{} of {} from the profile measured on {} ({}, planc calibrate, {})",
+            if p.collectives.is_empty() {
+                ""
+            } else {
+                " and the measured collectives"
+            },
             group.gpu.name,
             v.device,
             v.precision,

@@ -54,6 +54,9 @@ pub struct Fabric {
     pub pair_bus_bandwidth: Option<f64>,
     /// Before Ampere: NCCL caps the LL protocol lower.
     pub pre_ampere: bool,
+    /// Measured collectives (`cluster.profile`): where it has the operation over exactly
+    /// this many GPUs of a node, its bus-bandwidth curve by size replaces the model.
+    pub profile: Option<std::sync::Arc<crate::profile::Profile>>,
 }
 
 impl Fabric {
@@ -247,6 +250,24 @@ pub fn collective_time(c: Collective, bytes: f64, g: GroupShape, fabric: &Fabric
         return 0.0;
     }
     if g.per_node >= g.size {
+        let op = match c {
+            Collective::AllReduce => Some("AllReduce"),
+            Collective::AllGather => Some("AllGather"),
+            Collective::ReduceScatter => Some("ReduceScatter"),
+            Collective::AllToAll => None,
+        };
+        let measured = fabric.profile.as_deref().zip(op).and_then(|(p, op)| {
+            let exact = p
+                .collectives
+                .iter()
+                .any(|x| x.op == op && x.gpus as u64 == g.size);
+            exact
+                .then(|| p.bus_bandwidth(op, g.size as usize, bytes))
+                .flatten()
+        });
+        if let Some(bus) = measured {
+            return bytes * bus_factor(c, g.size as f64) / bus;
+        }
         return Ring::inside(fabric, g.size).time(c, bytes);
     }
     let inter = fabric
@@ -322,6 +343,7 @@ mod tests {
 
     fn fabric() -> Fabric {
         Fabric {
+            profile: None,
             intra: Link {
                 kind: LinkKind::Nvlink,
                 bandwidth: 300e9,
@@ -374,6 +396,7 @@ mod tests {
     fn two_gpus_reach_their_measured_pair_bandwidth_and_four_lie_between() {
         // H200 NVLink: 450 GB/s, 80 % for eight GPUs; two measured at 210 GB/s.
         let f = Fabric {
+            profile: None,
             intra: Link {
                 kind: LinkKind::Nvlink,
                 bandwidth: 450e9,

@@ -155,6 +155,7 @@ pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
             .pair_bus_bandwidth
             .filter(|_| group.intra_node == group.gpu.intra_node),
         pre_ampere: group.gpu.is_pre_ampere(),
+        profile: group.gpu.profile.clone(),
     };
     let shape = |size: u64, stride: u64| GroupShape {
         size,
