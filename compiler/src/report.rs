@@ -246,11 +246,11 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     let at_precision = v.precision == plan.train.precision.as_str();
     Some(if at_precision {
         format!(
-            "products, memory-bound kernels{} of {} from the profile measured on {} ({}, planc calibrate, {})",
+            "{} of {} from the profile measured on {} ({}, planc calibrate, {})",
             if p.collectives.is_empty() {
-                ""
+                "products and memory-bound kernels"
             } else {
-                " and the measured collectives"
+                "products, memory-bound kernels and collectives"
             },
             group.gpu.name,
             v.device,
