@@ -57,7 +57,11 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let st1 = &est1.stages[est1.peak_stage].memory;
     let per_layer = (st1.total_bytes - st.total_bytes).max(0.0);
     Prediction {
-        catalog_gpu: gpu.name.clone(),
+        catalog_gpu: if gpu.profile.is_some() {
+            format!("{} with its measured profile", gpu.name)
+        } else {
+            gpu.name.clone()
+        },
         step_s,
         peak_bytes: st.total_bytes,
         memory: PredictedMemory {
