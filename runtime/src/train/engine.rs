@@ -1100,18 +1100,7 @@ impl Engine {
 
     /// The flat-buffer range `[lo, hi)` of layer `l`'s tensors.
     pub fn layer_range(&self, l: usize) -> (usize, usize) {
-        let first = self
-            .params
-            .get(&format!("h.{l}.ln1_w"))
-            .expect("every layer has a first norm");
-        let next = self
-            .params
-            .list
-            .iter()
-            .find(|p| p.offset > first.offset && !p.name.starts_with(&format!("h.{l}.")))
-            .map(|p| p.offset)
-            .unwrap_or(self.params.total);
-        (first.offset, next)
+        self.params.layer_range(l)
     }
 
     /// One optimizer update over this rank's shard `[lo, hi)` of the flat buffers (all of
@@ -1221,4 +1210,50 @@ pub fn rope_table(d: &Dims) -> (Vec<f32>, Vec<f32>) {
         }
     }
     (c, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(dp: usize, dp_rank: usize, zero: u64) -> Shape {
+        let plan = planc_compiler::check::check_source(
+            "t.tp",
+            "cluster c { nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }
+             model m { preset = \"gpt2-124m\" }
+             train { global_batch = 8, precision = bf16, optimizer = adamw }
+             parallel { tp = 1, pp = 1, dp = 1, micro_batch = 8 }",
+        )
+        .plan
+        .expect("a valid plan");
+        Shape {
+            dims: Dims::of(&plan, None).unwrap(),
+            batch: 8,
+            precision: Precision::Bf16,
+            attention: Attention::Standard,
+            recompute: Recompute::None,
+            optimizer: Optimizer::Adamw,
+            in_flight: 1,
+            dp,
+            dp_rank,
+            zero,
+        }
+    }
+
+    #[test]
+    fn zero_shards_tile_the_padded_buffer_and_nothing_else() {
+        let total = Params::new(&shape(1, 0, 0).dims).total;
+        for dp in [1, 2, 3, 8] {
+            let shards: Vec<_> = (0..dp).map(|r| shape(dp, r, 1).shard(total)).collect();
+            let padded = shape(dp, 0, 1).padded(total);
+            assert!(padded >= total && padded % (64 * dp) == 0);
+            assert_eq!(shards[0].0, 0);
+            assert_eq!(shards[dp - 1].1, padded);
+            for w in shards.windows(2) {
+                assert_eq!(w[0].1, w[1].0, "shards are contiguous");
+            }
+            // Without ZeRO every rank updates everything.
+            assert_eq!(shape(dp, dp - 1, 0).shard(total), (0, padded));
+        }
+    }
 }

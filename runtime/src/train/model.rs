@@ -202,6 +202,25 @@ impl Params {
         self.list.iter().find(|p| p.name == name)
     }
 
+    /// The flat-buffer range `[lo, hi)` of layer `l`'s tensors (a layer's tensors are
+    /// contiguous, so its gradients can be reduced as one bucket).
+    pub fn layer_range(&self, l: usize) -> (usize, usize) {
+        let prefix = format!("h.{l}.");
+        let mine: Vec<&Param> = self
+            .list
+            .iter()
+            .filter(|p| p.name.starts_with(&prefix))
+            .collect();
+        let lo = mine.first().map(|p| p.offset).unwrap_or(0);
+        let hi = self
+            .list
+            .iter()
+            .find(|p| p.offset > lo && !p.name.starts_with(&prefix))
+            .map(|p| p.offset)
+            .unwrap_or(self.total);
+        (lo, hi)
+    }
+
     /// Parameters as a model counts them (without alignment padding).
     pub fn count(&self) -> usize {
         self.list.iter().map(Param::numel).sum()
@@ -248,5 +267,64 @@ impl Rng {
     pub fn normal(&mut self) -> f32 {
         let (u1, u2) = (self.uniform(), self.uniform());
         ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planc_compiler::check::check_source;
+
+    fn dims(model: &str) -> Dims {
+        let plan = check_source(
+            "t.tp",
+            &format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }}
+                 model m {{ {model} }}
+                 train {{ global_batch = 8, precision = bf16, optimizer = adamw }}
+                 parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = 8 }}"
+            ),
+        )
+        .plan
+        .expect("a valid plan");
+        Dims::of(&plan, None).unwrap()
+    }
+
+    #[test]
+    fn the_table_counts_the_published_parameters() {
+        // GPT-2 small with the padded vocabulary: 124.5 M (tied head).
+        let g = Params::new(&dims("preset = \"gpt2-124m\""));
+        assert_eq!(g.count(), 124_475_904);
+        // Llama 3.2 1B: 1.236 B with tied embeddings.
+        let l = Params::new(&dims("preset = \"llama3.2-1b\", seq_len = 2048"));
+        assert_eq!(l.count(), 1_235_814_400);
+    }
+
+    #[test]
+    fn layers_are_contiguous_buckets_between_embeddings_and_head() {
+        let p = Params::new(&dims("preset = \"gpt2-124m\""));
+        let ranges: Vec<_> = (0..12).map(|l| p.layer_range(l)).collect();
+        assert!(ranges[0].0 > 0, "the embeddings come first");
+        for w in ranges.windows(2) {
+            assert_eq!(w[0].1, w[1].0);
+        }
+        for q in &p.list {
+            let inside = ranges
+                .iter()
+                .any(|&(lo, hi)| q.offset >= lo && q.offset < hi);
+            assert_eq!(inside, q.name.starts_with("h."), "{}", q.name);
+        }
+    }
+
+    #[test]
+    fn initialisation_depends_on_the_seed_only() {
+        let p = Params::new(&dims("layers = 2, hidden = 64, heads = 4, vocab = 256, seq_len = 32"));
+        assert_eq!(p.init(7), p.init(7));
+        assert_ne!(p.init(7), p.init(8));
+        let w = p.init(7);
+        let ln = p.get("h.0.ln1_w").unwrap();
+        assert!(w[ln.offset..ln.offset + ln.numel()]
+            .iter()
+            .all(|&x| x == 1.0));
     }
 }

@@ -580,3 +580,40 @@ pub fn train(
 fn fault_skips(rank: usize, step: u64) -> bool {
     std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("skip-collective:{rank}:{step}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planc_compiler::plan::{LrSchedule, RunSettings};
+
+    #[test]
+    fn warm_up_then_cosine_down_to_min_lr_at_the_last_step() {
+        let r = RunSettings {
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_steps: 4,
+            lr_schedule: LrSchedule::Cosine,
+            ..RunSettings::default()
+        };
+        assert!((learning_rate(&r, 0, 20) - 2.5e-4).abs() < 1e-12);
+        assert!((learning_rate(&r, 3, 20) - 1e-3).abs() < 1e-12);
+        assert!((learning_rate(&r, 4, 20) - 1e-3).abs() < 1e-12);
+        assert!((learning_rate(&r, 19, 20) - 1e-4).abs() < 1e-12);
+        let mid = learning_rate(&r, 4 + 15 / 2, 20);
+        assert!(mid < 1e-3 && mid > 1e-4);
+        // Past the schedule (a run asked for more steps than train.steps): min_lr.
+        assert!((learning_rate(&r, 40, 20) - 1e-4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn constant_schedule_is_constant_after_warm_up() {
+        let r = RunSettings {
+            lr: 3e-4,
+            lr_schedule: LrSchedule::Constant,
+            ..RunSettings::default()
+        };
+        for s in [0, 5, 1000] {
+            assert_eq!(learning_rate(&r, s, 10), 3e-4);
+        }
+    }
+}
