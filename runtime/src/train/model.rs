@@ -318,7 +318,9 @@ mod tests {
 
     #[test]
     fn initialisation_depends_on_the_seed_only() {
-        let p = Params::new(&dims("layers = 2, hidden = 64, heads = 4, vocab = 256, seq_len = 32"));
+        let p = Params::new(&dims(
+            "layers = 2, hidden = 64, heads = 4, vocab = 256, seq_len = 32",
+        ));
         assert_eq!(p.init(7), p.init(7));
         assert_ne!(p.init(7), p.init(8));
         let w = p.init(7);
