@@ -91,6 +91,16 @@ fn human(r: &RunReport) -> String {
             r.catalog_memory_efficiency
         );
     }
+    if r.profiled {
+        out += "predictions from the plan's measured device profile (cluster.profile)";
+        if let (Some(g), Some(m)) = (r.gemm_ratio_constants, r.memory_ratio_constants) {
+            out += &format!(
+                "; from the catalog's constants the products took {g:.2}× and the memory-bound \
+                 kernels {m:.2}× their predictions"
+            );
+        }
+        out += "\n";
+    }
     if let Some(ratio) = r.collective_ratio {
         out += &format!("collectives took {ratio:.2}× the prediction (NCCL over the local GPUs)\n");
     }

@@ -73,6 +73,10 @@ pub struct Measured {
     /// None where the model prices the operation elsewhere (collectives are placed on the
     /// fabric by the group they run over, which one GPU does not see).
     pub predicted_s: Option<f64>,
+    /// With a device profile: what the catalog's constants alone predict (the "before
+    /// calibration" of `predicted_s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_constants_s: Option<f64>,
     /// None where the operation is not run (see `note`).
     pub measured_s: Option<f64>,
     pub note: Option<String>,
@@ -90,6 +94,13 @@ pub struct RunReport {
     pub gemm_ratio: Option<f64>,
     pub memory_ratio: Option<f64>,
     pub collective_ratio: Option<f64>,
+    /// With a device profile: the same ratios against the constants' predictions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gemm_ratio_constants: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_ratio_constants: Option<f64>,
+    /// Whether the predictions come from a measured device profile.
+    pub profiled: bool,
     /// The catalog's efficiencies corrected by the ratios: what this device reaches.
     pub measured_gemm_efficiency: Option<f64>,
     pub measured_memory_efficiency: Option<f64>,
@@ -110,6 +121,7 @@ fn not_run(
         kind,
         shape,
         predicted_s,
+        predicted_constants_s: None,
         measured_s: None,
         note: Some(why.into()),
     }
@@ -161,6 +173,14 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         gpu: &catalog,
         precision,
     };
+    let profiled = catalog.profile.is_some();
+    let mut bare = catalog.clone();
+    bare.profile = None;
+    let constants = Device {
+        gpu: &bare,
+        precision,
+    };
+    let before = |t: f64| profiled.then_some(t);
     let repeats = repeats.max(3);
     let local_gpus = runner.gpu_count;
     let mut nccl: std::collections::HashMap<usize, Option<collectives::Collectives>> =
@@ -175,6 +195,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     kind: "gemm",
                     shape: format!("{mi}×{ni}×{ki}"),
                     predicted_s: Some(dev.gemm(m, n, k)),
+                    predicted_constants_s: before(constants.gemm(m, n, k)),
                     measured_s: Some(runner.gemm(mi, ni, ki, repeats)?),
                     note: None,
                 }
@@ -184,6 +205,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 kind: "memory",
                 shape: format!("{:.0} B", bytes),
                 predicted_s: Some(dev.memory(bytes)),
+                predicted_constants_s: before(constants.memory(bytes)),
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
@@ -229,6 +251,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                             kind: "collective",
                             shape,
                             predicted_s: Some(collectives::predict(plan, c, bytes, k)),
+                            predicted_constants_s: None,
                             measured_s: Some(comm.time(c, bytes, repeats)?),
                             note: (k < g).then(|| {
                                 format!("over {k} of the group's {g} GPUs, predicted for {k}")
@@ -247,14 +270,18 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         };
         ops.push(m);
     }
-    let ratio = |kind: &str| {
+    let ratio_of = |kind: &str, pred: fn(&Measured) -> Option<f64>| {
         let (p, m) = ops
             .iter()
             .filter(|o| o.kind == kind)
-            .filter_map(|o| Some((o.predicted_s?, o.measured_s?)))
+            .filter_map(|o| Some((pred(o)?, o.measured_s?)))
             .fold((0.0, 0.0), |(p, m), (a, b)| (p + a, m + b));
         (p > 0.0 && m > 0.0).then_some(m / p)
     };
+    let ratio = |kind: &str| ratio_of(kind, |o| o.predicted_s);
+    let ratio_constants = |kind: &str| ratio_of(kind, |o| o.predicted_constants_s);
+    let gemm_ratio_constants = ratio_constants("gemm");
+    let memory_ratio_constants = ratio_constants("memory");
     let gemm_ratio = ratio("gemm");
     let memory_ratio = ratio("memory");
     let collective_ratio = ratio("collective");
@@ -266,6 +293,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         gemm_ratio,
         memory_ratio,
         collective_ratio,
+        gemm_ratio_constants,
+        memory_ratio_constants,
+        profiled,
         measured_gemm_efficiency: gemm_ratio.map(|r| catalog.gemm_efficiency / r),
         measured_memory_efficiency: memory_ratio.map(|r| catalog.memory_efficiency / r),
         catalog_gemm_efficiency: catalog.gemm_efficiency,
