@@ -259,6 +259,8 @@ enum Command {
     /// the attention core, and NCCL all-reduce / all-gather / reduce-scatter by message
     /// size for each group size the machine has. The profile records the device, driver,
     /// NVRTC and NCCL versions and the date. Needs an NVIDIA GPU (exit 2 without).
+    /// A plan then prices its operations from the measurement with
+    /// `cluster { profile = "h200-node.toml" ... }` (relative to the plan file).
     ///
     /// Examples:
     ///   planc calibrate
