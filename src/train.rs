@@ -84,7 +84,13 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     };
     // Only rank 0 reports; the others train and stay quiet unless they fail.
     let lead = world.rank == 0;
-    let text = std::fs::read(file).unwrap_or_default();
+    // The text `check` already read (the root file is the first source).
+    let text = checked
+        .sources
+        .files
+        .first()
+        .map(|f| f.text.as_str())
+        .unwrap_or_default();
     let opts = Options {
         steps: args.steps,
         save: args.save.clone(),
@@ -95,7 +101,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
-        plan_hash: planc_runtime::train::plan_hash(&String::from_utf8_lossy(&text)),
+        plan_hash: planc_runtime::train::plan_hash(text),
         trace: args.trace.is_some(),
     };
     let metrics_path = args.metrics.as_ref().filter(|_| lead);
@@ -128,7 +134,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(match e {
-                RunError::NoDriver | RunError::NoGpu | RunError::NoCublas => 2,
+                RunError::NoDriver | RunError::NoGpu | RunError::NoCublas | RunError::Usage(_) => 2,
                 _ => 1,
             });
         }

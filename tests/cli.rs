@@ -336,6 +336,24 @@ fn run_says_plainly_when_there_is_no_gpu() {
         0 => assert!(train.stderr.contains("step    1/1"), "{}", train.stderr),
         code => panic!("exit {code}: {}", train.stderr),
     }
+    // A folder that already holds checkpoints is not written over by a run that does not
+    // resume from it: misuse, exit 2, before any GPU is touched.
+    let ckpt = tempfile::tempdir().unwrap();
+    let step = ckpt.path().join("step-0000004");
+    std::fs::create_dir_all(step.join("optimizer")).unwrap();
+    for f in ["model.safetensors", "config.json", "planc.json"] {
+        std::fs::write(step.join(f), "{}").unwrap();
+    }
+    std::fs::write(ckpt.path().join("latest"), "step-0000004").unwrap();
+    let dir = ckpt.path().to_str().unwrap();
+    let again = planc(&["run", "examples/gpt2-124m-1gpu.tp", "--save", dir]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(
+        again.stderr.contains("already holds checkpoints"),
+        "{}",
+        again.stderr
+    );
+    assert!(again.stderr.contains("--resume"), "{}", again.stderr);
     // A layout the runtime does not run yet is refused before any GPU is touched.
     let tp = planc(&["run", "examples/llama3-8b-1x8h100.tp"]);
     assert_eq!(tp.code, 1, "{}", tp.stderr);

@@ -39,6 +39,9 @@ pub enum RunError {
     /// The plan cannot be run as written here (too big, too many GPUs, bad data): the
     /// message says why and what to change.
     Plan(String),
+    /// The command line asks for something that cannot be done (exit 2): the message says
+    /// which flag to change.
+    Usage(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -58,7 +61,7 @@ impl std::fmt::Display for RunError {
                 "`planc run` times bf16, fp16 and fp32 products; the plan's precision is {p:?}"
             ),
             RunError::Cuda(e) => write!(f, "CUDA error: {e}"),
-            RunError::Plan(e) => f.write_str(e),
+            RunError::Plan(e) | RunError::Usage(e) => f.write_str(e),
         }
     }
 }

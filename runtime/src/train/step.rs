@@ -171,7 +171,7 @@ pub fn train(
             .is_some_and(|r| std::fs::canonicalize(r).ok() == std::fs::canonicalize(dir).ok());
         if !same {
             if let Ok(Some(newest)) = checkpoint::latest(dir) {
-                return Err(RunError::Plan(format!(
+                return Err(RunError::Usage(format!(
                     "--save {}: it already holds checkpoints (newest {}); continue them with \
                      `--resume {0} --save {0}`, or save into another folder",
                     dir.display(),
@@ -285,8 +285,8 @@ pub fn train(
                 w
             }
             None => {
-                return Err(RunError::Plan(format!(
-                    "--resume {}: no complete checkpoint there",
+                return Err(RunError::Usage(format!(
+                    "--resume {}: no complete checkpoint there (a folder `planc run --save` wrote)",
                     dir.display()
                 )))
             }
