@@ -53,7 +53,6 @@ pub fn compile(precision: Precision, arch: Option<&'static str>) -> Result<Strin
 /// before training, not in the middle of a step.
 pub const KERNELS: &[&str] = &[
     "cast_to_x",
-    "scale_f32",
     "add_x",
     "add_bias",
     "embed_fwd",
@@ -251,13 +250,21 @@ impl Gpu {
         unsafe { result::memset_d8_async(b.ptr, 0, b.bytes, self.stream) }.map_err(err)
     }
 
+    /// Copies host data into device buffers once the stream's queued work is done (the
+    /// copy does not order itself after the non-blocking stream).
     pub fn upload<T: Copy>(&self, dst: Buf, src: &[T]) -> Result<(), RunError> {
-        assert!(std::mem::size_of_val(src) <= dst.bytes, "upload overflows");
-        // SAFETY: sizes checked; synchronous with respect to the host slice.
-        unsafe {
-            result::stream::synchronize(self.stream).map_err(err)?;
-            result::memcpy_htod_sync(dst.ptr, src).map_err(err)
+        self.upload_all(&[(dst, src)])
+    }
+
+    pub fn upload_all<T: Copy>(&self, items: &[(Buf, &[T])]) -> Result<(), RunError> {
+        self.sync()?;
+        for (dst, src) in items {
+            assert!(std::mem::size_of_val(*src) <= dst.bytes, "upload overflows");
+            // SAFETY: sizes checked; synchronous with respect to the host slice, and the
+            // stream is drained.
+            unsafe { result::memcpy_htod_sync(dst.ptr, src) }.map_err(err)?;
         }
+        Ok(())
     }
 
     pub fn download<T: Copy + Default>(&self, src: Buf, n: usize) -> Result<Vec<T>, RunError> {

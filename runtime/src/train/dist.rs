@@ -91,9 +91,10 @@ fn nerr(what: &str, e: impl std::fmt::Debug) -> RunError {
 }
 
 impl Comm {
+    /// Sums `count` f32 in place over the group.
     pub fn all_reduce_sum(&self, buf: Buf, count: usize, stream: u64) -> Result<(), RunError> {
         // SAFETY: `buf` holds `count` f32 on this rank's GPU; the stream is this rank's.
-        unsafe {
+        let r = unsafe {
             nccl::all_reduce(
                 buf.ptr as *const c_void,
                 buf.ptr as *mut c_void,
@@ -103,9 +104,8 @@ impl Comm {
                 self.raw,
                 stream as _,
             )
-        }
-        .map(|_| ())
-        .map_err(|e| nerr("all-reduce", e))
+        };
+        r.map(|_| ()).map_err(|e| nerr("all-reduce", e))
     }
 
     /// `out` (count f32) = the sum over ranks of this rank's share of `inp` (count·size f32).
@@ -117,7 +117,7 @@ impl Comm {
         stream: u64,
     ) -> Result<(), RunError> {
         // SAFETY: sizes as documented, on this rank's GPU and stream.
-        unsafe {
+        let r = unsafe {
             nccl::reduce_scatter(
                 inp.ptr as *const c_void,
                 out.ptr as *mut c_void,
@@ -127,12 +127,12 @@ impl Comm {
                 self.raw,
                 stream as _,
             )
-        }
-        .map(|_| ())
-        .map_err(|e| nerr("reduce-scatter", e))
+        };
+        r.map(|_| ()).map_err(|e| nerr("reduce-scatter", e))
     }
 
-    /// `out` (count·size elements of `bytes` each) = every rank's `inp` (count), in rank order.
+    /// `out` (count·size elements of `elem_bytes` each) = every rank's `inp` (count), in
+    /// rank order. Moved as bytes: gathering does no arithmetic.
     pub fn all_gather(
         &self,
         inp: Buf,
@@ -141,26 +141,18 @@ impl Comm {
         elem_bytes: usize,
         stream: u64,
     ) -> Result<(), RunError> {
-        let (n, ty) = match elem_bytes {
-            4 => (count, ncclDataType_t::ncclFloat32),
-            // bf16/fp16 moved as raw 16-bit words: gathering does no arithmetic.
-            2 => (count, ncclDataType_t::ncclUint8),
-            _ => unreachable!("elements are 2 or 4 bytes"),
-        };
-        let n = if elem_bytes == 2 { n * 2 } else { n };
         // SAFETY: sizes as documented, on this rank's GPU and stream.
-        unsafe {
+        let r = unsafe {
             nccl::all_gather(
                 inp.ptr as *const c_void,
                 out.ptr as *mut c_void,
-                n,
-                ty,
+                count * elem_bytes,
+                ncclDataType_t::ncclUint8,
                 self.raw,
                 stream as _,
             )
-        }
-        .map(|_| ())
-        .map_err(|e| nerr("all-gather", e))
+        };
+        r.map(|_| ()).map_err(|e| nerr("all-gather", e))
     }
 
     pub fn abort(&self) {

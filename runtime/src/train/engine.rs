@@ -934,12 +934,16 @@ impl Engine {
         {
             let st = &mut self.sets[set];
             st.n_uniq = uniq.len();
-            self.gpu.upload(st.tokens, &toks)?;
-            self.gpu.upload(st.uniq, &uniq)?;
-            self.gpu.upload(st.start, &start)?;
-            self.gpu.upload(st.pos, &pos)?;
+            // One wait for the stream (the targets buffer is shared by micro-batches), then
+            // the copies.
+            self.gpu.upload_all(&[
+                (st.tokens, &toks),
+                (st.uniq, &uniq),
+                (st.start, &start),
+                (st.pos, &pos),
+                (self.s.targets, &tg),
+            ])?;
         }
-        self.gpu.upload(self.s.targets, &tg)?;
         let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
         self.gpu.launch_n(
             "embed_fwd",
@@ -1073,23 +1077,6 @@ impl Engine {
             )?;
         }
         Ok(())
-    }
-
-    /// The global gradient norm (of the gradients as accumulated, before unscaling).
-    pub fn grad_norm(&self) -> Result<f64, RunError> {
-        let blocks = 1024usize;
-        self.gpu.launch(
-            "sumsq_partial",
-            (blocks as u32, 1),
-            256,
-            &[
-                Arg::P(self.s.partials),
-                Arg::P(self.grad),
-                Arg::L(self.params.total as i64),
-            ],
-        )?;
-        let part: Vec<f32> = self.gpu.download(self.s.partials, blocks)?;
-        Ok(part.iter().map(|&x| x as f64).sum::<f64>().sqrt())
     }
 
     /// The summed token losses of micro-batches 0..k.

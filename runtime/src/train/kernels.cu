@@ -107,11 +107,6 @@ __global__ void cast_to_x(X* out, const float* in, long n) {
     if (i < n) out[i] = st(in[i]);
 }
 
-__global__ void scale_f32(float* x, float s, long n) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= s;
-}
-
 // out = a + b (the residual stream). VEC elements a thread.
 __global__ void add_x(X* out, const X* a, const X* b, long n) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
