@@ -4,7 +4,7 @@
 //! it the test prints SKIPPED and passes.
 
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{compile, KERNELS};
+use planc_runtime::train::cuda::{compile, compile_cached_in, KERNELS};
 
 #[test]
 fn every_kernel_compiles_for_every_precision() {
@@ -35,4 +35,28 @@ fn a_broken_kernel_is_reported_with_its_line() {
     let bad = cudarc::nvrtc::compile_ptx("extern \"C\" __global__ void k() { undefined_thing; }");
     let msg = format!("{:?}", bad.expect_err("an undefined name must not compile"));
     assert!(msg.contains("undefined_thing"), "{msg}");
+}
+
+#[test]
+fn compiled_kernels_are_cached_by_precision_and_architecture() {
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED kernel cache: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let first = compile_cached_in(dir.path(), Precision::Bf16, "compute_90").unwrap();
+    let files = || std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(files(), 1, "one PTX file cached");
+    let again = compile_cached_in(dir.path(), Precision::Bf16, "compute_90").unwrap();
+    assert_eq!(first, again);
+    assert_eq!(files(), 1, "the second start reads the cache");
+    compile_cached_in(dir.path(), Precision::Fp32, "compute_90").unwrap();
+    compile_cached_in(dir.path(), Precision::Bf16, "compute_80").unwrap();
+    assert_eq!(files(), 3, "precision and architecture are part of the key");
+    // An unwritable cache still compiles.
+    let blocked = dir.path().join("file-not-dir");
+    std::fs::write(&blocked, "x").unwrap();
+    assert!(compile_cached_in(&blocked, Precision::Bf16, "compute_90")
+        .unwrap()
+        .contains(".entry"));
 }

@@ -49,6 +49,58 @@ pub fn compile(precision: Precision, arch: Option<&'static str>) -> Result<Strin
         .map_err(|e| format!("{e}"))
 }
 
+/// `compile`, through a cache of PTX keyed by the source, precision, architecture and NVRTC
+/// version: NVRTC takes about a second a start, and every rank of every run would pay it.
+/// The cache is `$PLANC_CACHE_DIR`, else `$XDG_CACHE_HOME/planc/kernels`, else
+/// `~/.cache/planc/kernels`; when it cannot be read or written, the kernels are compiled.
+pub fn compile_cached(precision: Precision, arch: &'static str) -> Result<String, String> {
+    match cache_dir() {
+        Some(dir) => compile_cached_in(&dir, precision, arch),
+        None => compile(precision, Some(arch)),
+    }
+}
+
+fn cache_dir() -> Option<std::path::PathBuf> {
+    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    env("PLANC_CACHE_DIR")
+        .map(Into::into)
+        .or_else(|| {
+            env("XDG_CACHE_HOME").map(|d| std::path::PathBuf::from(d).join("planc/kernels"))
+        })
+        .or_else(|| env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/planc/kernels")))
+}
+
+pub fn compile_cached_in(
+    dir: &std::path::Path,
+    precision: Precision,
+    arch: &'static str,
+) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints.
+    unsafe {
+        let _ = cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor);
+    }
+    let key: String = Sha256::digest(format!(
+        "{SOURCE}\0{}\0{arch}\0{major}.{minor}",
+        storage_code(precision)
+    ))
+    .iter()
+    .map(|b| format!("{b:02x}"))
+    .collect();
+    let path = dir.join(format!("{key}.ptx"));
+    if let Ok(ptx) = std::fs::read_to_string(&path) {
+        return Ok(ptx);
+    }
+    let ptx = compile(precision, Some(arch))?;
+    // Written whole or not at all: a temporary file renamed into place.
+    let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
+    if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, &ptx).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+    Ok(ptx)
+}
+
 /// Every kernel `kernels.cu` defines, by name: loaded at start so a missing one fails
 /// before training, not in the middle of a step.
 pub const KERNELS: &[&str] = &[
@@ -164,7 +216,7 @@ impl Gpu {
                 .map_err(err)?,
         );
         let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        let ptx = compile(precision, Some(arch))
+        let ptx = compile_cached(precision, arch)
             .map_err(|e| RunError::Cuda(format!("the kernels did not compile: {e}")))?;
         let image = CString::new(ptx).map_err(err)?;
         ctx.bind_to_thread().map_err(err)?;
