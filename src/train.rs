@@ -207,6 +207,9 @@ fn human(s: &Summary) -> String {
         s.tokens_per_step,
         s.micro_batches
     );
+    if let Some(p) = &s.profile {
+        out += &format!("profile  {p}\n");
+    }
     if let Some(r) = &s.resumed_from {
         out += &format!("resumed  from {}\n", r.display());
     }

@@ -18,6 +18,8 @@ pub struct PredictedMemory {
 #[derive(Clone, Debug)]
 pub struct Prediction {
     pub catalog_gpu: String,
+    /// Which figures came from a measured device profile (as `planc check` says it).
+    pub profile: Option<String>,
     pub step_s: f64,
     pub peak_bytes: f64,
     pub memory: PredictedMemory,
@@ -57,11 +59,8 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let st1 = &est1.stages[est1.peak_stage].memory;
     let per_layer = (st1.total_bytes - st.total_bytes).max(0.0);
     Prediction {
-        catalog_gpu: if gpu.profile.is_some() {
-            format!("{} with its measured profile", gpu.name)
-        } else {
-            gpu.name.clone()
-        },
+        catalog_gpu: gpu.name.clone(),
+        profile: planc_compiler::report::profile_note(&p),
         step_s,
         peak_bytes: st.total_bytes,
         memory: PredictedMemory {

@@ -74,6 +74,9 @@ pub struct Span {
 pub struct Summary {
     pub device: String,
     pub catalog_gpu: String,
+    /// Which predicted figures came from a measured device profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     pub steps: Vec<StepMetrics>,
     /// Median step time over the steps after the first (which includes warm-up).
     pub measured_step_s: f64,
@@ -130,19 +133,21 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
     if !unsupported.is_empty() {
         return Err(RunError::Plan(format!(
             "`planc run` runs data parallelism (dp, zero 0 and 1) across GPUs so far; this plan \
-             also sets {} (tensor, pipeline, context and expert parallelism are not run yet)",
+             also sets {} in its `parallel` block (tensor, pipeline, context and expert \
+             parallelism are not run yet): set them to 1 to run it here",
             unsupported.join(", ")
         )));
     }
     if p.zero >= 2 {
         return Err(RunError::Plan(format!(
-            "`planc run` runs zero 0 and 1; the plan sets zero = {}",
+            "`planc run` runs zero 0 and 1; the plan sets zero = {} in its `parallel` block",
             p.zero
         )));
     }
     if world.size != size {
         return Err(RunError::Plan(format!(
-            "the plan's layout has {size} GPUs but {} ranks were started",
+            "the plan's layout has {size} GPUs but {} ranks were started: start one rank per \
+             GPU of the plan's cluster (nodes × gpus_per_node), or let `planc run` start them",
             world.size
         )));
     }
@@ -560,6 +565,7 @@ pub fn train(
     Ok(Summary {
         device: eng.gpu.name.clone(),
         catalog_gpu: prediction.catalog_gpu.clone(),
+        profile: prediction.profile.clone(),
         steps: summary_steps,
         measured_step_s,
         predicted_step_s: prediction.step_s,
