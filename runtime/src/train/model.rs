@@ -134,6 +134,8 @@ impl Param {
 pub struct Params {
     pub list: Vec<Param>,
     pub total: usize,
+    /// Name → position in `list`: every layer pass looks its weights up by name.
+    index: std::collections::HashMap<String, usize>,
 }
 
 const ALIGN: usize = 64;
@@ -195,11 +197,16 @@ impl Params {
         if !d.tied {
             push("lm_head".into(), vec![d.vocab, c], Init::Normal(std));
         }
-        Params { list, total }
+        let index = list
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        Params { list, total, index }
     }
 
     pub fn get(&self, name: &str) -> Option<&Param> {
-        self.list.iter().find(|p| p.name == name)
+        self.index.get(name).map(|&i| &self.list[i])
     }
 
     /// The flat-buffer range `[lo, hi)` of layer `l`'s tensors (a layer's tensors are
