@@ -129,7 +129,8 @@ fn to_codespan(d: &Diagnostic) -> CsDiagnostic<usize> {
         .with_notes(notes)
 }
 
-fn gib(x: f64) -> String {
+/// Bytes as `check` prints them (GiB, MiB, …): `run` uses it too, so the two agree.
+pub fn gib(x: f64) -> String {
     format_quantity(x, Dimension::Bytes)
 }
 

@@ -13,6 +13,7 @@ use planc_runtime::train::step::{refuse, train, Options, StepMetrics, Summary};
 use planc_runtime::RunError;
 use serde_json::json;
 
+use crate::render::gib;
 use crate::{launch, load, output, render};
 
 pub struct Args {
@@ -163,10 +164,6 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
         print!("{}", human(&summary));
     }
     ExitCode::SUCCESS
-}
-
-fn gib(b: f64) -> String {
-    format!("{:.2} GiB", b / (1u64 << 30) as f64)
 }
 
 fn step_line(m: &StepMetrics, total: u64) -> String {
