@@ -271,7 +271,9 @@ impl Gpu {
         // SAFETY: a plain device allocation, freed in Drop.
         let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
             RunError::Cuda(format!(
-                "out of device memory allocating {:.2} GiB with {:.2} GiB already held: {e:?}",
+                "out of device memory allocating {:.2} GiB with {:.2} GiB already held ({e:?}): \
+                 lower parallel.micro_batch, set parallel.recompute, or run fewer layers with \
+                 --layers K",
                 bytes as f64 / GIB,
                 self.held as f64 / GIB
             ))
