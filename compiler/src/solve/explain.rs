@@ -87,6 +87,20 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         let var = v.int(name).expect("a layout variable");
         b.solver.assert(var.ge(Int::from_i64(1)));
     }
+    // Bounds implied by the cluster and the batch, asserted untracked: they are facts, not
+    // choices, and without them z3's nonlinear search over `tp × pp × … = world` can take
+    // a hundred times longer to find a model once a literal is dropped.
+    let world_i = spec.cluster.world_size() as i64;
+    for name in ["tp", "pp", "cp", "dp", "ep"] {
+        let var = v.int(name).expect("a layout variable");
+        b.solver.assert(var.le(Int::from_i64(world_i)));
+    }
+    b.solver.assert(
+        v.micro_batch
+            .le(Int::from_i64((spec.train.global_batch as i64).max(1))),
+    );
+    b.solver
+        .assert(v.vpp.le(Int::from_i64(spec.model.layers as i64)));
     let ps = &spec.parallel;
     let domains: [(&'static str, &Hole<u64>, &Vec<u64>); 7] = [
         ("tp", &ps.tp, &space.tp),
