@@ -52,7 +52,8 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
     }
 }
 
-/// A job of framework planc runs what `planc run` can run today (data parallelism): say at
+/// A job of framework planc runs what `planc run` can run today (tensor and data
+/// parallelism): say at
 /// emit time when it cannot, rather than when the job starts after its wait in the queue.
 /// The artifacts are still written, for a `planc` on the cluster that may be newer.
 fn warn_if_planc_cannot_run(checked: &Checked) {

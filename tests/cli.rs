@@ -256,7 +256,7 @@ fn emit_of_framework_planc_runs_planc_on_every_node() {
     let plan = dir.path().join("tp2.tp");
     let text = std::fs::read_to_string(common::root().join("examples/gpt2-124m-2x8-planc.tp"))
         .unwrap()
-        .replace("tp = 1 ", "tp = 2 ")
+        .replace("pp = 1", "pp = 2")
         .replace("dp = 16", "dp = 8");
     std::fs::write(&plan, text).unwrap();
     let run = planc(&[
@@ -271,7 +271,7 @@ fn emit_of_framework_planc_runs_planc_on_every_node() {
     assert!(
         run.stderr
             .contains("warning: this planc cannot run the plan")
-            && run.stderr.contains("tp = 2"),
+            && run.stderr.contains("pp = 2"),
         "{}",
         run.stderr
     );

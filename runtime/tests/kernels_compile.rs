@@ -26,6 +26,49 @@ fn every_kernel_compiles_for_every_precision() {
     }
 }
 
+/// Every kernel the runtime launches by name is one the module loads (a misspelt or
+/// unlisted name would only fail on a GPU): the names after `launch…(` in the sources.
+#[test]
+fn every_launched_kernel_is_loaded() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/train");
+    let mut launched = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (at, _) in text.match_indices(".launch") {
+            let rest = &text[at..];
+            let Some(open) = rest.find('(') else { continue };
+            let args = rest[open + 1..].trim_start();
+            if let Some(name) = args.strip_prefix('"') {
+                let name = &name[..name.find('"').unwrap()];
+                launched.push((
+                    path.file_name().unwrap().to_string_lossy().to_string(),
+                    name.to_string(),
+                ));
+            }
+        }
+    }
+    assert!(launched.len() > 30, "found the launches: {launched:?}");
+    for (file, k) in &launched {
+        assert!(
+            KERNELS.contains(&k.as_str()),
+            "{file} launches {k}, not in cuda::KERNELS"
+        );
+    }
+    for k in [
+        "ce_stats",
+        "ce_combine",
+        "ce_grad",
+        "embed_vocab_fwd",
+        "add_positions",
+    ] {
+        assert!(launched.iter().any(|(_, l)| l == k), "{k} is launched");
+    }
+}
+
 #[test]
 fn a_broken_kernel_is_reported_with_its_line() {
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {

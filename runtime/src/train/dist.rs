@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 
+use planc_compiler::plan::Precision;
+
 use super::cuda::Buf;
 use crate::RunError;
 
@@ -90,16 +92,45 @@ fn nerr(what: &str, e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("NCCL {what}: {e:?}"))
 }
 
+/// The NCCL element type of activations stored in `precision` (fp32 for fp32 runs).
+pub fn activation_type(precision: Precision) -> ncclDataType_t {
+    match precision {
+        Precision::Bf16 => ncclDataType_t::ncclBfloat16,
+        Precision::Fp16 => ncclDataType_t::ncclFloat16,
+        _ => ncclDataType_t::ncclFloat32,
+    }
+}
+
+/// Runs `f`'s collectives as one NCCL group (one launch for many small tensors).
+pub fn grouped(f: impl FnOnce() -> Result<(), RunError>) -> Result<(), RunError> {
+    nccl::group_start().map_err(|e| nerr("group start", e))?;
+    let r = f();
+    let end = nccl::group_end().map_err(|e| nerr("group end", e));
+    r.and(end.map(|_| ()))
+}
+
 impl Comm {
     /// Sums `count` f32 in place over the group.
     pub fn all_reduce_sum(&self, buf: Buf, count: usize, stream: u64) -> Result<(), RunError> {
-        // SAFETY: `buf` holds `count` f32 on this rank's GPU; the stream is this rank's.
+        self.all_reduce_typed(buf, count, ncclDataType_t::ncclFloat32, stream)
+    }
+
+    /// Sums `count` elements of type `ty` in place over the group.
+    pub fn all_reduce_typed(
+        &self,
+        buf: Buf,
+        count: usize,
+        ty: ncclDataType_t,
+        stream: u64,
+    ) -> Result<(), RunError> {
+        // SAFETY: `buf` holds `count` elements of `ty` on this rank's GPU; the stream is
+        // this rank's.
         let r = unsafe {
             nccl::all_reduce(
                 buf.ptr as *const c_void,
                 buf.ptr as *mut c_void,
                 count,
-                ncclDataType_t::ncclFloat32,
+                ty,
                 ncclRedOp_t::ncclSum,
                 self.raw,
                 stream as _,
@@ -116,13 +147,26 @@ impl Comm {
         count: usize,
         stream: u64,
     ) -> Result<(), RunError> {
+        self.reduce_scatter_typed(inp, out, count, ncclDataType_t::ncclFloat32, stream)
+    }
+
+    /// `out` (count elements of `ty`) = the sum over ranks of this rank's share of `inp`
+    /// (count·size elements), shares in rank order.
+    pub fn reduce_scatter_typed(
+        &self,
+        inp: Buf,
+        out: Buf,
+        count: usize,
+        ty: ncclDataType_t,
+        stream: u64,
+    ) -> Result<(), RunError> {
         // SAFETY: sizes as documented, on this rank's GPU and stream.
         let r = unsafe {
             nccl::reduce_scatter(
                 inp.ptr as *const c_void,
                 out.ptr as *mut c_void,
                 count,
-                ncclDataType_t::ncclFloat32,
+                ty,
                 ncclRedOp_t::ncclSum,
                 self.raw,
                 stream as _,
@@ -172,8 +216,17 @@ pub fn timeout() -> Duration {
         .unwrap_or(Duration::from_secs(300))
 }
 
-/// The groups of a rank, as (name, members in group-rank order); the unique id of group k
-/// of the list below is the k-th that rank 0 sends.
+/// The tensor-parallel groups: consecutive ranks (tensor parallelism is innermost, inside
+/// a node), in group-rank order.
+pub fn tensor_parallel_groups(world: usize, tp: usize) -> Vec<Vec<usize>> {
+    (0..world / tp)
+        .map(|g| (0..tp).map(|t| g * tp + t).collect())
+        .collect()
+}
+
+/// The data-parallel groups: the ranks of one tensor and pipeline position, in group-rank
+/// order; the unique id of group k of the list given to `communicators` is the k-th that
+/// rank 0 sends.
 pub fn data_parallel_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize>> {
     let pp = world / (tp * dp);
     let mut groups = Vec::new();
@@ -187,11 +240,10 @@ pub fn data_parallel_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize
 
 /// Meets the other ranks and makes the communicator of every group that holds this rank.
 /// Rank 0 creates one NCCL id per group and hands every rank all of them (`rendezvous`).
-pub fn communicators(
-    world: &World,
-    groups: &[Vec<usize>],
-    name: &str,
-) -> Result<Vec<Comm>, RunError> {
+///
+/// `groups` are (kind, members); every rank walks them in the same order, so the blocking
+/// initialisations of a rank's groups (one of each kind) meet without a cycle.
+pub fn communicators(world: &World, groups: &[(&str, Vec<usize>)]) -> Result<Vec<Comm>, RunError> {
     // SAFETY: probes the shared library only.
     if !unsafe { cudarc::nccl::sys::is_culib_present() } {
         return Err(RunError::Cuda(
@@ -212,7 +264,7 @@ pub fn communicators(
     };
     let ids = rendezvous(world, ids, groups.len(), timeout())?;
     let mut comms = Vec::new();
-    for (k, members) in groups.iter().enumerate() {
+    for (k, (name, members)) in groups.iter().enumerate() {
         let Some(me) = members.iter().position(|&r| r == world.rank) else {
             continue;
         };
@@ -482,5 +534,15 @@ mod tests {
             vec![vec![0, 2], vec![1, 3], vec![4, 6], vec![5, 7]]
         );
         assert_eq!(data_parallel_groups(2, 1, 2), vec![vec![0, 1]]);
+        assert_eq!(
+            tensor_parallel_groups(8, 2),
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
+        // Each rank is in exactly one group of each kind.
+        for r in 0..8 {
+            let n = |gs: Vec<Vec<usize>>| gs.iter().filter(|g| g.contains(&r)).count();
+            assert_eq!(n(tensor_parallel_groups(8, 2)), 1);
+            assert_eq!(n(data_parallel_groups(8, 2, 2)), 1);
+        }
     }
 }

@@ -19,8 +19,11 @@ use planc_compiler::plan::{Attention, Mlp, Norm, Optimizer, Position, Precision,
 use super::attention::{self, Grads, Heads};
 use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
-use super::model::{Dims, Params};
+use super::dist::{self, Comm};
+use super::model::{self, Dims, Params};
 use crate::RunError;
+use cudarc::nccl::sys::ncclDataType_t;
+use std::sync::Arc;
 
 type Res = Result<(), RunError>;
 
@@ -41,6 +44,12 @@ pub struct Shape {
     pub dp: usize,
     pub dp_rank: usize,
     pub zero: u64,
+    /// Tensor-parallel size and this rank's place in it (`dims` is then this rank's share,
+    /// see `Dims::tensor_parallel`), and whether the norms and residual stream are split
+    /// by token (sequence parallelism).
+    pub tp: usize,
+    pub tp_rank: usize,
+    pub sp: bool,
 }
 
 impl Shape {
@@ -131,6 +140,13 @@ struct Scratch {
     partials: Buf,
     /// A throwaway layer output for recomputed forwards.
     xout: Buf,
+    /// Tensor parallelism: a whole-batch [N, C] activation gathered from the ranks' token
+    /// shares (sequence parallelism), each token's logsumexp over the whole vocabulary,
+    /// and this rank's and every rank's cross-entropy statistics. NULL on one rank.
+    gath: Buf,
+    lse: Buf,
+    stats: Buf,
+    stats_all: Buf,
 }
 
 /// Bytes by what they hold, as the memory plan allocated them.
@@ -168,14 +184,23 @@ pub struct Engine {
     rope_sin: Buf,
     /// Tracing: (name, event) marks; each span runs to the next mark.
     pub marks: Option<Vec<(String, super::cuda::Event)>>,
+    /// The tensor-parallel group's communicator (None on one rank of it).
+    pub tpc: Option<Arc<Comm>>,
+    /// NCCL's name for the activations' element type.
+    nty: ncclDataType_t,
 }
 
 const CHUNK_ROWS: usize = 256;
+/// Blocks of the gradient buffer's sum of squares (the gradient norm).
+const SUMSQ_BLOCKS: usize = 1024;
+/// Blocks of a sum of squares taken tensor by tensor (the whole tensors' share of it).
+const REP_BLOCKS: usize = 32;
 
 impl Engine {
     pub fn new(gpu: Gpu, shape: Shape, micro_batches: usize) -> Result<Engine, RunError> {
         let mut gpu = gpu;
         let blas = Blas::new(&gpu, shape.precision)?;
+        let shape_precision = shape.precision;
         let d = shape.dims.clone();
         let params = Params::new(&d);
         let xsz = if shape.precision == Precision::Fp32 {
@@ -210,6 +235,16 @@ impl Engine {
 
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
+        let tp = shape.tp.max(1);
+        if shape.sp && tp > 1 && !n.is_multiple_of(tp) {
+            return Err(RunError::Plan(format!(
+                "sequence parallelism splits a micro-batch's {n} tokens over tp = {tp} ranks: \
+                 micro_batch × seq_len must be a multiple of {tp}"
+            )));
+        }
+        // Rows of the residual stream and the norms on this rank: a share of the tokens
+        // under sequence parallelism, all of them otherwise.
+        let nl = if shape.sp { n / tp } else { n };
         let flash = shape.attention == Attention::Flash;
         // The permutation kernels index in 32 bits.
         let scores = if flash { 0 } else { b * d.heads * t * t };
@@ -237,15 +272,15 @@ impl Engine {
         for _ in 0..shape.in_flight.max(1) {
             let mut xs = Vec::new();
             for _ in 0..=d.layers {
-                xs.push(gpu.alloc(n * c * xsz)?);
+                xs.push(gpu.alloc(nl * c * xsz)?);
             }
             let kept = if full { 1 } else { d.layers };
             let mut layers = Vec::new();
             for _ in 0..kept {
                 layers.push(LayerActs {
-                    ln1: gpu.alloc(n * c * xsz)?,
-                    ln1_mean: gpu.alloc(n * 4)?,
-                    ln1_rstd: gpu.alloc(n * 4)?,
+                    ln1: gpu.alloc(nl * c * xsz)?,
+                    ln1_mean: gpu.alloc(nl * 4)?,
+                    ln1_rstd: gpu.alloc(nl * 4)?,
                     q: gpu.alloc(bhtd * xsz)?,
                     k: gpu.alloc(bhtd * xsz)?,
                     v: gpu.alloc(bhtd * xsz)?,
@@ -260,10 +295,10 @@ impl Engine {
                         Buf::NULL
                     },
                     a: gpu.alloc(n * d.attn_width() * xsz)?,
-                    x2: gpu.alloc(n * c * xsz)?,
-                    ln2: gpu.alloc(n * c * xsz)?,
-                    ln2_mean: gpu.alloc(n * 4)?,
-                    ln2_rstd: gpu.alloc(n * 4)?,
+                    x2: gpu.alloc(nl * c * xsz)?,
+                    ln2: gpu.alloc(nl * c * xsz)?,
+                    ln2_mean: gpu.alloc(nl * 4)?,
+                    ln2_rstd: gpu.alloc(nl * 4)?,
                     h: gpu.alloc(n * d.fc_rows() * xsz)?,
                     act: gpu.alloc(n * d.ffn * xsz)?,
                 });
@@ -271,7 +306,7 @@ impl Engine {
             sets.push(ActSet {
                 xs,
                 layers,
-                dx_top: gpu.alloc(n * c * xsz)?,
+                dx_top: gpu.alloc(nl * c * xsz)?,
                 tokens: gpu.alloc(n * 4)?,
                 uniq: gpu.alloc(n * 4)?,
                 start: gpu.alloc((n + 1) * 4)?,
@@ -302,6 +337,10 @@ impl Engine {
             maybe(grad_bufs, bhtd * xsz)?,
             maybe(grad_bufs, bhtd * xsz)?,
         );
+        let gath = maybe(tp > 1 && shape.sp, n * c * xsz)?;
+        let lse = maybe(tp > 1, n * 4)?;
+        let stats = maybe(tp > 1, n * 3 * 4)?;
+        let stats_all = maybe(tp > 1, tp * n * 3 * 4)?;
         let s = Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
             o,
@@ -331,14 +370,23 @@ impl Engine {
             da: gpu.alloc(n * d.attn_width() * xsz)?,
             dh: gpu.alloc(n * d.fc_rows() * xsz)?,
             dact: gpu.alloc(n * d.ffn * xsz)?,
-            lnf: gpu.alloc(n * c * xsz)?,
-            lnf_mean: gpu.alloc(n * 4)?,
-            lnf_rstd: gpu.alloc(n * 4)?,
+            lnf: gpu.alloc(nl * c * xsz)?,
+            lnf_mean: gpu.alloc(nl * 4)?,
+            lnf_rstd: gpu.alloc(nl * 4)?,
             logits: gpu.alloc(n * d.vocab * xsz)?,
             losses: gpu.alloc(n * 4)?,
             targets: gpu.alloc(n * 4)?,
-            partials: gpu.alloc((2 * n.div_ceil(CHUNK_ROWS) * max_cols).max(1024) * 4)?,
-            xout: gpu.alloc(n * c * xsz)?,
+            partials: gpu.alloc(
+                (2 * n.div_ceil(CHUNK_ROWS) * max_cols)
+                    .max(1024)
+                    .max(REP_BLOCKS * params.list.len())
+                    * 4,
+            )?,
+            xout: gpu.alloc(nl * c * xsz)?,
+            gath,
+            lse,
+            stats,
+            stats_all,
         };
         let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
         let scalars = gpu.alloc(64 * 4)?;
@@ -371,6 +419,8 @@ impl Engine {
             rope_cos,
             rope_sin,
             marks: None,
+            tpc: None,
+            nty: dist::activation_type(shape_precision),
         })
     }
 
@@ -420,19 +470,107 @@ impl Engine {
         self.gpu.zero(self.grad)
     }
 
+    /// Tokens of a micro-batch: the rows of the products and of attention.
     fn rows(&self) -> usize {
         self.shape.batch * self.shape.dims.seq_len
+    }
+
+    /// Rows of the residual stream and the norms on this rank: its share of the tokens
+    /// under sequence parallelism.
+    fn lrows(&self) -> usize {
+        if self.split_tokens() {
+            self.rows() / self.shape.tp
+        } else {
+            self.rows()
+        }
+    }
+
+    /// The first of this rank's rows (of the micro-batch's [B·S] tokens).
+    fn row0(&self) -> usize {
+        if self.split_tokens() {
+            self.shape.tp_rank * self.lrows()
+        } else {
+            0
+        }
+    }
+
+    fn split_tokens(&self) -> bool {
+        self.shape.sp && self.shape.tp > 1
+    }
+
+    fn tp_comm(&self) -> Option<&Comm> {
+        self.tpc.as_deref().filter(|_| self.shape.tp > 1)
+    }
+
+    /// A row-parallel product's partial sums `[N, C]` at `x`, made whole: summed over the
+    /// tensor-parallel ranks (all-reduce), or summed and split by token (reduce-scatter,
+    /// in place: this rank's rows end at `x.at(row0·C)`). Returns where the rows are.
+    fn tp_reduce_rows(&self, x: Buf) -> Result<Buf, RunError> {
+        let c = self.shape.dims.hidden;
+        let Some(comm) = self.tp_comm() else {
+            return Ok(x);
+        };
+        let stream = self.gpu.stream as u64;
+        if self.split_tokens() {
+            let mine = x.at(self.row0() * c, self.xsz);
+            comm.reduce_scatter_typed(x, mine, self.lrows() * c, self.nty, stream)?;
+            Ok(mine)
+        } else {
+            comm.all_reduce_typed(x, self.rows() * c, self.nty, stream)?;
+            Ok(x)
+        }
+    }
+
+    /// The whole micro-batch's `[N, C]` from this rank's rows `x` (sequence parallelism:
+    /// all-gathered into the gather buffer); `x` itself otherwise.
+    fn tp_gather_rows(&self, x: Buf) -> Result<Buf, RunError> {
+        let c = self.shape.dims.hidden;
+        match self.tp_comm() {
+            Some(comm) if self.split_tokens() => {
+                comm.all_gather(
+                    x,
+                    self.s.gath,
+                    self.lrows() * c,
+                    self.xsz,
+                    self.gpu.stream as u64,
+                )?;
+                Ok(self.s.gath)
+            }
+            _ => Ok(x),
+        }
+    }
+
+    /// Under sequence parallelism the whole tensors' gradients (norms, row-parallel
+    /// biases) are sums over this rank's tokens only: sums them over the tensor-parallel
+    /// group, in place, as one NCCL group. Call once the step's backward passes are done.
+    pub fn tp_reduce_partial_grads(&self) -> Res {
+        let Some(comm) = self.tp_comm().filter(|_| self.split_tokens()) else {
+            return Ok(());
+        };
+        let stream = self.gpu.stream as u64;
+        dist::grouped(|| {
+            for p in self
+                .params
+                .list
+                .iter()
+                .filter(|p| model::sp_partial(&p.name))
+            {
+                comm.all_reduce_sum(self.grad.at(p.offset, 4), p.numel(), stream)?;
+            }
+            Ok(())
+        })
     }
 
     fn is_rms(&self) -> i32 {
         i32::from(self.shape.dims.norm == Norm::Rmsnorm)
     }
 
+    /// Normalizes this rank's rows (`lrows`).
     fn norm_fwd(&self, out: Buf, mean: Buf, rstd: Buf, inp: Buf, w: Buf, b: Buf) -> Res {
         let d = &self.shape.dims;
         self.gpu.launch(
             "norm_fwd",
-            (self.rows() as u32, 1),
+            (self.lrows() as u32, 1),
             256,
             &[
                 Arg::P(out),
@@ -462,7 +600,7 @@ impl Engine {
         db: Buf,
     ) -> Res {
         let c = self.shape.dims.hidden;
-        let rows = self.rows();
+        let rows = self.lrows();
         self.gpu.launch(
             "norm_bwd_input",
             (rows as u32, 1),
@@ -517,11 +655,10 @@ impl Engine {
     }
 
     /// db[cols] += Σ_rows x[rows, cols]
-    fn bias_grad(&self, db: Buf, x: Buf, cols: usize) -> Res {
+    fn bias_grad(&self, db: Buf, x: Buf, rows: usize, cols: usize) -> Res {
         if db == Buf::NULL {
             return Ok(());
         }
-        let rows = self.rows();
         let chunks = rows.div_ceil(CHUNK_ROWS);
         self.gpu.launch(
             "colsum_partial",
@@ -538,11 +675,10 @@ impl Engine {
         self.sum_partials(db, self.s.partials, chunks, cols)
     }
 
-    fn add_bias(&self, x: Buf, b: Buf, cols: usize) -> Res {
+    fn add_bias(&self, x: Buf, b: Buf, rows: usize, cols: usize) -> Res {
         if b == Buf::NULL {
             return Ok(());
         }
-        let rows = self.rows();
         self.launch_v(
             "add_bias",
             rows * cols,
@@ -587,10 +723,16 @@ impl Engine {
         )
     }
 
-    /// One layer forward: `x_out` = layer(`x_in`), keeping what `a` holds.
+    /// One layer forward: `x_out` = layer(`x_in`), keeping what `a` holds. Under tensor
+    /// parallelism the products are Megatron-LM's: q, k, v and the MLP's first product
+    /// column-parallel (this rank's heads and share of F), the projections after them
+    /// row-parallel, their partial sums made whole before the bias and the residual; under
+    /// sequence parallelism the norms and the residual run on this rank's tokens, gathered
+    /// before the column-parallel products and scattered after the row-parallel ones.
     fn layer_fwd(&mut self, l: usize, x_in: Buf, x_out: Buf, a: LayerActs) -> Res {
         let d = self.shape.dims.clone();
         let n = self.rows();
+        let nl = self.lrows();
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
         let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
         self.mark(|| format!("L{l} attention norm"))?;
@@ -603,9 +745,10 @@ impl Engine {
             w(self, "ln1_b"),
         )?;
         self.mark(|| format!("L{l} qkv"))?;
+        let ln1 = self.tp_gather_rows(a.ln1)?;
         self.blas
-            .linear(self.s.qkv, a.ln1, w(self, "qkv_w"), n, c, qr)?;
-        self.add_bias(self.s.qkv, w(self, "qkv_b"), qr)?;
+            .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
+        self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
         let (b, t, h, g, dd) = self.attn_args();
         self.gpu.launch_n(
             "qkv_split",
@@ -657,8 +800,9 @@ impl Engine {
         self.mark(|| format!("L{l} attention projection"))?;
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
-        self.add_bias(self.s.tmp, w(self, "proj_b"), c)?;
-        self.add(a.x2, x_in, self.s.tmp, n * c)?;
+        let proj = self.tp_reduce_rows(self.s.tmp)?;
+        self.add_bias(proj, w(self, "proj_b"), nl, c)?;
+        self.add(a.x2, x_in, proj, nl * c)?;
         self.mark(|| format!("L{l} mlp norm"))?;
         self.norm_fwd(
             a.ln2,
@@ -669,8 +813,9 @@ impl Engine {
             w(self, "ln2_b"),
         )?;
         self.mark(|| format!("L{l} mlp up"))?;
-        self.blas.linear(a.h, a.ln2, w(self, "fc_w"), n, c, fr)?;
-        self.add_bias(a.h, w(self, "fc_b"), fr)?;
+        let ln2 = self.tp_gather_rows(a.ln2)?;
+        self.blas.linear(a.h, ln2, w(self, "fc_w"), n, c, fr)?;
+        self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
         self.mark(|| format!("L{l} mlp activation"))?;
         match d.mlp {
             Mlp::Gelu => self.launch_v(
@@ -692,8 +837,9 @@ impl Engine {
         self.mark(|| format!("L{l} mlp down"))?;
         self.blas
             .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
-        self.add_bias(self.s.tmp, w(self, "fc2_b"), c)?;
-        self.add(x_out, a.x2, self.s.tmp, n * c)
+        let down = self.tp_reduce_rows(self.s.tmp)?;
+        self.add_bias(down, w(self, "fc2_b"), nl, c)?;
+        self.add(x_out, a.x2, down, nl * c)
     }
 
     /// Launches a kernel that takes 16 bytes (VEC elements) a thread over `n` elements.
@@ -716,14 +862,16 @@ impl Engine {
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
         let gr = |s: &Self, part: &str| s.g_of(&format!("h.{l}.{part}"));
         let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
+        let nl = self.lrows();
         let s = &self.s;
         let (dres, dln, dh, dact) = (s.dres, s.dln, s.dh, s.dact);
         self.mark(|| format!("L{l} mlp down backward"))?;
+        let dfull = self.tp_gather_rows(dres)?;
         self.blas
-            .linear_dinp(dact, dres, w(self, "fc2_w"), n, f, c)?;
+            .linear_dinp(dact, dfull, w(self, "fc2_w"), n, f, c)?;
         self.blas
-            .linear_dw(gr(self, "fc2_w"), dres, a.act, n, f, c)?;
-        self.bias_grad(gr(self, "fc2_b"), dres, c)?;
+            .linear_dw(gr(self, "fc2_w"), dfull, a.act, n, f, c)?;
+        self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
         self.mark(|| format!("L{l} mlp activation backward"))?;
         match d.mlp {
             Mlp::Gelu => self.launch_v(
@@ -750,12 +898,14 @@ impl Engine {
         }
         self.mark(|| format!("L{l} mlp up backward"))?;
         self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
-        self.blas.linear_dw(gr(self, "fc_w"), dh, a.ln2, n, c, fr)?;
-        self.bias_grad(gr(self, "fc_b"), dh, fr)?;
+        let ln2 = self.tp_gather_rows(a.ln2)?;
+        self.blas.linear_dw(gr(self, "fc_w"), dh, ln2, n, c, fr)?;
+        self.bias_grad(gr(self, "fc_b"), dh, n, fr)?;
         self.mark(|| format!("L{l} mlp norm backward"))?;
+        let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
-            dln,
+            dln_mine,
             a.x2,
             w(self, "ln2_w"),
             a.ln2_mean,
@@ -765,12 +915,13 @@ impl Engine {
         )?;
         self.mark(|| format!("L{l} attention projection backward"))?;
         let aw = d.attn_width();
+        let dfull = self.tp_gather_rows(dres)?;
         let s = &self.s;
         self.blas
-            .linear_dinp(s.da, dres, w(self, "proj_w"), n, aw, c)?;
+            .linear_dinp(s.da, dfull, w(self, "proj_w"), n, aw, c)?;
         self.blas
-            .linear_dw(gr(self, "proj_w"), dres, a.a, n, aw, c)?;
-        self.bias_grad(gr(self, "proj_b"), dres, c)?;
+            .linear_dw(gr(self, "proj_w"), dfull, a.a, n, aw, c)?;
+        self.bias_grad(gr(self, "proj_b"), dres, nl, c)?;
         let (b, t, h, _, dd) = self.attn_args();
         self.mark(|| format!("L{l} attention core backward"))?;
         let into_qkv = self.flash_into_qkv();
@@ -815,13 +966,15 @@ impl Engine {
         let s = &self.s;
         self.blas
             .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
+        let ln1 = self.tp_gather_rows(a.ln1)?;
         self.blas
-            .linear_dw(gr(self, "qkv_w"), s.dqkv, a.ln1, n, c, qr)?;
-        self.bias_grad(gr(self, "qkv_b"), s.dqkv, qr)?;
+            .linear_dw(gr(self, "qkv_w"), self.s.dqkv, ln1, n, c, qr)?;
+        self.bias_grad(gr(self, "qkv_b"), self.s.dqkv, n, qr)?;
         self.mark(|| format!("L{l} attention norm backward"))?;
+        let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
-            dln,
+            dln_mine,
             x_in,
             w(self, "ln1_w"),
             a.ln1_mean,
@@ -915,19 +1068,26 @@ impl Engine {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let c = d.hidden;
+        // This rank's rows of the embedding table (vocabulary-parallel under tensor
+        // parallelism): tokens [v0, v0 + vocab).
+        let v0 = self.shape.tp_rank * d.vocab;
         self.mark(|| format!("F{j} embedding"))?;
-        // The embedding gradient sums each token's positions in a fixed order.
-        let mut order: Vec<u32> = (0..n as u32).collect();
+        // The embedding gradient sums each token's positions in a fixed order; a
+        // tensor-parallel rank sums the tokens of its rows of the table only.
+        let mut order: Vec<u32> = (0..n as u32)
+            .filter(|&i| (v0..v0 + d.vocab).contains(&(inputs[i as usize] as usize)))
+            .collect();
         order.sort_by_key(|&i| (inputs[i as usize], i));
         let mut uniq = Vec::new();
         let mut start = Vec::new();
         for (k, &i) in order.iter().enumerate() {
-            if uniq.last() != Some(&(inputs[i as usize] as i32)) {
-                uniq.push(inputs[i as usize] as i32);
+            let row = inputs[i as usize] as i32 - v0 as i32;
+            if uniq.last() != Some(&row) {
+                uniq.push(row);
                 start.push(k as i32);
             }
         }
-        start.push(n as i32);
+        start.push(order.len() as i32);
         let pos: Vec<i32> = order.iter().map(|&i| i as i32).collect();
         let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
         let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
@@ -945,19 +1105,58 @@ impl Engine {
             ])?;
         }
         let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
-        self.gpu.launch_n(
-            "embed_fwd",
-            n * c,
-            &[
-                Arg::P(x0),
-                Arg::P(tokens),
-                Arg::P(self.wx_of("wte")),
-                Arg::P(self.wx_of("wpe")),
-                Arg::L(n as i64),
-                Arg::I(c as i32),
-                Arg::I(d.seq_len as i32),
-            ],
-        )?;
+        if self.tp_comm().is_none() {
+            self.gpu.launch_n(
+                "embed_fwd",
+                n * c,
+                &[
+                    Arg::P(x0),
+                    Arg::P(tokens),
+                    Arg::P(self.wx_of("wte")),
+                    Arg::P(self.wx_of("wpe")),
+                    Arg::L(n as i64),
+                    Arg::I(c as i32),
+                    Arg::I(d.seq_len as i32),
+                ],
+            )?;
+        } else {
+            // Each rank looks up the tokens of its rows of the table (zero for the others);
+            // the sum over ranks is the embedding (exact: one term is not zero). Positions
+            // are added after, to this rank's rows, rounding once as on one GPU.
+            let whole = if self.split_tokens() { self.s.gath } else { x0 };
+            self.gpu.launch_n(
+                "embed_vocab_fwd",
+                n * c,
+                &[
+                    Arg::P(whole),
+                    Arg::P(tokens),
+                    Arg::P(self.wx_of("wte")),
+                    Arg::L(n as i64),
+                    Arg::I(c as i32),
+                    Arg::I(v0 as i32),
+                    Arg::I(d.vocab as i32),
+                ],
+            )?;
+            let mine = self.tp_reduce_rows(whole)?;
+            if self.split_tokens() {
+                self.gpu.copy(x0, mine, self.lrows() * c * self.xsz)?;
+            }
+            if d.position == Position::Learned {
+                let nl = self.lrows();
+                self.gpu.launch_n(
+                    "add_positions",
+                    nl * c,
+                    &[
+                        Arg::P(x0),
+                        Arg::P(self.wx_of("wpe")),
+                        Arg::L(nl as i64),
+                        Arg::L(self.row0() as i64),
+                        Arg::I(d.seq_len as i32),
+                        Arg::I(c as i32),
+                    ],
+                )?;
+            }
+        }
         let full = self.shape.recompute == Recompute::Full;
         for l in 0..d.layers {
             let st = &self.sets[set];
@@ -978,20 +1177,67 @@ impl Engine {
             self.wx_of("lnf_b"),
         )?;
         let head = if d.tied { "wte" } else { "lm_head" };
+        // Under tensor parallelism the output layer is vocabulary-parallel: every token's
+        // logits for this rank's rows of the vocabulary, a cross-entropy combined over the
+        // ranks from each share's maximum, sum of exponentials and target logit.
+        let lnf = self.tp_gather_rows(s.lnf)?;
+        let s = &self.s;
         self.blas
-            .linear(s.logits, s.lnf, self.wx_of(head), n, c, d.vocab)?;
-        self.gpu.launch(
-            "cross_entropy",
-            (n as u32, 1),
-            1024,
-            &[
-                Arg::P(s.logits),
-                Arg::P(s.losses),
-                Arg::P(s.targets),
-                Arg::I(d.vocab as i32),
-                Arg::F(dscale),
-            ],
-        )?;
+            .linear(s.logits, lnf, self.wx_of(head), n, c, d.vocab)?;
+        match self.tp_comm() {
+            None => self.gpu.launch(
+                "cross_entropy",
+                (n as u32, 1),
+                1024,
+                &[
+                    Arg::P(s.logits),
+                    Arg::P(s.losses),
+                    Arg::P(s.targets),
+                    Arg::I(d.vocab as i32),
+                    Arg::F(dscale),
+                ],
+            )?,
+            Some(comm) => {
+                self.gpu.launch(
+                    "ce_stats",
+                    (n as u32, 1),
+                    1024,
+                    &[
+                        Arg::P(s.logits),
+                        Arg::P(s.stats),
+                        Arg::P(s.targets),
+                        Arg::I(d.vocab as i32),
+                        Arg::I(v0 as i32),
+                    ],
+                )?;
+                comm.all_gather(s.stats, s.stats_all, n * 3, 4, self.gpu.stream as u64)?;
+                self.gpu.launch(
+                    "ce_combine",
+                    (n.div_ceil(256) as u32, 1),
+                    256,
+                    &[
+                        Arg::P(s.stats_all),
+                        Arg::P(s.lse),
+                        Arg::P(s.losses),
+                        Arg::L(n as i64),
+                        Arg::I(self.shape.tp as i32),
+                    ],
+                )?;
+                self.gpu.launch(
+                    "ce_grad",
+                    (n as u32, 1),
+                    1024,
+                    &[
+                        Arg::P(s.logits),
+                        Arg::P(s.lse),
+                        Arg::P(s.targets),
+                        Arg::I(d.vocab as i32),
+                        Arg::I(v0 as i32),
+                        Arg::F(dscale),
+                    ],
+                )?;
+            }
+        }
         self.gpu.launch(
             "sum_partial",
             (1, 1),
@@ -1005,12 +1251,14 @@ impl Engine {
         self.blas
             .linear_dinp(s.dln, s.logits, self.wx_of(head), n, c, d.vocab)?;
         self.blas
-            .linear_dw(self.g_of(head), s.logits, s.lnf, n, c, d.vocab)?;
+            .linear_dw(self.g_of(head), s.logits, lnf, n, c, d.vocab)?;
+        let dlnf = self.tp_reduce_rows(self.s.dln)?;
         let top = self.sets[set].dx_top;
         self.gpu.zero(top)?;
+        let s = &self.s;
         self.norm_bwd(
             top,
-            s.dln,
+            dlnf,
             xl,
             self.wx_of("lnf_w"),
             s.lnf_mean,
@@ -1030,11 +1278,13 @@ impl Engine {
         after_layer: &mut dyn FnMut(&Engine, usize) -> Res,
     ) -> Res {
         let d = self.shape.dims.clone();
-        let n = self.rows();
         let c = d.hidden;
         let full = self.shape.recompute == Recompute::Full;
-        self.gpu
-            .copy(self.s.dres, self.sets[set].dx_top, n * c * self.xsz)?;
+        self.gpu.copy(
+            self.s.dres,
+            self.sets[set].dx_top,
+            self.lrows() * c * self.xsz,
+        )?;
         for l in (0..d.layers).rev() {
             let st = &self.sets[set];
             let xi = st.xs[l];
@@ -1048,20 +1298,25 @@ impl Engine {
             after_layer(self, l)?;
         }
         self.mark(|| format!("B{j} embedding backward"))?;
+        // Every token's gradient (gathered under sequence parallelism): each rank sums the
+        // tokens of its rows of the table, and every rank the whole position table.
+        let dfull = self.tp_gather_rows(self.s.dres)?;
         let st = &self.sets[set];
-        self.gpu.launch(
-            "embed_bwd_tokens",
-            (st.n_uniq as u32, 1),
-            256,
-            &[
-                Arg::P(self.g_of("wte")),
-                Arg::P(self.s.dres),
-                Arg::P(st.uniq),
-                Arg::P(st.start),
-                Arg::P(st.pos),
-                Arg::I(c as i32),
-            ],
-        )?;
+        if st.n_uniq > 0 {
+            self.gpu.launch(
+                "embed_bwd_tokens",
+                (st.n_uniq as u32, 1),
+                256,
+                &[
+                    Arg::P(self.g_of("wte")),
+                    Arg::P(dfull),
+                    Arg::P(st.uniq),
+                    Arg::P(st.start),
+                    Arg::P(st.pos),
+                    Arg::I(c as i32),
+                ],
+            )?;
+        }
         if d.position == Position::Learned {
             let t = d.seq_len;
             self.gpu.launch_n(
@@ -1069,7 +1324,7 @@ impl Engine {
                 t * c,
                 &[
                     Arg::P(self.g_of("wpe")),
-                    Arg::P(self.s.dres),
+                    Arg::P(dfull),
                     Arg::I(self.shape.batch as i32),
                     Arg::I(t as i32),
                     Arg::I(c as i32),
@@ -1160,9 +1415,50 @@ impl Engine {
         Ok(())
     }
 
+    /// Σ g² over the tensors in `[lo, hi)` that every tensor-parallel rank holds whole
+    /// (one f32 at `out`): the gradient norm counts them once, not once per rank.
+    pub fn whole_sumsq(&self, (lo, hi): (usize, usize), out: Buf) -> Result<(), RunError> {
+        let mut k = 0usize;
+        for p in self
+            .params
+            .list
+            .iter()
+            .filter(|p| !model::tp_split(&p.name))
+        {
+            let (a, b) = (p.offset.max(lo), (p.offset + p.numel()).min(hi));
+            if a >= b {
+                continue;
+            }
+            self.gpu.launch(
+                "sumsq_partial",
+                (REP_BLOCKS as u32, 1),
+                256,
+                &[
+                    Arg::P(self.s.partials.at(k * REP_BLOCKS, 4)),
+                    Arg::P(self.grad.at(a, 4)),
+                    Arg::L((b - a) as i64),
+                ],
+            )?;
+            k += 1;
+        }
+        if k == 0 {
+            return self.gpu.zero(Buf { bytes: 4, ..out });
+        }
+        self.gpu.launch(
+            "sum_partial",
+            (1, 1),
+            1024,
+            &[
+                Arg::P(out),
+                Arg::P(self.s.partials),
+                Arg::L((k * REP_BLOCKS) as i64),
+            ],
+        )
+    }
+
     /// Σ g² over `[lo, hi)` of the gradient buffer, on the device (one f32 at `out`).
     pub fn grad_sumsq(&self, (lo, hi): (usize, usize), out: Buf) -> Result<(), RunError> {
-        let blocks = 1024usize;
+        let blocks = SUMSQ_BLOCKS;
         self.gpu.launch(
             "sumsq_partial",
             (blocks as u32, 1),
@@ -1224,6 +1520,9 @@ mod tests {
             dp,
             dp_rank,
             zero,
+            tp: 1,
+            tp_rank: 0,
+            sp: false,
         }
     }
 

@@ -149,6 +149,30 @@ __global__ void embed_fwd(X* out, const int* tok, const X* wte, const X* wpe, lo
     out[i] = st(v);
 }
 
+// Tensor parallelism (vocabulary-parallel embedding): this rank's rows of the table are the
+// tokens [v0, v0 + V); other tokens contribute zero here and come from their rank in the
+// reduction that follows.
+__global__ void embed_vocab_fwd(X* out, const int* tok, const X* wte, long n_tok, int C, int v0,
+                                int V) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n_tok * C) return;
+    long n = i / C;
+    int c = i % C;
+    int t = tok[n] - v0;
+    out[i] = (t >= 0 && t < V) ? wte[(long)t * C + c] : st(0.0f);
+}
+
+// Learned positions added to `rows` rows that start at row `row0` of the [B, S] batch (a
+// sequence-parallel rank holds a share of the rows). Rounds like embed_fwd: the sum in
+// fp32, stored once.
+__global__ void add_positions(X* x, const X* wpe, long rows, long row0, int S, int C) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= rows * C) return;
+    long n = i / C;
+    int c = i % C;
+    x[i] = st(ld(x[i]) + ld(wpe[((row0 + n) % S) * C + c]));
+}
+
 // Token-embedding gradient, one block per distinct token of the batch: the positions of
 // token `uniq[b]` are pos[start[b] .. start[b+1]] (sorted on the host), summed in order.
 __global__ void embed_bwd_tokens(float* dwte, const X* dout, const int* uniq, const int* start,
@@ -571,6 +595,60 @@ __global__ void cross_entropy(X* logits, float* loss, const int* target, int V, 
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float pj = expf(ld(x[j]) - mx) * inv;
         x[j] = st((pj - (j == tgt ? 1.0f : 0.0f)) * dscale);
+    }
+}
+
+// Vocabulary-parallel cross-entropy (tensor parallelism): each rank holds the logits of its
+// vocabulary rows [v0, v0 + V). Per token: this share's maximum, Σ exp(x − max), and the
+// target's logit if the target is one of this rank's (else 0), as stats[row·3 + 0..3].
+__global__ void ce_stats(const X* logits, float* stats, const int* target, int V, int v0) {
+    long row = blockIdx.x;
+    const X* x = logits + row * V;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float v = ld(x[j]);
+        float mn = fmaxf(m, v);
+        s = s * exp_from(m, mn) + expf(v - mn);
+        m = mn;
+    }
+    float mx = block_max(m);
+    s = block_sum(s * exp_from(m, mx));
+    int t = target[row] - v0;
+    if (threadIdx.x == 0) {
+        stats[row * 3 + 0] = mx;
+        stats[row * 3 + 1] = s;
+        stats[row * 3 + 2] = (t >= 0 && t < V) ? ld(x[t]) : 0.0f;
+    }
+}
+
+// Every rank's stats, gathered as [R][n][3] → each token's logsumexp over the whole
+// vocabulary and its loss, in rank order (the same on every rank).
+__global__ void ce_combine(const float* all, float* lse, float* loss, long n, int R) {
+    long row = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    float mx = -INFINITY;
+    for (int r = 0; r < R; r++) mx = fmaxf(mx, all[(r * n + row) * 3]);
+    float s = 0.0f, tl = 0.0f;
+    for (int r = 0; r < R; r++) {
+        const float* a = all + (r * n + row) * 3;
+        s += a[1] * exp_from(a[0], mx);
+        tl += a[2];
+    }
+    float l = mx + logf(s);
+    lse[row] = l;
+    loss[row] = l - tl;
+}
+
+// This rank's logits overwritten with their gradient (softmax − onehot)·dscale.
+__global__ void ce_grad(X* logits, const float* lse, const int* target, int V, int v0,
+                        float dscale) {
+    long row = blockIdx.x;
+    X* x = logits + row * V;
+    float l = lse[row];
+    int t = target[row] - v0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float pj = expf(ld(x[j]) - l);
+        x[j] = st((pj - (j == t ? 1.0f : 0.0f)) * dscale);
     }
 }
 

@@ -99,6 +99,36 @@ impl Dims {
     pub fn norm_has_bias(&self) -> bool {
         self.norm == Norm::Layernorm
     }
+
+    /// One tensor-parallel rank's share of the model, as Megatron-LM splits it: its
+    /// `heads / tp` query heads and `kv_heads / tp` key/value heads (column-parallel q, k,
+    /// v, row-parallel projection), `ffn / tp` of the MLP (column- then row-parallel) and
+    /// `vocab / tp` rows of the embedding and the output layer (vocabulary-parallel).
+    pub fn tensor_parallel(&self, tp: usize) -> Result<Dims, String> {
+        if tp <= 1 {
+            return Ok(self.clone());
+        }
+        for (what, n) in [
+            ("heads", self.heads),
+            ("kv_heads", self.kv_heads),
+            ("ffn_hidden", self.ffn),
+            ("vocab", self.vocab),
+        ] {
+            if !n.is_multiple_of(tp) {
+                return Err(format!(
+                    "tensor parallelism splits {what} ({n}) over tp = {tp} ranks: it must be a \
+                     multiple of {tp}"
+                ));
+            }
+        }
+        Ok(Dims {
+            heads: self.heads / tp,
+            kv_heads: self.kv_heads / tp,
+            ffn: self.ffn / tp,
+            vocab: self.vocab / tp,
+            ..self.clone()
+        })
+    }
 }
 
 /// One tensor of the table.
@@ -249,6 +279,108 @@ impl Params {
     }
 }
 
+/// Whether a tensor is split across tensor-parallel ranks (by `internal name`); the others
+/// (norms, the row-parallel layers' biases, learned positions) are whole on every rank.
+pub fn tp_split(name: &str) -> bool {
+    let part = name.rsplit('.').next().unwrap_or(name);
+    matches!(
+        part,
+        "qkv_w" | "qkv_b" | "fc_w" | "fc_b" | "proj_w" | "fc2_w" | "wte" | "lm_head"
+    )
+}
+
+/// Whether a whole (not split) tensor's gradient is a partial sum on each tensor-parallel
+/// rank under sequence parallelism: the norms and the row-parallel biases see only the
+/// rank's share of the tokens. (Learned positions are added after the embedding's
+/// reduction and their gradient taken from every token, so it is whole.)
+pub fn sp_partial(name: &str) -> bool {
+    !tp_split(name) && name != "wpe"
+}
+
+/// Where one tensor-parallel rank's tensors sit in the whole model's flat buffer: runs of
+/// `(local offset, whole offset, length)` covering the rank's table exactly once. Loading,
+/// initialising and saving go through it, so every layout of a plan starts from, and
+/// writes, the one-GPU model.
+#[derive(Clone, Debug)]
+pub struct TpMap {
+    pub runs: Vec<(usize, usize, usize)>,
+    pub local_total: usize,
+    pub whole_total: usize,
+}
+
+impl TpMap {
+    pub fn new(whole: &Dims, tp: usize, rank: usize) -> Result<TpMap, String> {
+        let local = whole.tensor_parallel(tp)?;
+        let (wp, lp) = (Params::new(whole), Params::new(&local));
+        let mut runs = Vec::new();
+        for p in &lp.list {
+            let q = wp
+                .get(&p.name)
+                .ok_or_else(|| format!("{} is not in the whole model", p.name))?;
+            let (lo, wo) = (p.offset, q.offset);
+            let part = p.name.rsplit('.').next().unwrap_or(&p.name);
+            // Row blocks of a [rows, cols] tensor: (whole first row, rows).
+            let cols = if p.shape.len() == 2 { p.shape[1] } else { 1 };
+            let mut rows = |blocks: &[(usize, usize)]| {
+                let mut at = lo;
+                for &(first, n) in blocks {
+                    runs.push((at, wo + first * cols, n * cols));
+                    at += n * cols;
+                }
+            };
+            let dd = whole.head_dim;
+            match part {
+                "qkv_w" | "qkv_b" => {
+                    let (hl, gl) = (local.heads * dd, local.kv_heads * dd);
+                    let (h, g) = (whole.heads * dd, whole.kv_heads * dd);
+                    rows(&[
+                        (rank * hl, hl),
+                        (h + rank * gl, gl),
+                        (h + g + rank * gl, gl),
+                    ]);
+                }
+                "fc_w" | "fc_b" => {
+                    let fl = local.ffn;
+                    match whole.mlp {
+                        Mlp::Gelu => rows(&[(rank * fl, fl)]),
+                        Mlp::Swiglu => rows(&[(rank * fl, fl), (whole.ffn + rank * fl, fl)]),
+                    }
+                }
+                "wte" | "lm_head" => rows(&[(rank * local.vocab, local.vocab)]),
+                "proj_w" | "fc2_w" => {
+                    // [C, in]: each row's share of the input columns.
+                    let (il, iw) = (p.shape[1], q.shape[1]);
+                    for r in 0..p.shape[0] {
+                        runs.push((lo + r * il, wo + r * iw + rank * il, il));
+                    }
+                }
+                _ => runs.push((lo, wo, p.numel())),
+            }
+        }
+        Ok(TpMap {
+            runs,
+            local_total: lp.total,
+            whole_total: wp.total,
+        })
+    }
+
+    /// This rank's share of a whole-model buffer.
+    pub fn take(&self, whole: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; self.local_total];
+        for &(l, w, n) in &self.runs {
+            out[l..l + n].copy_from_slice(&whole[w..w + n]);
+        }
+        out
+    }
+
+    /// Writes this rank's share into a whole-model buffer.
+    pub fn put(&self, local: &[f32], whole: &mut [f32]) {
+        for &(l, w, n) in &self.runs {
+            whole[w..w + n].copy_from_slice(&local[l..l + n]);
+        }
+    }
+}
+
 /// A small deterministic generator (splitmix64 with Box-Muller): the initialisation must
 /// not depend on a crate's version.
 pub struct Rng(u64);
@@ -321,6 +453,72 @@ mod tests {
                 .any(|&(lo, hi)| q.offset >= lo && q.offset < hi);
             assert_eq!(inside, q.name.starts_with("h."), "{}", q.name);
         }
+    }
+
+    #[test]
+    fn tensor_parallel_shares_tile_the_whole_model_exactly_once() {
+        for model in [
+            "preset = \"gpt2-124m\", layers = 2",
+            "preset = \"llama3.2-1b\", layers = 2, seq_len = 64",
+            "layers = 2, hidden = 64, heads = 8, kv_heads = 2, vocab = 256, seq_len = 32, \
+             mlp = swiglu, norm = rmsnorm, position = rope, bias = true, \
+             tied_embeddings = false",
+        ] {
+            let d = dims(model);
+            let whole = Params::new(&d);
+            let w: Vec<f32> = (0..whole.total).map(|i| i as f32).collect();
+            for tp in [1, 2] {
+                let mut seen = vec![0u32; whole.total];
+                let mut back = vec![-1f32; whole.total];
+                for r in 0..tp {
+                    let m = TpMap::new(&d, tp, r).unwrap();
+                    let local = m.take(&w);
+                    assert_eq!(local.len(), m.local_total);
+                    m.put(&local, &mut back);
+                    for &(_, o, n) in &m.runs {
+                        for x in &mut seen[o..o + n] {
+                            *x += 1;
+                        }
+                    }
+                }
+                for p in &whole.list {
+                    let split = tp_split(&p.name);
+                    for i in p.offset..p.offset + p.numel() {
+                        // Split tensors: each element on one rank; whole ones on every rank.
+                        let want = if split { 1 } else { tp as u32 };
+                        assert_eq!(seen[i], want, "{model}: {} element {i} at tp {tp}", p.name);
+                        assert_eq!(back[i], w[i]);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_ranks_query_rows_are_its_heads_and_its_down_projection_its_columns() {
+        let d = dims("layers = 1, hidden = 64, heads = 8, kv_heads = 2, vocab = 256, seq_len = 32");
+        let whole = Params::new(&d);
+        let w: Vec<f32> = (0..whole.total).map(|i| i as f32).collect();
+        let m = TpMap::new(&d, 2, 1).unwrap();
+        let local = m.take(&w);
+        let lp = Params::new(&d.tensor_parallel(2).unwrap());
+        let (wq, lq) = (
+            whole.get("h.0.qkv_w").unwrap(),
+            lp.get("h.0.qkv_w").unwrap(),
+        );
+        // Rank 1's first query row is head 4's first row; its first key row is key head 1's.
+        assert_eq!(local[lq.offset], w[wq.offset + 4 * 8 * 64]);
+        assert_eq!(
+            local[lq.offset + 4 * 8 * 64],
+            w[wq.offset + (8 + 1) * 8 * 64]
+        );
+        let (wf, lf) = (
+            whole.get("h.0.fc2_w").unwrap(),
+            lp.get("h.0.fc2_w").unwrap(),
+        );
+        assert_eq!(lf.shape, vec![64, 128]);
+        assert_eq!(local[lf.offset + 128 + 3], w[wf.offset + 256 + 128 + 3]);
+        assert!(d.tensor_parallel(3).unwrap_err().contains("multiple of 3"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::cuda::Buf;
 use super::cuda::Gpu;
 use super::dist::{self, Comm, World};
 use super::engine::{Engine, MemoryPlan, Shape};
-use super::model::Dims;
+use super::model::{Dims, Params, TpMap};
 use super::{checkpoint, data, predict};
 use crate::RunError;
 
@@ -125,16 +125,17 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
             plan.train.dropout
         )));
     }
-    let unsupported: Vec<String> = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)]
+    let unsupported: Vec<String> = [("pp", p.pp), ("cp", p.cp), ("ep", p.ep)]
         .iter()
         .filter(|(_, v)| *v > 1)
         .map(|(k, v)| format!("{k} = {v}"))
         .collect();
     if !unsupported.is_empty() {
         return Err(RunError::Plan(format!(
-            "`planc run` runs data parallelism (dp, zero 0 and 1) across GPUs so far; this plan \
-             also sets {} in its `parallel` block (tensor, pipeline, context and expert \
-             parallelism are not run yet): set them to 1 to run it here",
+            "`planc run` runs tensor parallelism (tp, with or without sequence_parallel) and \
+             data parallelism (dp, zero 0 and 1) so far; this plan also sets {} in its \
+             `parallel` block (pipeline, context and expert parallelism are not run yet): set \
+             them to 1 to run it here",
             unsupported.join(", ")
         )));
     }
@@ -185,22 +186,35 @@ pub fn train(
             }
         }
     }
+    // Ranks as `planc check` places them (pp = 1 here): tensor-parallel innermost.
+    let (tp, dp) = (plan.parallel.tp as usize, plan.parallel.dp as usize);
+    let (tp_rank, dp_rank) = (world.rank % tp, (world.rank / tp) % dp);
+    let sp = plan.parallel.sequence_parallel && tp > 1;
+    let local = dims.tensor_parallel(tp).map_err(RunError::Plan)?;
+    let tp_map = TpMap::new(&dims, tp, tp_rank).map_err(RunError::Plan)?;
     let gpu = Gpu::open(world.local_rank, precision)?;
-    let dp = plan.parallel.dp as usize;
-    let dp_rank = world.rank; // tp = pp = 1: the data-parallel rank is the rank
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    if tp > 1 {
+        for g in dist::tensor_parallel_groups(world.size, tp) {
+            groups.push(("tensor-parallel", g));
+        }
+    }
+    if dp > 1 {
+        for g in dist::data_parallel_groups(world.size, tp, dp) {
+            groups.push(("data-parallel", g));
+        }
+    }
     let comms: Vec<Arc<Comm>> = if world.size > 1 {
-        dist::communicators(
-            world,
-            &dist::data_parallel_groups(world.size, 1, dp),
-            "data-parallel",
-        )?
-        .into_iter()
-        .map(Arc::new)
-        .collect()
+        dist::communicators(world, &groups)?
+            .into_iter()
+            .map(Arc::new)
+            .collect()
     } else {
         Vec::new()
     };
-    let dpc = comms.first().cloned();
+    // One communicator of each kind this rank is in, in the order of `groups`.
+    let tpc = (tp > 1).then(|| comms[0].clone());
+    let dpc = (dp > 1).then(|| comms[comms.len() - 1].clone());
     let watchdog = dist::Watchdog::start(world.rank, comms.clone());
     let (free0, total) = gpu.mem_info()?;
     let context_bytes = (total - free0) as u64;
@@ -239,7 +253,7 @@ pub fn train(
         .unwrap_or(1)
         .max(1) as usize;
     let shape = Shape {
-        dims: dims.clone(),
+        dims: local.clone(),
         batch: plan.parallel.micro_batch as usize,
         precision,
         attention: plan.train.attention,
@@ -249,9 +263,17 @@ pub fn train(
         dp,
         dp_rank,
         zero: plan.parallel.zero,
+        tp,
+        tp_rank,
+        sp,
     };
     let mut eng = Engine::new(gpu, shape, micro_batches)?;
+    eng.tpc = tpc.clone();
+    // This rank's table (its share under tensor parallelism) and the whole model's, which
+    // checkpoints and the initialisation are written in.
     let params = eng.params.clone();
+    let whole = Params::new(&dims);
+    let share = |w: Vec<f32>| if tp == 1 { w } else { tp_map.take(&w) };
     let source = data::open(&opts.plan_dir, settings, dims.vocab, dims.seq_len)
         .map_err(|e| RunError::Plan(e.to_string()))?;
 
@@ -268,16 +290,17 @@ pub fn train(
     let weights = match &opts.resume {
         Some(dir) => match checkpoint::latest(dir).map_err(|e| RunError::Plan(e.to_string()))? {
             Some(path) => {
-                let (w, opt, meta) = checkpoint::load(&path, &dims, &params)
+                let (w, opt, meta) = checkpoint::load(&path, &dims, &whole)
                     .map_err(|e| RunError::Plan(e.to_string()))?;
                 if let Some(o) = opt {
                     if eng.m.ptr != 0 {
                         // This rank's shard of the moments (all of them without ZeRO).
+                        let (om, ov) = (share(o.m), share(o.v));
                         let (lo, hi) = shard;
-                        let hi_n = hi.min(o.m.len());
+                        let hi_n = hi.min(om.len());
                         if lo < hi_n {
-                            eng.gpu.upload(eng.m, &o.m[lo..hi_n])?;
-                            eng.gpu.upload(eng.v, &o.v[lo..hi_n])?;
+                            eng.gpu.upload(eng.m, &om[lo..hi_n])?;
+                            eng.gpu.upload(eng.v, &ov[lo..hi_n])?;
                         }
                     }
                     opt_step = o.step;
@@ -287,7 +310,7 @@ pub fn train(
                 }
                 start_step = meta.step;
                 resumed_from = Some(path);
-                w
+                share(w)
             }
             None => {
                 return Err(RunError::Usage(format!(
@@ -296,7 +319,7 @@ pub fn train(
                 )))
             }
         },
-        None => params.init(settings.seed),
+        None => share(whole.init(settings.seed)),
     };
     eng.set_weights(&weights)?;
     drop(weights);
@@ -334,10 +357,31 @@ pub fn train(
             }
         };
         let (m, v) = (gathered(eng, eng.m)?, gathered(eng, eng.v)?);
+        let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
+        // Under tensor parallelism every rank's share, put together in the whole model.
+        let mut to_whole = |local: Vec<f32>| -> Result<Vec<f32>, RunError> {
+            let Some(c) = &tpc else {
+                return Ok(local);
+            };
+            let n = params.total;
+            let (mine, all) = (eng.gpu.alloc(n * 4)?, eng.gpu.alloc(tp * n * 4)?);
+            eng.gpu.upload(mine, &local)?;
+            c.all_gather(mine, all, n, 4, eng.gpu.stream as u64)?;
+            let shares: Vec<f32> = eng.gpu.download(all, tp * n)?;
+            eng.gpu.free(all)?;
+            eng.gpu.free(mine)?;
+            let mut out = vec![0f32; whole.total];
+            for r in 0..tp {
+                TpMap::new(&dims, tp, r)
+                    .map_err(RunError::Plan)?
+                    .put(&shares[r * n..(r + 1) * n], &mut out);
+            }
+            Ok(out)
+        };
+        let (w, m, v) = (to_whole(w)?, to_whole(m)?, to_whole(v)?);
         if world.rank != 0 {
             return Ok(None);
         }
-        let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
         {
             let state = checkpoint::OptimizerState {
                 step: opt_step,
@@ -349,11 +393,11 @@ pub fn train(
                 step,
                 samples_consumed: step * g,
                 plan_hash: opts.plan_hash.clone(),
-                layout: format!("tp1-pp1-dp{dp}-zero{}", plan.parallel.zero),
+                layout: format!("tp{tp}-pp1-dp{dp}-zero{}", plan.parallel.zero),
                 planc_version: env!("CARGO_PKG_VERSION").into(),
             };
             let dir = opts.save.as_ref().expect("saving needs --save");
-            checkpoint::save(dir, &dims, &params, &w, &state, &meta)
+            checkpoint::save(dir, &dims, &whole, &w, &state, &meta)
                 .map(Some)
                 .map_err(|e| RunError::Plan(format!("checkpoint: {e}")))
         }
@@ -451,6 +495,9 @@ pub fn train(
                 c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
             }
         }
+        // The norms' and row-parallel biases' gradients of a sequence-parallel rank cover
+        // its tokens only (a sum: before or after the data-parallel one alike).
+        eng.tp_reduce_partial_grads()?;
         watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",
             step + 1,
@@ -464,10 +511,22 @@ pub fn train(
             (0, params.total)
         };
         eng.grad_sumsq(norm_range, eng.scalars)?;
-        if let (Some(c), true) = (&dpc, zero >= 1) {
-            c.all_reduce_sum(eng.scalars, 1, stream)?;
+        if let Some(c) = &tpc {
+            // Split tensors differ by rank; whole ones are the same on every rank and
+            // count once: Σ_ranks(all) − (tp − 1)/tp · Σ_ranks(whole).
+            eng.whole_sumsq(norm_range, eng.scalars.at(1, 4))?;
+            c.all_reduce_sum(eng.scalars, 2, stream)?;
         }
-        let raw_norm = (eng.gpu.download::<f32>(eng.scalars, 1)?[0] as f64).sqrt();
+        if let (Some(c), true) = (&dpc, zero >= 1) {
+            c.all_reduce_sum(eng.scalars, 2, stream)?;
+        }
+        let sums: Vec<f32> = eng.gpu.download(eng.scalars, 2)?;
+        let whole_part = if tp > 1 {
+            sums[1] as f64 * (tp - 1) as f64 / tp as f64
+        } else {
+            0.0
+        };
+        let raw_norm = (sums[0] as f64 - whole_part).max(0.0).sqrt();
         watchdog.done();
         let grad_norm = raw_norm / loss_scale as f64;
         // The schedule spans `train.steps` whatever `--steps` says, so a run stopped and
@@ -574,7 +633,7 @@ pub fn train(
         memory: eng.memory.clone(),
         predicted_memory: prediction.memory.clone(),
         context_bytes,
-        params: params.count(),
+        params: whole.count(),
         tokens_per_step,
         micro_batches: micro_batches as u64,
         checkpoints,

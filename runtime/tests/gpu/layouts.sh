@@ -4,8 +4,9 @@
 #
 #   PLANC=path/to/planc runtime/tests/gpu/layouts.sh OUTDIR
 #
-# Cases: dp 2 with zero 0 and zero 1 (fp32 within 1e-4, bf16 within 2e-2 of one GPU), two
-# node processes meeting over loopback, a rank killed mid-run (named error, no process
+# Cases: dp 2 with zero 0 and zero 1, tp 2 with and without sequence parallelism (and with
+# flash attention and full recompute), each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a
+# tp 2 checkpoint resumed on one GPU; two node processes meeting over loopback, a rank killed mid-run (named error, no process
 # left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +26,14 @@ record() { results+=("$1: $2"); echo "== $1: $2"; }
 two_gpus() {
     sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*dp[[:space:]]*=[[:space:]]*\)1/\12/' \
         -e "s/^\([[:space:]]*tp[[:space:]]*=.*\)/\1\n    zero = $3/" "$here/$1.tp" >"$plans/$2.tp"
+}
+
+# tensor_parallel BASE NAME SP [SED...]: BASE with the cluster widened to 2 GPUs and tp 2.
+tensor_parallel() {
+    local base=$1 name=$2 sp=$3
+    shift 3
+    sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*tp[[:space:]]*=[[:space:]]*\)1/\12/' \
+        -e "s/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    sequence_parallel = $sp/" "$@" "$here/$base.tp" >"$plans/$name.tp"
 }
 
 run() { # NAME PLAN [ARGS...]: planc run for 20 steps into OUTDIR/NAME
@@ -55,7 +64,42 @@ for base in gpt-fp32 llama-fp32 gpt-bf16 llama-bf16; do
             record "$base-dp2-zero$z" "FAIL ($(tail -n 3 "$out/$base-dp2-zero$z/log" | tr '\n' ' '))"
         fi
     done
+    for sp in false true; do
+        tensor_parallel "$base" "$base-tp2-sp$sp" "$sp"
+        if run "$base-tp2-sp$sp" "$plans/$base-tp2-sp$sp.tp"; then
+            compare "$base-tp2-sp$sp" "$base" "$tol"
+        else
+            record "$base-tp2-sp$sp" "FAIL ($(tail -n 3 "$out/$base-tp2-sp$sp/log" | tr '\n' ' '))"
+        fi
+    done
 done
+
+# tp 2 with sequence parallelism, flash attention and full recompute, against one GPU
+# with the same attention and recompute.
+for base in gpt-bf16 llama-bf16; do
+    edits=(-e 's/attention = standard/attention = flash/' -e 's/recompute = none/recompute = full/')
+    sed "${edits[@]}" "$here/$base.tp" >"$plans/$base-flash-full.tp"
+    run "$base-flash-full" "$plans/$base-flash-full.tp" || { record "$base-flash-full" "FAIL (one GPU)"; continue; }
+    tensor_parallel "$base" "$base-flash-full-tp2" true "${edits[@]}"
+    if run "$base-flash-full-tp2" "$plans/$base-flash-full-tp2.tp"; then
+        compare "$base-flash-full-tp2" "$base-flash-full" 2e-2
+    else
+        record "$base-flash-full-tp2" "FAIL ($(tail -n 3 "$out/$base-flash-full-tp2/log" | tr '\n' ' '))"
+    fi
+done
+
+# A checkpoint written under tp 2 (one Hugging Face model whatever the layout) resumed on
+# one GPU: steps 8-20 as the one-GPU run's.
+name=llama-fp32-tp2-resume-1gpu
+mkdir -p "$out/$name"
+rm -rf "$out/$name/ck"
+"$PLANC" run "$plans/llama-fp32-tp2-sptrue.tp" --steps 7 --save "$out/$name/ck" >"$out/$name/log" 2>&1 &&
+    "$PLANC" run "$plans/llama-fp32.tp" --steps 13 --resume "$out/$name/ck" --metrics "$out/$name/m.jsonl" >>"$out/$name/log" 2>&1
+if "$PY" "$ref" same-losses "$out/llama-fp32/m.jsonl" "$out/$name/m.jsonl" --first 8 --last 20 --tol 1e-4 >"$out/$name/cmp" 2>&1; then
+    record "$name" "ok ($(tail -n 1 "$out/$name/cmp"))"
+else
+    record "$name" "FAIL ($(tail -n 3 "$out/$name/cmp" "$out/$name/log" | tr '\n' ' '))"
+fi
 
 # Two node processes, one GPU each, meeting over loopback.
 name=gpt-fp32-2nodes
