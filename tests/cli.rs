@@ -358,6 +358,24 @@ fn run_says_plainly_when_there_is_no_gpu() {
     let tp = planc(&["run", "examples/llama3-8b-1x8h100.tp"]);
     assert_eq!(tp.code, 1, "{}", tp.stderr);
     assert!(tp.stderr.contains("cp = 2"), "{}", tp.stderr);
+    // Tensor parallelism runs, but only over a vocabulary it can split evenly: said
+    // before any process or GPU is started.
+    let odd = ckpt.path().join("tp-odd-vocab.tp");
+    std::fs::write(
+        &odd,
+        "cluster c { nodes = 1, gpus_per_node = 2, gpu = H200_SXM_141GB }
+         model m { preset = \"gpt2-124m\", vocab = 50257 }
+         train { global_batch = 8, precision = bf16, optimizer = adamw }
+         parallel { tp = 2, pp = 1, dp = 1, micro_batch = 8 }",
+    )
+    .unwrap();
+    let tp = planc(&["run", odd.to_str().unwrap()]);
+    assert_eq!(tp.code, 1, "{}", tp.stderr);
+    assert!(
+        tp.stderr.contains("vocab (50257) over tp = 2 ranks"),
+        "{}",
+        tp.stderr
+    );
     // A data-parallel plan over two nodes, started without --nnodes on a machine without
     // its GPUs: the launcher says how many it needs and how to start each node.
     let nodes = planc(&["run", "examples/gpt2-124m-2x8-planc.tp"]);

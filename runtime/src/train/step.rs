@@ -145,6 +145,20 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
             p.zero
         )));
     }
+    let tp = p.tp as usize;
+    if tp > 1 {
+        let dims = Dims::of(plan, None).map_err(RunError::Plan)?;
+        dims.tensor_parallel(tp)
+            .map_err(|e| RunError::Plan(format!("{e} (`model` block)")))?;
+        let tokens = p.micro_batch as usize * dims.seq_len;
+        if p.sequence_parallel && !tokens.is_multiple_of(tp) {
+            return Err(RunError::Plan(format!(
+                "sequence parallelism splits a micro-batch's {tokens} tokens over tp = {tp} \
+                 ranks: micro_batch × seq_len must be a multiple of {tp}, or set \
+                 sequence_parallel = false in the `parallel` block"
+            )));
+        }
+    }
     if world.size != size {
         return Err(RunError::Plan(format!(
             "the plan's layout has {size} GPUs but {} ranks were started: start one rank per \
