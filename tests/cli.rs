@@ -256,8 +256,7 @@ fn emit_of_framework_planc_runs_planc_on_every_node() {
     let plan = dir.path().join("tp2.tp");
     let text = std::fs::read_to_string(common::root().join("examples/gpt2-124m-2x8-planc.tp"))
         .unwrap()
-        .replace("pp = 1", "pp = 2")
-        .replace("dp = 16", "dp = 8");
+        .replace("zero = 1 ", "zero = 2 ");
     std::fs::write(&plan, text).unwrap();
     let run = planc(&[
         "emit",
@@ -271,7 +270,7 @@ fn emit_of_framework_planc_runs_planc_on_every_node() {
     assert!(
         run.stderr
             .contains("warning: this planc cannot run the plan")
-            && run.stderr.contains("pp = 2"),
+            && run.stderr.contains("zero = 2"),
         "{}",
         run.stderr
     );

@@ -199,6 +199,53 @@ impl Comm {
         r.map(|_| ()).map_err(|e| nerr("all-gather", e))
     }
 
+    /// Sends `count` elements of `ty` to group rank `peer` (pipeline messages; batched
+    /// with the matching receives in one `grouped` call so neither side waits first).
+    pub fn send(
+        &self,
+        buf: Buf,
+        count: usize,
+        ty: ncclDataType_t,
+        peer: usize,
+        stream: u64,
+    ) -> Result<(), RunError> {
+        // SAFETY: `buf` holds `count` elements of `ty` on this rank's GPU.
+        let r = unsafe {
+            nccl::send(
+                buf.ptr as *const c_void,
+                count,
+                ty,
+                peer as i32,
+                self.raw,
+                stream as _,
+            )
+        };
+        r.map(|_| ()).map_err(|e| nerr("send", e))
+    }
+
+    /// Receives `count` elements of `ty` from group rank `peer` into `buf`.
+    pub fn recv(
+        &self,
+        buf: Buf,
+        count: usize,
+        ty: ncclDataType_t,
+        peer: usize,
+        stream: u64,
+    ) -> Result<(), RunError> {
+        // SAFETY: `buf` has room for `count` elements of `ty` on this rank's GPU.
+        let r = unsafe {
+            nccl::recv(
+                buf.ptr as *mut c_void,
+                count,
+                ty,
+                peer as i32,
+                self.raw,
+                stream as _,
+            )
+        };
+        r.map(|_| ()).map_err(|e| nerr("receive", e))
+    }
+
     pub fn abort(&self) {
         // SAFETY: aborting is allowed at any time; the communicator is not used after.
         unsafe {
@@ -222,6 +269,19 @@ pub fn tensor_parallel_groups(world: usize, tp: usize) -> Vec<Vec<usize>> {
     (0..world / tp)
         .map(|g| (0..tp).map(|t| g * tp + t).collect())
         .collect()
+}
+
+/// The pipeline groups: the ranks of one tensor- and data-parallel position, one per
+/// stage, in stage order (group rank = pipeline rank).
+pub fn pipeline_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize>> {
+    let pp = world / (tp * dp);
+    let mut groups = Vec::new();
+    for d in 0..dp {
+        for t in 0..tp {
+            groups.push((0..pp).map(|p| t + tp * (d + dp * p)).collect());
+        }
+    }
+    groups
 }
 
 /// The data-parallel groups: the ranks of one tensor and pipeline position, in group-rank
@@ -538,11 +598,16 @@ mod tests {
             tensor_parallel_groups(8, 2),
             vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
         );
+        assert_eq!(
+            pipeline_groups(8, 2, 2),
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
         // Each rank is in exactly one group of each kind.
         for r in 0..8 {
             let n = |gs: Vec<Vec<usize>>| gs.iter().filter(|g| g.contains(&r)).count();
             assert_eq!(n(tensor_parallel_groups(8, 2)), 1);
             assert_eq!(n(data_parallel_groups(8, 2, 2)), 1);
+            assert_eq!(n(pipeline_groups(8, 2, 2)), 1);
         }
     }
 }

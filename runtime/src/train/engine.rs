@@ -20,7 +20,7 @@ use super::attention::{self, Grads, Heads};
 use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
 use super::dist::{self, Comm};
-use super::model::{self, Dims, Params};
+use super::model::{self, Dims, Params, Stage};
 use crate::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use std::sync::Arc;
@@ -50,6 +50,9 @@ pub struct Shape {
     pub tp: usize,
     pub tp_rank: usize,
     pub sp: bool,
+    /// The layers of this pipeline rank's chunks and whether it holds the embedding and
+    /// the loss head (`Stage::whole` without a pipeline).
+    pub stage: Stage,
 }
 
 impl Shape {
@@ -202,7 +205,9 @@ impl Engine {
         let blas = Blas::new(&gpu, shape.precision)?;
         let shape_precision = shape.precision;
         let d = shape.dims.clone();
-        let params = Params::new(&d);
+        let params = Params::of_stage(&d, &shape.stage);
+        // Activation sets serve any chunk: sized for the longest.
+        let chunk_len = shape.stage.chunks.iter().map(Vec::len).max().unwrap_or(0);
         let xsz = if shape.precision == Precision::Fp32 {
             4
         } else {
@@ -271,10 +276,10 @@ impl Engine {
         let mut sets = Vec::new();
         for _ in 0..shape.in_flight.max(1) {
             let mut xs = Vec::new();
-            for _ in 0..=d.layers {
+            for _ in 0..=chunk_len {
                 xs.push(gpu.alloc(nl * c * xsz)?);
             }
-            let kept = if full { 1 } else { d.layers };
+            let kept = if full { 1 } else { chunk_len };
             let mut layers = Vec::new();
             for _ in 0..kept {
                 layers.push(LayerActs {
@@ -1057,10 +1062,17 @@ impl Engine {
     /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's
     /// backward runs here too (see the module comment). `dscale` scales the loss gradient:
     /// 1 / (tokens of the step), times the fp16 loss scale.
+    ///
+    /// Under a pipeline the pass covers model chunk `chunk` of this rank: it starts from the
+    /// embedding only on the first virtual stage (otherwise from the activation received
+    /// into `p2p_buf(set, Recv, Activation)`), and ends in the loss head only on the last
+    /// (otherwise at `p2p_buf(set, Send, Activation)`, which the step sends on).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &mut self,
         set: usize,
         j: usize,
+        chunk: usize,
         inputs: &[u32],
         targets: &[u32],
         dscale: f32,
@@ -1068,105 +1080,113 @@ impl Engine {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let c = d.hidden;
-        // This rank's rows of the embedding table (vocabulary-parallel under tensor
-        // parallelism): tokens [v0, v0 + vocab).
+        let (first, last) = self.ends(chunk);
+        let layers = self.shape.stage.chunks[chunk].clone();
+        if last {
+            let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
+            self.gpu.upload(self.s.targets, &tg)?;
+        }
+        // This rank's rows of the embedding table and the output layer (vocabulary-parallel
+        // under tensor parallelism): tokens [v0, v0 + vocab).
         let v0 = self.shape.tp_rank * d.vocab;
-        self.mark(|| format!("F{j} embedding"))?;
-        // The embedding gradient sums each token's positions in a fixed order; a
-        // tensor-parallel rank sums the tokens of its rows of the table only.
-        let mut order: Vec<u32> = (0..n as u32)
-            .filter(|&i| (v0..v0 + d.vocab).contains(&(inputs[i as usize] as usize)))
-            .collect();
-        order.sort_by_key(|&i| (inputs[i as usize], i));
-        let mut uniq = Vec::new();
-        let mut start = Vec::new();
-        for (k, &i) in order.iter().enumerate() {
-            let row = inputs[i as usize] as i32 - v0 as i32;
-            if uniq.last() != Some(&row) {
-                uniq.push(row);
-                start.push(k as i32);
+        if first {
+            self.mark(|| format!("F{j} embedding"))?;
+            // The embedding gradient sums each token's positions in a fixed order; a
+            // tensor-parallel rank sums the tokens of its rows of the table only.
+            let mut order: Vec<u32> = (0..n as u32)
+                .filter(|&i| (v0..v0 + d.vocab).contains(&(inputs[i as usize] as usize)))
+                .collect();
+            order.sort_by_key(|&i| (inputs[i as usize], i));
+            let mut uniq = Vec::new();
+            let mut start = Vec::new();
+            for (k, &i) in order.iter().enumerate() {
+                let row = inputs[i as usize] as i32 - v0 as i32;
+                if uniq.last() != Some(&row) {
+                    uniq.push(row);
+                    start.push(k as i32);
+                }
             }
-        }
-        start.push(order.len() as i32);
-        let pos: Vec<i32> = order.iter().map(|&i| i as i32).collect();
-        let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
-        let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
-        {
-            let st = &mut self.sets[set];
-            st.n_uniq = uniq.len();
-            // One wait for the stream (the targets buffer is shared by micro-batches), then
-            // the copies.
-            self.gpu.upload_all(&[
-                (st.tokens, &toks),
-                (st.uniq, &uniq),
-                (st.start, &start),
-                (st.pos, &pos),
-                (self.s.targets, &tg),
-            ])?;
-        }
-        let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
-        if self.tp_comm().is_none() {
-            self.gpu.launch_n(
-                "embed_fwd",
-                n * c,
-                &[
-                    Arg::P(x0),
-                    Arg::P(tokens),
-                    Arg::P(self.wx_of("wte")),
-                    Arg::P(self.wx_of("wpe")),
-                    Arg::L(n as i64),
-                    Arg::I(c as i32),
-                    Arg::I(d.seq_len as i32),
-                ],
-            )?;
-        } else {
-            // Each rank looks up the tokens of its rows of the table (zero for the others);
-            // the sum over ranks is the embedding (exact: one term is not zero). Positions
-            // are added after, to this rank's rows, rounding once as on one GPU.
-            let whole = if self.split_tokens() { self.s.gath } else { x0 };
-            self.gpu.launch_n(
-                "embed_vocab_fwd",
-                n * c,
-                &[
-                    Arg::P(whole),
-                    Arg::P(tokens),
-                    Arg::P(self.wx_of("wte")),
-                    Arg::L(n as i64),
-                    Arg::I(c as i32),
-                    Arg::I(v0 as i32),
-                    Arg::I(d.vocab as i32),
-                ],
-            )?;
-            let mine = self.tp_reduce_rows(whole)?;
-            if self.split_tokens() {
-                self.gpu.copy(x0, mine, self.lrows() * c * self.xsz)?;
+            start.push(order.len() as i32);
+            let pos: Vec<i32> = order.iter().map(|&i| i as i32).collect();
+            let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
+            {
+                let st = &mut self.sets[set];
+                st.n_uniq = uniq.len();
+                // One wait for the stream, then the copies.
+                self.gpu.upload_all(&[
+                    (st.tokens, &toks),
+                    (st.uniq, &uniq),
+                    (st.start, &start),
+                    (st.pos, &pos),
+                ])?;
             }
-            if d.position == Position::Learned {
-                let nl = self.lrows();
+            let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
+            if self.tp_comm().is_none() {
                 self.gpu.launch_n(
-                    "add_positions",
-                    nl * c,
+                    "embed_fwd",
+                    n * c,
                     &[
                         Arg::P(x0),
+                        Arg::P(tokens),
+                        Arg::P(self.wx_of("wte")),
                         Arg::P(self.wx_of("wpe")),
-                        Arg::L(nl as i64),
-                        Arg::L(self.row0() as i64),
-                        Arg::I(d.seq_len as i32),
+                        Arg::L(n as i64),
                         Arg::I(c as i32),
+                        Arg::I(d.seq_len as i32),
                     ],
                 )?;
+            } else {
+                // Each rank looks up the tokens of its rows of the table (zero for the others);
+                // the sum over ranks is the embedding (exact: one term is not zero). Positions
+                // are added after, to this rank's rows, rounding once as on one GPU.
+                let whole = if self.split_tokens() { self.s.gath } else { x0 };
+                self.gpu.launch_n(
+                    "embed_vocab_fwd",
+                    n * c,
+                    &[
+                        Arg::P(whole),
+                        Arg::P(tokens),
+                        Arg::P(self.wx_of("wte")),
+                        Arg::L(n as i64),
+                        Arg::I(c as i32),
+                        Arg::I(v0 as i32),
+                        Arg::I(d.vocab as i32),
+                    ],
+                )?;
+                let mine = self.tp_reduce_rows(whole)?;
+                if self.split_tokens() {
+                    self.gpu.copy(x0, mine, self.lrows() * c * self.xsz)?;
+                }
+                if d.position == Position::Learned {
+                    let nl = self.lrows();
+                    self.gpu.launch_n(
+                        "add_positions",
+                        nl * c,
+                        &[
+                            Arg::P(x0),
+                            Arg::P(self.wx_of("wpe")),
+                            Arg::L(nl as i64),
+                            Arg::L(self.row0() as i64),
+                            Arg::I(d.seq_len as i32),
+                            Arg::I(c as i32),
+                        ],
+                    )?;
+                }
             }
         }
         let full = self.shape.recompute == Recompute::Full;
-        for l in 0..d.layers {
+        for (i, &l) in layers.iter().enumerate() {
             let st = &self.sets[set];
-            let (xi, xo) = (st.xs[l], st.xs[l + 1]);
-            let a = st.layers[if full { 0 } else { l }];
+            let (xi, xo) = (st.xs[i], st.xs[i + 1]);
+            let a = st.layers[if full { 0 } else { i }];
             self.layer_fwd(l, xi, xo, a)?;
+        }
+        if !last {
+            return Ok(());
         }
         // The loss head, forward and backward.
         self.mark(|| format!("F{j} loss head"))?;
-        let xl = self.sets[set].xs[d.layers];
+        let xl = self.sets[set].xs[layers.len()];
         let s = &self.s;
         self.norm_fwd(
             s.lnf,
@@ -1271,24 +1291,32 @@ impl Engine {
     /// Backward of the micro-batch held in activation set `set`. `after_layer(self, l)`
     /// runs once layer `l`'s gradients are complete for this micro-batch (for the
     /// data-parallel reduction to start while backward goes on).
+    ///
+    /// Under a pipeline: of chunk `chunk`, from the loss head's gradient on the last virtual
+    /// stage or the one received into `p2p_buf(set, Recv, Gradient)`; on other than the
+    /// first virtual stage it ends with the gradient of the chunk's input at
+    /// `p2p_buf(set, Send, Gradient)`.
     pub fn backward(
         &mut self,
         set: usize,
         j: usize,
+        chunk: usize,
         after_layer: &mut dyn FnMut(&Engine, usize) -> Res,
     ) -> Res {
         let d = self.shape.dims.clone();
         let c = d.hidden;
         let full = self.shape.recompute == Recompute::Full;
+        let (first, _) = self.ends(chunk);
+        let layers = self.shape.stage.chunks[chunk].clone();
         self.gpu.copy(
             self.s.dres,
             self.sets[set].dx_top,
             self.lrows() * c * self.xsz,
         )?;
-        for l in (0..d.layers).rev() {
+        for (i, &l) in layers.iter().enumerate().rev() {
             let st = &self.sets[set];
-            let xi = st.xs[l];
-            let a = st.layers[if full { 0 } else { l }];
+            let xi = st.xs[i];
+            let a = st.layers[if full { 0 } else { i }];
             if full {
                 self.mark(|| format!("L{l} recompute"))?;
                 let xout = self.s.xout;
@@ -1296,6 +1324,9 @@ impl Engine {
             }
             self.layer_bwd(l, xi, a)?;
             after_layer(self, l)?;
+        }
+        if !first {
+            return Ok(());
         }
         self.mark(|| format!("B{j} embedding backward"))?;
         // Every token's gradient (gathered under sequence parallelism): each rank sums the
@@ -1332,6 +1363,34 @@ impl Engine {
             )?;
         }
         Ok(())
+    }
+
+    /// Whether chunk `chunk` of this rank is the model's first virtual stage (embedding) and
+    /// its last (loss head).
+    fn ends(&self, chunk: usize) -> (bool, bool) {
+        let st = &self.shape.stage;
+        (
+            st.first && chunk == 0,
+            st.last && chunk + 1 == st.chunks.len(),
+        )
+    }
+
+    /// Where a pipeline message of activation set `set` is received into or sent from, and
+    /// its length in elements of the activation type (this rank's token rows × C).
+    pub fn p2p_buf(&self, set: usize, send: bool, activation: bool, chunk: usize) -> (Buf, usize) {
+        let b = match (send, activation) {
+            (false, true) => self.sets[set].xs[0],
+            (true, true) => self.sets[set].xs[self.shape.stage.chunks[chunk].len()],
+            (false, false) => self.sets[set].dx_top,
+            // The chunk's input gradient, left in scratch by its backward (no set).
+            (true, false) => self.s.dres,
+        };
+        (b, self.lrows() * self.shape.dims.hidden)
+    }
+
+    /// NCCL's element type of the activations.
+    pub fn activation_type(&self) -> ncclDataType_t {
+        self.nty
     }
 
     /// The summed token losses of micro-batches 0..k.
@@ -1417,14 +1476,19 @@ impl Engine {
 
     /// Σ g² over the tensors in `[lo, hi)` that every tensor-parallel rank holds whole
     /// (one f32 at `out`): the gradient norm counts them once, not once per rank.
-    pub fn whole_sumsq(&self, (lo, hi): (usize, usize), out: Buf) -> Result<(), RunError> {
+    pub fn whole_sumsq(&self, range: (usize, usize), out: Buf) -> Result<(), RunError> {
+        self.sumsq_of(range, out, |name| !model::tp_split(name))
+    }
+
+    /// Σ g² over the tensors named `keep` within `[lo, hi)` (one f32 at `out`).
+    pub fn sumsq_of(
+        &self,
+        (lo, hi): (usize, usize),
+        out: Buf,
+        keep: impl Fn(&str) -> bool,
+    ) -> Result<(), RunError> {
         let mut k = 0usize;
-        for p in self
-            .params
-            .list
-            .iter()
-            .filter(|p| !model::tp_split(&p.name))
-        {
+        for p in self.params.list.iter().filter(|p| keep(&p.name)) {
             let (a, b) = (p.offset.max(lo), (p.offset + p.numel()).min(hi));
             if a >= b {
                 continue;
@@ -1523,6 +1587,7 @@ mod tests {
             tp: 1,
             tp_rank: 0,
             sp: false,
+            stage: Stage::whole(12),
         }
     }
 

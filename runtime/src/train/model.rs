@@ -170,8 +170,65 @@ pub struct Params {
 
 const ALIGN: usize = 64;
 
+/// What one pipeline rank holds: the transformer layers of each of its model chunks (by
+/// global index, in execution order), and whether it holds the first virtual stage (the
+/// embedding) and the last (final norm, output layer, loss). One GPU holds everything.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stage {
+    pub chunks: Vec<Vec<usize>>,
+    pub first: bool,
+    pub last: bool,
+}
+
+impl Stage {
+    pub fn whole(layers: usize) -> Stage {
+        Stage {
+            chunks: vec![(0..layers).collect()],
+            first: true,
+            last: true,
+        }
+    }
+
+    /// Pipeline rank `rank` of `p` over `layers` layers, as Megatron-LM assigns them:
+    /// virtual stage v = chunk·pp + rank takes the next `chunk_layers` layers in v's order
+    /// (the plan's one split function, uneven end stages included).
+    pub fn of(p: &planc_compiler::plan::Parallel, layers: usize, rank: usize) -> Stage {
+        let (pp, vpp) = (p.pp.max(1) as usize, p.vpp.max(1) as usize);
+        let count =
+            |v: usize| p.chunk_layers(layers as u64, (v % pp) as u64, (v / pp) as u64) as usize;
+        let mut chunks = Vec::new();
+        for c in 0..vpp {
+            let v = c * pp + rank;
+            let start: usize = (0..v).map(count).sum();
+            chunks.push((start..start + count(v)).collect());
+        }
+        Stage {
+            chunks,
+            first: rank == 0,
+            last: rank == pp - 1,
+        }
+    }
+
+    /// Whether this rank holds a copy of the tied embedding that the first stage owns (the
+    /// output layer of the last stage): its gradient is summed with the first stage's, and
+    /// the gradient norm and checkpoints count the first stage's only.
+    pub fn holds_tied_copy(&self, d: &Dims) -> bool {
+        d.tied && self.last && !self.first
+    }
+
+    fn layers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.chunks.iter().flatten().copied()
+    }
+}
+
 impl Params {
     pub fn new(d: &Dims) -> Params {
+        Params::of_stage(d, &Stage::whole(d.layers))
+    }
+
+    /// The tensors of one pipeline rank (all of them for `Stage::whole`), named as in the
+    /// whole model.
+    pub fn of_stage(d: &Dims, stage: &Stage) -> Params {
         let mut list = Vec::new();
         let mut total = 0usize;
         let mut push = |name: String, shape: Vec<usize>, init: Init| {
@@ -189,11 +246,13 @@ impl Params {
         let std = 0.02f32;
         let resid = std / (2.0 * d.layers.max(1) as f32).sqrt();
         let (c, f) = (d.hidden, d.ffn);
-        push("wte".into(), vec![d.vocab, c], Init::Normal(std));
-        if d.position == Position::Learned {
+        if stage.first || (stage.last && d.tied) {
+            push("wte".into(), vec![d.vocab, c], Init::Normal(std));
+        }
+        if stage.first && d.position == Position::Learned {
             push("wpe".into(), vec![d.seq_len, c], Init::Normal(std));
         }
-        for l in 0..d.layers {
+        for l in stage.layers() {
             let n = |part: &str| format!("h.{l}.{part}");
             push(n("ln1_w"), vec![c], Init::Const(1.0));
             if d.norm_has_bias() {
@@ -220,12 +279,14 @@ impl Params {
                 push(n("fc2_b"), vec![c], Init::Const(0.0));
             }
         }
-        push("lnf_w".into(), vec![c], Init::Const(1.0));
-        if d.norm_has_bias() {
-            push("lnf_b".into(), vec![c], Init::Const(0.0));
-        }
-        if !d.tied {
-            push("lm_head".into(), vec![d.vocab, c], Init::Normal(std));
+        if stage.last {
+            push("lnf_w".into(), vec![c], Init::Const(1.0));
+            if d.norm_has_bias() {
+                push("lnf_b".into(), vec![c], Init::Const(0.0));
+            }
+            if !d.tied {
+                push("lm_head".into(), vec![d.vocab, c], Init::Normal(std));
+            }
         }
         let index = list
             .iter()
@@ -310,8 +371,13 @@ pub struct TpMap {
 
 impl TpMap {
     pub fn new(whole: &Dims, tp: usize, rank: usize) -> Result<TpMap, String> {
+        TpMap::of_stage(whole, tp, rank, &Stage::whole(whole.layers))
+    }
+
+    /// Tensor-parallel rank `rank`'s share of pipeline stage `stage`.
+    pub fn of_stage(whole: &Dims, tp: usize, rank: usize, stage: &Stage) -> Result<TpMap, String> {
         let local = whole.tensor_parallel(tp)?;
-        let (wp, lp) = (Params::new(whole), Params::new(&local));
+        let (wp, lp) = (Params::new(whole), Params::of_stage(&local, stage));
         let mut runs = Vec::new();
         for p in &lp.list {
             let q = wp
@@ -519,6 +585,87 @@ mod tests {
         assert_eq!(lf.shape, vec![64, 128]);
         assert_eq!(local[lf.offset + 128 + 3], w[wf.offset + 256 + 128 + 3]);
         assert!(d.tensor_parallel(3).unwrap_err().contains("multiple of 3"));
+    }
+
+    fn parallel(gpus: u64, text: &str) -> planc_compiler::plan::Parallel {
+        check_source(
+            "t.tp",
+            &format!(
+                "cluster c {{ nodes = 1, gpus_per_node = {gpus}, gpu = H100_SXM_80GB }}
+                 model m {{ layers = 8, hidden = 64, heads = 4, vocab = 256, seq_len = 32 }}
+                 train {{ global_batch = 16, precision = bf16, optimizer = adamw }}
+                 parallel {{ tp = 1, dp = 1, micro_batch = 1, {text} }}"
+            ),
+        )
+        .plan
+        .unwrap_or_else(|| panic!("a valid plan: {text}"))
+        .parallel
+    }
+
+    #[test]
+    fn pipeline_stages_take_megatrons_layers_in_virtual_stage_order() {
+        let p = parallel(2, "pp = 2, schedule = interleaved, vpp = 2");
+        let s0 = Stage::of(&p, 8, 0);
+        let s1 = Stage::of(&p, 8, 1);
+        assert_eq!(s0.chunks, vec![vec![0, 1], vec![4, 5]]);
+        assert_eq!(s1.chunks, vec![vec![2, 3], vec![6, 7]]);
+        assert!(s0.first && !s0.last && s1.last && !s1.first);
+        let p = parallel(4, "pp = 4");
+        let all: Vec<usize> = (0..4)
+            .flat_map(|r| Stage::of(&p, 8, r).layers().collect::<Vec<_>>())
+            .collect();
+        assert_eq!(all, (0..8).collect::<Vec<_>>());
+        assert_eq!(
+            Stage::of(&p, 8, 0),
+            Stage {
+                chunks: vec![vec![0, 1]],
+                first: true,
+                last: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_stage_holds_its_layers_and_its_end_of_the_model() {
+        let d = dims("layers = 4, hidden = 64, heads = 4, vocab = 256, seq_len = 32");
+        let p = parallel(2, "pp = 2");
+        let (first, last) = (Stage::of(&p, 4, 0), Stage::of(&p, 4, 1));
+        let names = |s: &Stage| -> Vec<String> {
+            Params::of_stage(&d, s)
+                .list
+                .iter()
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        let (f, l) = (names(&first), names(&last));
+        assert!(
+            f.contains(&"wte".into())
+                && f.contains(&"wpe".into())
+                && f.contains(&"h.1.fc_w".into())
+        );
+        assert!(!f
+            .iter()
+            .any(|n| n.starts_with("h.2.") || n.starts_with("lnf")));
+        // Tied: the last stage keeps a copy of the embedding for its output layer.
+        assert!(
+            l.contains(&"wte".into()) && l.contains(&"lnf_w".into()) && !l.contains(&"wpe".into())
+        );
+        assert!(last.holds_tied_copy(&d) && !first.holds_tied_copy(&d));
+        // Every stage's share comes from (and goes back to) the whole model by name.
+        let whole = Params::new(&d);
+        let w: Vec<f32> = (0..whole.total).map(|i| i as f32).collect();
+        for s in [&first, &last] {
+            let m = TpMap::of_stage(&d, 1, 0, s).unwrap();
+            let local = m.take(&w);
+            let lp = Params::of_stage(&d, s);
+            let (a, b) = (
+                lp.get("h.0.qkv_w").or(lp.get("h.3.qkv_w")).unwrap(),
+                whole
+                    .get(if s.first { "h.0.qkv_w" } else { "h.3.qkv_w" })
+                    .unwrap(),
+            );
+            assert_eq!(local[a.offset + 5], w[b.offset + 5]);
+        }
     }
 
     #[test]

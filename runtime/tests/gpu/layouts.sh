@@ -5,8 +5,9 @@
 #   PLANC=path/to/planc runtime/tests/gpu/layouts.sh OUTDIR
 #
 # Cases: dp 2 with zero 0 and zero 1, tp 2 with and without sequence parallelism (and with
-# flash attention and full recompute), each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a
-# tp 2 checkpoint resumed on one GPU; two node processes meeting over loopback, a rank killed mid-run (named error, no process
+# flash attention and full recompute), pp 2 with 1f1b and gpipe over 4 micro-batches of 2
+# (interleaved is refused so far), each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a tp 2 and a pp 2
+# checkpoint resumed on one GPU; two node processes meeting over loopback, a rank killed mid-run (named error, no process
 # left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +35,14 @@ tensor_parallel() {
     shift 3
     sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*tp[[:space:]]*=[[:space:]]*\)1/\12/' \
         -e "s/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    sequence_parallel = $sp/" "$@" "$here/$base.tp" >"$plans/$name.tp"
+}
+
+# pipeline BASE NAME [SED...]: BASE over 2 pipeline stages, 4 micro-batches of 2.
+pipeline() {
+    local base=$1 name=$2
+    shift 2
+    sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*pp[[:space:]]*=[[:space:]]*\)1/\12/' \
+        -e 's/micro_batch = 8/micro_batch = 2/' "$@" "$here/$base.tp" >"$plans/$name.tp"
 }
 
 run() { # NAME PLAN [ARGS...]: planc run for 20 steps into OUTDIR/NAME
@@ -72,6 +81,15 @@ for base in gpt-fp32 llama-fp32 gpt-bf16 llama-bf16; do
             record "$base-tp2-sp$sp" "FAIL ($(tail -n 3 "$out/$base-tp2-sp$sp/log" | tr '\n' ' '))"
         fi
     done
+    pipeline "$base" "$base-pp2-1f1b" -e 's/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    schedule = 1f1b/'
+    pipeline "$base" "$base-pp2-gpipe" -e 's/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    schedule = gpipe/'
+    for v in 1f1b gpipe; do
+        if run "$base-pp2-$v" "$plans/$base-pp2-$v.tp"; then
+            compare "$base-pp2-$v" "$base" "$tol"
+        else
+            record "$base-pp2-$v" "FAIL ($(tail -n 3 "$out/$base-pp2-$v/log" | tr '\n' ' '))"
+        fi
+    done
 done
 
 # tp 2 with sequence parallelism, flash attention and full recompute, against one GPU
@@ -88,18 +106,22 @@ for base in gpt-bf16 llama-bf16; do
     fi
 done
 
-# A checkpoint written under tp 2 (one Hugging Face model whatever the layout) resumed on
-# one GPU: steps 8-20 as the one-GPU run's.
-name=llama-fp32-tp2-resume-1gpu
-mkdir -p "$out/$name"
-rm -rf "$out/$name/ck"
-"$PLANC" run "$plans/llama-fp32-tp2-sptrue.tp" --steps 7 --save "$out/$name/ck" >"$out/$name/log" 2>&1 &&
-    "$PLANC" run "$plans/llama-fp32.tp" --steps 13 --resume "$out/$name/ck" --metrics "$out/$name/m.jsonl" >>"$out/$name/log" 2>&1
-if "$PY" "$ref" same-losses "$out/llama-fp32/m.jsonl" "$out/$name/m.jsonl" --first 8 --last 20 --tol 1e-4 >"$out/$name/cmp" 2>&1; then
-    record "$name" "ok ($(tail -n 1 "$out/$name/cmp"))"
-else
-    record "$name" "FAIL ($(tail -n 3 "$out/$name/cmp" "$out/$name/log" | tr '\n' ' '))"
-fi
+# Checkpoints written under tp 2 and pp 2 (one Hugging Face model whatever the layout)
+# resumed on one GPU: steps 8-20 as the one-GPU run's.
+for layout in llama-fp32-tp2-sptrue gpt-fp32-pp2-1f1b; do
+    base=${layout%%-tp2*}
+    base=${base%%-pp2*}
+    name=$layout-resume-1gpu
+    mkdir -p "$out/$name"
+    rm -rf "$out/$name/ck"
+    "$PLANC" run "$plans/$layout.tp" --steps 7 --save "$out/$name/ck" >"$out/$name/log" 2>&1 &&
+        "$PLANC" run "$plans/$base.tp" --steps 13 --resume "$out/$name/ck" --metrics "$out/$name/m.jsonl" >>"$out/$name/log" 2>&1
+    if "$PY" "$ref" same-losses "$out/$base/m.jsonl" "$out/$name/m.jsonl" --first 8 --last 20 --tol 1e-4 >"$out/$name/cmp" 2>&1; then
+        record "$name" "ok ($(tail -n 1 "$out/$name/cmp"))"
+    else
+        record "$name" "FAIL ($(tail -n 3 "$out/$name/cmp" "$out/$name/log" | tr '\n' ' '))"
+    fi
+done
 
 # Two node processes, one GPU each, meeting over loopback.
 name=gpt-fp32-2nodes
