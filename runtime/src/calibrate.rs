@@ -103,10 +103,12 @@ pub fn calibrate(
     let mut memory = Vec::new();
     for &bytes in &sizes {
         progress(done, total, &format!("memory-bound kernel, {bytes} bytes"));
-        // `add_x` reads two tensors and writes one: 3 elements of traffic each.
+        // `add_x` reads two tensors and writes one: 3 elements of traffic each. Launched
+        // as training launches it (16 bytes a thread): a thread per element measured the
+        // idle threads, not the kernel.
         let n = (bytes / (3 * xsz)).max(1);
         let s = time(&gpu, 20, || {
-            gpu.launch_n(
+            gpu.launch_v(
                 "add_x",
                 n,
                 &[Arg::P(c), Arg::P(a), Arg::P(b), Arg::L(n as i64)],

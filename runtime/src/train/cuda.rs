@@ -188,6 +188,8 @@ pub struct Gpu {
     pub comm: sys::CUstream,
     pub name: String,
     pub ordinal: usize,
+    /// Bytes of one stored activation element in the precision the kernels were built for.
+    pub xsz: usize,
     module: sys::CUmodule,
     functions: HashMap<&'static str, sys::CUfunction>,
     owned: Vec<Buf>,
@@ -262,6 +264,7 @@ impl Gpu {
             comm,
             name,
             ordinal,
+            xsz: if precision == Precision::Fp32 { 4 } else { 2 },
             module,
             functions,
             owned: Vec::new(),
@@ -416,6 +419,12 @@ impl Gpu {
         let block = 256u32;
         let grid = n.div_ceil(block as usize).max(1) as u32;
         self.launch(kernel, (grid, 1), block, args)
+    }
+
+    /// Launches an elementwise kernel that moves 16 bytes (`VEC` elements) a thread over
+    /// `n` elements: one thread per 16 bytes, not per element.
+    pub fn launch_v(&self, kernel: &str, n: usize, args: &[Arg]) -> Result<(), RunError> {
+        self.launch_n(kernel, n.div_ceil(16 / self.xsz), args)
     }
 
     pub fn event(&self) -> Result<Event, RunError> {

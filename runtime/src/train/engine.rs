@@ -684,7 +684,7 @@ impl Engine {
         if b == Buf::NULL {
             return Ok(());
         }
-        self.launch_v(
+        self.gpu.launch_v(
             "add_bias",
             rows * cols,
             &[
@@ -823,12 +823,12 @@ impl Engine {
         self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
         self.mark(|| format!("L{l} mlp activation"))?;
         match d.mlp {
-            Mlp::Gelu => self.launch_v(
+            Mlp::Gelu => self.gpu.launch_v(
                 "gelu_fwd",
                 n * f,
                 &[Arg::P(a.act), Arg::P(a.h), Arg::L((n * f) as i64)],
             )?,
-            Mlp::Swiglu => self.launch_v(
+            Mlp::Swiglu => self.gpu.launch_v(
                 "swiglu_fwd",
                 n * f,
                 &[
@@ -847,13 +847,8 @@ impl Engine {
         self.add(x_out, a.x2, down, nl * c)
     }
 
-    /// Launches a kernel that takes 16 bytes (VEC elements) a thread over `n` elements.
-    fn launch_v(&self, kernel: &str, n: usize, args: &[Arg]) -> Res {
-        self.gpu.launch_n(kernel, n.div_ceil(16 / self.xsz), args)
-    }
-
     fn add(&self, out: Buf, a: Buf, b: Buf, n: usize) -> Res {
-        self.launch_v(
+        self.gpu.launch_v(
             "add_x",
             n,
             &[Arg::P(out), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
@@ -879,7 +874,7 @@ impl Engine {
         self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
         self.mark(|| format!("L{l} mlp activation backward"))?;
         match d.mlp {
-            Mlp::Gelu => self.launch_v(
+            Mlp::Gelu => self.gpu.launch_v(
                 "gelu_bwd",
                 n * f,
                 &[
@@ -889,7 +884,7 @@ impl Engine {
                     Arg::L((n * f) as i64),
                 ],
             )?,
-            Mlp::Swiglu => self.launch_v(
+            Mlp::Swiglu => self.gpu.launch_v(
                 "swiglu_bwd",
                 n * f,
                 &[
