@@ -23,6 +23,7 @@ use super::dist::{self, Comm};
 use super::model::{self, Dims, Params, Stage};
 use crate::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
+use planc_simulator::program::Payload;
 use std::sync::Arc;
 
 type Res = Result<(), RunError>;
@@ -71,6 +72,13 @@ impl Shape {
             (0, padded)
         }
     }
+}
+
+/// Which way a pipeline message goes, seen from this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dir {
+    Send,
+    Recv,
 }
 
 /// One layer's kept activations.
@@ -241,12 +249,10 @@ impl Engine {
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
         let tp = shape.tp.max(1);
-        if shape.sp && tp > 1 && !n.is_multiple_of(tp) {
-            return Err(RunError::Plan(format!(
-                "sequence parallelism splits a micro-batch's {n} tokens over tp = {tp} ranks: \
-                 micro_batch × seq_len must be a multiple of {tp}"
-            )));
-        }
+        debug_assert!(
+            !shape.sp || n.is_multiple_of(tp),
+            "step::refuse rejects token counts sequence parallelism cannot split"
+        );
         // Rows of the residual stream and the norms on this rank: a share of the tokens
         // under sequence parallelism, all of them otherwise.
         let nl = if shape.sp { n / tp } else { n };
@@ -1077,8 +1083,14 @@ impl Engine {
         let c = d.hidden;
         let (first, last) = self.ends(chunk);
         let layers = self.shape.stage.chunks[chunk].clone();
-        if last {
-            let tg: Vec<i32> = targets.iter().map(|&x| x as i32).collect();
+        // The micro-batch's targets (the loss head's) go with the tokens' copies: one wait
+        // for the stream per micro-batch.
+        let tg: Vec<i32> = if last {
+            targets.iter().map(|&x| x as i32).collect()
+        } else {
+            Vec::new()
+        };
+        if last && !first {
             self.gpu.upload(self.s.targets, &tg)?;
         }
         // This rank's rows of the embedding table and the output layer (vocabulary-parallel
@@ -1107,13 +1119,16 @@ impl Engine {
             {
                 let st = &mut self.sets[set];
                 st.n_uniq = uniq.len();
-                // One wait for the stream, then the copies.
-                self.gpu.upload_all(&[
-                    (st.tokens, &toks),
-                    (st.uniq, &uniq),
-                    (st.start, &start),
-                    (st.pos, &pos),
-                ])?;
+                let mut copies = vec![
+                    (st.tokens, &toks[..]),
+                    (st.uniq, &uniq[..]),
+                    (st.start, &start[..]),
+                    (st.pos, &pos[..]),
+                ];
+                if last {
+                    copies.push((self.s.targets, &tg[..]));
+                }
+                self.gpu.upload_all(&copies)?;
             }
             let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
             if self.tp_comm().is_none() {
@@ -1372,13 +1387,15 @@ impl Engine {
 
     /// Where a pipeline message of activation set `set` is received into or sent from, and
     /// its length in elements of the activation type (this rank's token rows × C).
-    pub fn p2p_buf(&self, set: usize, send: bool, activation: bool, chunk: usize) -> (Buf, usize) {
-        let b = match (send, activation) {
-            (false, true) => self.sets[set].xs[0],
-            (true, true) => self.sets[set].xs[self.shape.stage.chunks[chunk].len()],
-            (false, false) => self.sets[set].dx_top,
+    pub fn p2p_buf(&self, set: usize, dir: Dir, payload: Payload, chunk: usize) -> (Buf, usize) {
+        let b = match (dir, payload) {
+            (Dir::Recv, Payload::Activation) => self.sets[set].xs[0],
+            (Dir::Send, Payload::Activation) => {
+                self.sets[set].xs[self.shape.stage.chunks[chunk].len()]
+            }
+            (Dir::Recv, Payload::Gradient) => self.sets[set].dx_top,
             // The chunk's input gradient, left in scratch by its backward (no set).
-            (true, false) => self.s.dres,
+            (Dir::Send, Payload::Gradient) => self.s.dres,
         };
         (b, self.lrows() * self.shape.dims.hidden)
     }

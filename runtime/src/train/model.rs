@@ -370,10 +370,6 @@ pub struct TpMap {
 }
 
 impl TpMap {
-    pub fn new(whole: &Dims, tp: usize, rank: usize) -> Result<TpMap, String> {
-        TpMap::of_stage(whole, tp, rank, &Stage::whole(whole.layers))
-    }
-
     /// Tensor-parallel rank `rank`'s share of pipeline stage `stage`.
     pub fn of_stage(whole: &Dims, tp: usize, rank: usize, stage: &Stage) -> Result<TpMap, String> {
         let local = whole.tensor_parallel(tp)?;
@@ -537,7 +533,7 @@ mod tests {
                 let mut seen = vec![0u32; whole.total];
                 let mut back = vec![-1f32; whole.total];
                 for r in 0..tp {
-                    let m = TpMap::new(&d, tp, r).unwrap();
+                    let m = TpMap::of_stage(&d, tp, r, &Stage::whole(d.layers)).unwrap();
                     let local = m.take(&w);
                     assert_eq!(local.len(), m.local_total);
                     m.put(&local, &mut back);
@@ -565,7 +561,7 @@ mod tests {
         let d = dims("layers = 1, hidden = 64, heads = 8, kv_heads = 2, vocab = 256, seq_len = 32");
         let whole = Params::new(&d);
         let w: Vec<f32> = (0..whole.total).map(|i| i as f32).collect();
-        let m = TpMap::new(&d, 2, 1).unwrap();
+        let m = TpMap::of_stage(&d, 2, 1, &Stage::whole(d.layers)).unwrap();
         let local = m.take(&w);
         let lp = Params::new(&d.tensor_parallel(2).unwrap());
         let (wq, lq) = (

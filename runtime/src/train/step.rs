@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::cuda::Buf;
 use super::cuda::Gpu;
 use super::dist::{self, Comm, World};
-use super::engine::{Engine, MemoryPlan, Shape};
+use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
 use super::{checkpoint, data, predict};
 use crate::RunError;
@@ -550,12 +550,11 @@ pub fn train(
                         // A gradient leaves from the engine's scratch after its set is free.
                         None => usize::MAX,
                     };
-                    let (buf, count) = eng.p2p_buf(set, true, act, chunk);
+                    let (buf, count) = eng.p2p_buf(set, Dir::Send, message.payload, chunk);
                     p2p.push((true, *to as usize, buf, count));
                     continue;
                 }
                 Instr::Recv { from, message } => {
-                    let act = message.payload == Payload::Activation;
                     let (j, chunk) = (
                         message.micro_batch as usize,
                         message.virtual_stage as usize / pp,
@@ -564,7 +563,7 @@ pub fn train(
                         free.pop()
                             .expect("the program keeps within its in-flight count")
                     });
-                    let (buf, count) = eng.p2p_buf(set, false, act, chunk);
+                    let (buf, count) = eng.p2p_buf(set, Dir::Recv, message.payload, chunk);
                     p2p.push((false, *from as usize, buf, count));
                     continue;
                 }
