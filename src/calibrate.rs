@@ -101,10 +101,15 @@ fn summary(p: &Profile) -> String {
             m.efficiency * 100.0
         );
     }
-    s += "attention (standard, causal forward)\n";
+    s += "attention (causal; rate = the forward's FLOPs over the pass's time)\n";
     for a in &p.attention {
+        let pass = match a.kind.as_str() {
+            "flash" => "fused forward",
+            "flash_backward" => "fused backward",
+            _ => "standard forward",
+        };
         s += &format!(
-            "         {} heads × {} × {}: {:.3} ms, {:.0} TFLOP/s\n",
+            "  {pass:>16} {} heads × {} × {}: {:.3} ms, {:.0} TFLOP/s\n",
             a.batch_heads,
             a.seq,
             a.head_dim,

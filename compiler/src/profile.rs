@@ -41,6 +41,9 @@ pub struct MemoryPoint {
     pub efficiency: f64,
 }
 
+/// One pass of the attention core at one shape. `kind` is `standard` (batched products
+/// and the masked softmax, forward), `flash` (the fused forward) or `flash_backward` (the
+/// fused backward, which recomputes the scores).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionPoint {
     pub kind: String,
@@ -48,7 +51,8 @@ pub struct AttentionPoint {
     pub seq: usize,
     pub head_dim: usize,
     pub seconds: f64,
-    /// Causal attention FLOPs (forward) per second.
+    /// The causal forward's FLOPs (QKᵀ and PV over the lower triangle) per second of this
+    /// pass, whichever pass it is: a backward point's time is that work over this rate.
     pub tflops: f64,
 }
 
@@ -106,6 +110,33 @@ impl Profile {
                 .collect(),
             bytes,
         )
+    }
+
+    /// Seconds of the fused attention's forward (`backward` false) or backward pass for
+    /// `flops` causal forward FLOPs at sequence `seq` and head size `head_dim`: the rate of
+    /// the measured points of the nearest head size, interpolated over log sequence length
+    /// (the diagonal tiles' waste and the per-tile fixed work shrink as sequences grow).
+    pub fn flash_seconds(
+        &self,
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        backward: bool,
+    ) -> Option<f64> {
+        let kind = if backward { "flash_backward" } else { "flash" };
+        let pts: Vec<&AttentionPoint> = self.attention.iter().filter(|a| a.kind == kind).collect();
+        let d = pts.iter().map(|a| a.head_dim).min_by(|a, b| {
+            let dist = |x: usize| ((x as f64).ln() - head_dim.max(1.0).ln()).abs();
+            dist(*a).total_cmp(&dist(*b))
+        })?;
+        let rate = interpolate(
+            pts.iter()
+                .filter(|a| a.head_dim == d)
+                .map(|a| (a.seq as f64, a.tflops * 1e12))
+                .collect(),
+            seq,
+        )?;
+        (rate > 0.0).then(|| flops / rate)
     }
 
     /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`) over
@@ -232,6 +263,38 @@ mod tests {
         let bw = p.bus_bandwidth("AllReduce", 2, 2f64.powi(24)).unwrap();
         assert!((bw - 125e9).abs() < 1e3, "{bw}");
         assert_eq!(p.bus_bandwidth("AllGather", 2, 1e6), None);
+    }
+
+    fn flash(kind: &str, seq: usize, head_dim: usize, tflops: f64) -> AttentionPoint {
+        AttentionPoint {
+            kind: kind.into(),
+            batch_heads: 64,
+            seq,
+            head_dim,
+            seconds: 0.0,
+            tflops,
+        }
+    }
+
+    #[test]
+    fn fused_attention_takes_the_rate_of_its_pass_and_nearest_head_size() {
+        let mut p = profile();
+        assert_eq!(p.flash_seconds(1e12, 2048.0, 128.0, false), None);
+        p.attention = vec![
+            flash("standard", 1024, 64, 1000.0),
+            flash("flash", 1024, 64, 100.0),
+            flash("flash", 4096, 64, 200.0),
+            flash("flash", 1024, 128, 300.0),
+            flash("flash_backward", 1024, 64, 50.0),
+        ];
+        // 2048 is halfway between 1024 and 4096 in log space: 150 TFLOP/s.
+        let s = p.flash_seconds(150e12, 2048.0, 64.0, false).unwrap();
+        assert!((s - 1.0).abs() < 1e-9, "{s}");
+        // Head size 96 is nearer 128 than 64 in log space; 80 is nearer 64.
+        assert_eq!(p.flash_seconds(300e12, 1024.0, 96.0, false), Some(1.0));
+        assert_eq!(p.flash_seconds(100e12, 1024.0, 80.0, false), Some(1.0));
+        assert_eq!(p.flash_seconds(50e12, 1024.0, 64.0, true), Some(1.0));
+        assert_eq!(p.flash_seconds(50e12, 1024.0, 128.0, true), Some(1.0));
     }
 
     #[test]

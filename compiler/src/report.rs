@@ -247,11 +247,7 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     Some(if at_precision {
         format!(
             "{} of {} from the profile measured on {} ({}, planc calibrate, {})",
-            if p.collectives.is_empty() {
-                "products and memory-bound kernels"
-            } else {
-                "products, memory-bound kernels and collectives"
-            },
+            measured_parts(p),
             group.gpu.name,
             v.device,
             v.precision,
@@ -263,6 +259,20 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
             v.device, v.precision, plan.train.precision
         )
     })
+}
+
+/// What a profile holds, in the words of the report: "products, memory-bound kernels,
+/// fused attention and collectives".
+fn measured_parts(p: &crate::profile::Profile) -> String {
+    let mut parts = vec!["products", "memory-bound kernels"];
+    if p.attention.iter().any(|a| a.kind.starts_with("flash")) {
+        parts.push("fused attention");
+    }
+    if !p.collectives.is_empty() {
+        parts.push("collectives");
+    }
+    let last = parts.pop().unwrap_or_default();
+    format!("{} and {last}", parts.join(", "))
 }
 
 /// `YYYY-MM-DD` of a Unix time (the civil calendar from days since 1970-01-01).

@@ -11,8 +11,9 @@ use planc_compiler::plan::{Gpu as CatalogGpu, Precision};
 
 use crate::collectives::Collectives;
 use crate::gpu::Runner;
+use crate::train::attention::{self, Grads, Heads};
 use crate::train::blas::Blas;
-use crate::train::cuda::{Arg, Gpu};
+use crate::train::cuda::{Arg, Buf, Gpu};
 use crate::RunError;
 use planc_compiler::cost::comm::Collective;
 
@@ -63,6 +64,16 @@ pub fn calibrate(
         (64, 2048, 128),
         (32, 4096, 128),
     ];
+    // The fused kernel's rate depends on head size and sequence (diagonal tiles, per-tile
+    // fixed work): each head size the tensor-core kernels take, over 1K-8K tokens.
+    let flash_shapes: Vec<(usize, usize, usize)> = [64usize, 128]
+        .iter()
+        .flat_map(|&d| {
+            [1024usize, 2048, 4096, 8192]
+                .into_iter()
+                .map(move |t| (flash_batch_heads(t, d), t, d))
+        })
+        .collect();
     let coll_sizes: Vec<usize> = (16..=30).step_by(2).map(|p| 1usize << p).collect();
     let coll_ops = [
         Collective::AllReduce,
@@ -70,8 +81,11 @@ pub fn calibrate(
         Collective::ReduceScatter,
     ];
     let groups: Vec<usize> = (2..=n_gpus).filter(|g| g.is_power_of_two()).collect();
-    let total =
-        grid.len() + sizes.len() + attn.len() + groups.len() * coll_ops.len() * coll_sizes.len();
+    let total = grid.len()
+        + sizes.len()
+        + attn.len()
+        + flash_shapes.len()
+        + groups.len() * coll_ops.len() * coll_sizes.len();
     let mut done = 0;
 
     let mut gemm = Vec::new();
@@ -167,6 +181,11 @@ pub fn calibrate(
         done += 1;
     }
     drop(blas);
+    for &(bh, t, d) in &flash_shapes {
+        progress(done, total, &format!("fused attention {bh}×{t}×{d}"));
+        attention.extend(flash_points(&mut gpu, precision, bh, t, d)?);
+        done += 1;
+    }
     drop(gpu);
 
     let mut collectives = Vec::new();
@@ -214,6 +233,95 @@ pub fn calibrate(
         attention,
         collectives,
     })
+}
+
+/// Batch × heads for a fused-attention probe of sequence `t`: q, k and v of 32M elements
+/// (a training micro-batch's worth) where that gives 16 to 256 heads.
+fn flash_batch_heads(t: usize, d: usize) -> usize {
+    ((32usize << 20) / (t * d)).clamp(16, 256)
+}
+
+/// Times the fused attention's forward and backward as training launches them, on random
+/// q, k, v and output gradient, and returns a point for each pass.
+fn flash_points(
+    gpu: &mut Gpu,
+    precision: Precision,
+    bh: usize,
+    t: usize,
+    d: usize,
+) -> Result<Vec<AttentionPoint>, RunError> {
+    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let h = if bh.is_multiple_of(16) { 16 } else { 1 };
+    let hd = Heads {
+        b: bh / h,
+        h,
+        t,
+        d,
+        xsz,
+    };
+    let n = bh * t * d;
+    let mut bufs = Vec::new();
+    for _ in 0..8 {
+        bufs.push(random_x(gpu, precision, n)?);
+    }
+    let (q, k, v, o, dout, dq, dk, dv) = (
+        bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5], bufs[6], bufs[7],
+    );
+    let lse = gpu.alloc(bh * t * 4)?;
+    let dd = gpu.alloc(bh * t * 4)?;
+    let tc = hd.tensor_cores();
+    let fwd = time(gpu, 10, || {
+        attention::forward(gpu, hd, tc, o, lse, (q, k, v))
+    })?;
+    let grads = Grads::heads(hd, (dq, dk, dv), dd);
+    let bwd = time(gpu, 10, || {
+        attention::backward(gpu, hd, tc, grads, (q, k, v), lse, (o, dout))
+    })?;
+    for b in bufs.into_iter().chain([lse, dd]) {
+        gpu.free(b)?;
+    }
+    // Causal forward: QKᵀ and PV over the lower triangle.
+    let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
+    Ok([("flash", fwd), ("flash_backward", bwd)]
+        .into_iter()
+        .map(|(kind, s)| AttentionPoint {
+            kind: kind.into(),
+            batch_heads: bh,
+            seq: t,
+            head_dim: d,
+            seconds: s,
+            tflops: flops / s / 1e12,
+        })
+        .collect())
+}
+
+/// `n` elements of the storage type, uniform in [−1, 1) (a fixed sequence): random data
+/// draws the power real activations draw, zeros would not.
+fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let buf = gpu.alloc(n * if precision == Precision::Fp32 { 4 } else { 2 })?;
+    match precision {
+        Precision::Fp32 => gpu.upload(buf, &(0..n).map(|_| next()).collect::<Vec<f32>>())?,
+        Precision::Fp16 => gpu.upload(
+            buf,
+            &(0..n)
+                .map(|_| half::f16::from_f32(next()).to_bits())
+                .collect::<Vec<u16>>(),
+        )?,
+        _ => gpu.upload(
+            buf,
+            &(0..n)
+                .map(|_| half::bf16::from_f32(next()).to_bits())
+                .collect::<Vec<u16>>(),
+        )?,
+    }
+    Ok(buf)
 }
 
 /// Median seconds of `f` over `repeats` after two warm-up calls, by CUDA events.

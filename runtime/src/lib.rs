@@ -212,11 +212,15 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
-            OpKind::FlashAttention { flops } => not_run(
+            OpKind::FlashAttention {
+                flops,
+                seq,
+                head_dim,
+            } => not_run(
                 op.name,
                 "attention",
                 format!("{flops:.3e} FLOP"),
-                Some(dev.flash(flops)),
+                Some(dev.flash(flops, seq, head_dim)),
                 "not run: needs a fused attention kernel",
             ),
             OpKind::Collective {

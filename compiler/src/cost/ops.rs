@@ -19,8 +19,9 @@ pub enum Group {
 pub enum OpKind {
     /// A matrix product `m×k · k×n`.
     Gemm { m: f64, n: f64, k: f64 },
-    /// The attention core (scores, softmax, weighted sum) as one fused kernel.
-    FlashAttention { flops: f64 },
+    /// The attention core (scores, softmax, weighted sum) as one fused kernel: its causal
+    /// forward FLOPs, and the sequence and head size a measured rate depends on.
+    FlashAttention { flops: f64, seq: f64, head_dim: f64 },
     /// A memory-bound kernel moving `bytes` through HBM (norms, activations, softmax).
     Memory { bytes: f64 },
     /// A collective over `bytes` (the full buffer the group exchanges).
@@ -117,7 +118,14 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
         Attention::Flash => {
             // Causal masking lets the fused kernel skip the upper triangle.
             let flops = 4.0 * p.micro_batch as f64 * heads * s * s_full * d * 0.5;
-            ops.push(op("attention", OpKind::FlashAttention { flops }));
+            ops.push(op(
+                "attention",
+                OpKind::FlashAttention {
+                    flops,
+                    seq: s_full,
+                    head_dim: d,
+                },
+            ));
         }
         Attention::Standard => {
             let batch_heads = p.micro_batch as f64 * heads;

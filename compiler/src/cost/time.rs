@@ -32,6 +32,9 @@ const TILE: f64 = 128.0;
 const TILE_K_OVERHEAD: f64 = 64.0;
 /// Fused attention kernels reach this fraction of the device's matrix-product rate.
 const FLASH_EFFICIENCY: f64 = 0.75;
+/// The fused backward's work relative to its forward: the scores recomputed (1) and four
+/// products where forward ran two, with the softmax's backward between (1.5).
+const FLASH_BACKWARD_WORK: f64 = 2.5;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
 pub const BUCKET_PARAMS: f64 = 40e6;
 
@@ -89,8 +92,28 @@ impl Device<'_> {
         (bytes / self.memory_rate() + KERNEL_RAMP_S).max(KERNEL_FLOOR_S)
     }
 
-    pub fn flash(&self, flops: f64) -> f64 {
+    /// The fused attention's forward: at the profile's measured rate for the shape where
+    /// there is one (the kernel `planc run` launches), else a fraction of the product rate.
+    pub fn flash(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
+        if let Some(s) = self
+            .profile()
+            .and_then(|p| p.flash_seconds(flops, seq, head_dim, false))
+        {
+            return s.max(KERNEL_FLOOR_S);
+        }
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
+    }
+
+    /// The fused attention's backward: it recomputes the scores and runs four products
+    /// where forward ran two, 2.5× the forward work, unless the profile measured it.
+    pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
+        if let Some(s) = self
+            .profile()
+            .and_then(|p| p.flash_seconds(flops, seq, head_dim, true))
+        {
+            return s.max(KERNEL_FLOOR_S);
+        }
+        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim)
     }
 }
 
@@ -184,8 +207,12 @@ fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 t.compute += dev.gemm(*m, *n, *k);
                 t.flops += 2.0 * m * n * k;
             }
-            OpKind::FlashAttention { flops } => {
-                let x = dev.flash(*flops);
+            OpKind::FlashAttention {
+                flops,
+                seq,
+                head_dim,
+            } => {
+                let x = dev.flash(*flops, *seq, *head_dim);
                 t.compute += x;
                 attention_compute += x;
                 t.flops += flops;
@@ -256,14 +283,19 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         comm: layer_fwd.comm,
         flops: 2.0 * layer_fwd.flops,
     };
-    if plan.train.attention == Attention::Flash {
-        // The fused backward recomputes the scores: 2.5× the forward attention work.
-        let attn: Vec<Op> = layer_ops
-            .iter()
-            .filter(|o| matches!(o.kind, OpKind::FlashAttention { .. }))
-            .cloned()
-            .collect();
-        layer_bwd.add(time_ops(&attn, dev, pl).scale(0.5));
+    // The generic doubling above gave the fused attention 2× its forward; its backward
+    // is its own (2.5× the work, or what the profile measured).
+    for o in &layer_ops {
+        if let OpKind::FlashAttention {
+            flops,
+            seq,
+            head_dim,
+        } = o.kind
+        {
+            let fwd = dev.flash(flops, seq, head_dim);
+            layer_bwd.compute += dev.flash_backward(flops, seq, head_dim) - 2.0 * fwd;
+            layer_bwd.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
+        }
     }
     let is_core = |o: &Op| {
         matches!(

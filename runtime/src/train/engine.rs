@@ -202,6 +202,31 @@ pub struct Engine {
 }
 
 const CHUNK_ROWS: usize = 256;
+
+/// How the vectorised norm kernels take a row of `c` elements of `xsz` bytes: packs of 16
+/// bytes a thread (1, 2 or 4, the kernel's suffix) and threads a row (≤ 256, whole warps).
+/// None where the row is not whole packs or needs more than 4 a thread (c > 1024 packs):
+/// the scalar kernels take those.
+fn norm_packs(c: usize, xsz: usize) -> Option<(usize, u32)> {
+    let vec = 16 / xsz;
+    if !c.is_multiple_of(vec) {
+        return None;
+    }
+    let packs = c / vec;
+    let np = [1usize, 2, 4]
+        .into_iter()
+        .find(|np| packs.div_ceil(*np) <= 256)?;
+    let threads = packs.div_ceil(np).div_ceil(32) * 32;
+    Some((np, threads as u32))
+}
+
+/// Chunks of rows the vectorised norm backward splits `rows` into (a block each, with a
+/// partial weight gradient each): enough blocks to fill the GPU, partials of at most 16 MiB.
+fn norm_chunks(rows: usize, c: usize) -> usize {
+    rows.min(1024)
+        .min(((2usize << 20) / c.max(1)).max(1))
+        .max(1)
+}
 /// Blocks of the gradient buffer's sum of squares (the gradient norm).
 const SUMSQ_BLOCKS: usize = 1024;
 /// Blocks of a sum of squares taken tensor by tensor (the whole tensors' share of it).
@@ -389,6 +414,7 @@ impl Engine {
             targets: gpu.alloc(n * 4)?,
             partials: gpu.alloc(
                 (2 * n.div_ceil(CHUNK_ROWS) * max_cols)
+                    .max(2 * norm_chunks(nl, c) * c)
                     .max(1024)
                     .max(REP_BLOCKS * params.list.len())
                     * 4,
@@ -572,6 +598,22 @@ impl Engine {
         })
     }
 
+    /// Of a per-element kernel and its pack-a-thread variant, the one to launch over
+    /// `elems` elements and its thread count: the variant where a head and its rope halves
+    /// are whole 16-byte packs.
+    fn per_pack(
+        &self,
+        (element, pack): (&'static str, &'static str),
+        elems: usize,
+    ) -> (&'static str, usize) {
+        let vec = 16 / self.xsz;
+        if self.shape.dims.head_dim.is_multiple_of(2 * vec) {
+            (pack, elems / vec)
+        } else {
+            (element, elems)
+        }
+    }
+
     fn is_rms(&self) -> i32 {
         i32::from(self.shape.dims.norm == Norm::Rmsnorm)
     }
@@ -579,22 +621,25 @@ impl Engine {
     /// Normalizes this rank's rows (`lrows`).
     fn norm_fwd(&self, out: Buf, mean: Buf, rstd: Buf, inp: Buf, w: Buf, b: Buf) -> Res {
         let d = &self.shape.dims;
-        self.gpu.launch(
-            "norm_fwd",
-            (self.lrows() as u32, 1),
-            256,
-            &[
-                Arg::P(out),
-                Arg::P(mean),
-                Arg::P(rstd),
-                Arg::P(inp),
-                Arg::P(w),
-                Arg::P(b),
-                Arg::I(d.hidden as i32),
-                Arg::F(d.norm_eps),
-                Arg::I(self.is_rms()),
-            ],
-        )
+        let args = [
+            Arg::P(out),
+            Arg::P(mean),
+            Arg::P(rstd),
+            Arg::P(inp),
+            Arg::P(w),
+            Arg::P(b),
+            Arg::I(d.hidden as i32),
+            Arg::F(d.norm_eps),
+            Arg::I(self.is_rms()),
+        ];
+        let rows = (self.lrows() as u32, 1);
+        match norm_packs(d.hidden, self.xsz) {
+            Some((np, threads)) => {
+                self.gpu
+                    .launch(&format!("norm_fwd_v{np}"), rows, threads, &args)
+            }
+            None => self.gpu.launch("norm_fwd", rows, 256, &args),
+        }
     }
 
     /// dinp += norm backward; dw, db += the weight gradients.
@@ -612,6 +657,35 @@ impl Engine {
     ) -> Res {
         let c = self.shape.dims.hidden;
         let rows = self.lrows();
+        if let Some((np, threads)) = norm_packs(c, self.xsz) {
+            let chunks = norm_chunks(rows, c);
+            let part = self.s.partials;
+            self.gpu.launch(
+                &format!("norm_bwd_v{np}"),
+                (chunks as u32, 1),
+                threads,
+                &[
+                    Arg::P(dinp),
+                    Arg::P(part),
+                    Arg::P(dout),
+                    Arg::P(inp),
+                    Arg::P(w),
+                    Arg::P(mean),
+                    Arg::P(rstd),
+                    Arg::L(rows as i64),
+                    Arg::I(c as i32),
+                    Arg::I(rows.div_ceil(chunks) as i32),
+                    Arg::I(self.is_rms()),
+                ],
+            )?;
+            // The kernel's grid is `chunks` blocks, but the last may hold no rows when
+            // chunks does not divide them: its partials are zeros, summed all the same.
+            self.sum_partials_many(dw, part, chunks, c)?;
+            if db != Buf::NULL {
+                self.sum_partials_many(db, part.at(chunks * c, 4), chunks, c)?;
+            }
+            return Ok(());
+        }
         self.gpu.launch(
             "norm_bwd_input",
             (rows as u32, 1),
@@ -649,6 +723,21 @@ impl Engine {
             self.sum_partials(db, part.at(chunks * c, 4), chunks, c)?;
         }
         Ok(())
+    }
+
+    /// `sum_partials` for many chunks over few columns (a block per 32 columns).
+    fn sum_partials_many(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
+        self.gpu.launch(
+            "sum_partials_2d",
+            (cols.div_ceil(32) as u32, 1),
+            512,
+            &[
+                Arg::P(out),
+                Arg::P(part),
+                Arg::I(chunks as i32),
+                Arg::I(cols as i32),
+            ],
+        )
     }
 
     fn sum_partials(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
@@ -761,9 +850,10 @@ impl Engine {
             .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
         self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
         let (b, t, h, g, dd) = self.attn_args();
+        let (split, threads) = self.per_pack(("qkv_split", "qkv_split_v"), b * h * t * dd);
         self.gpu.launch_n(
-            "qkv_split",
-            b * h * t * dd,
+            split,
+            threads,
             &[
                 Arg::P(a.q),
                 Arg::P(a.k),
@@ -1007,9 +1097,10 @@ impl Engine {
         let n = self.rows();
         let qr = self.shape.dims.qkv_rows();
         let s = &self.s;
+        let (merge, threads) = self.per_pack(("qkv_merge_grad", "qkv_merge_grad_v"), n * qr);
         self.gpu.launch_n(
-            "qkv_merge_grad",
-            n * qr,
+            merge,
+            threads,
             &[
                 Arg::P(s.dqkv),
                 Arg::P(s.dq),
@@ -1617,6 +1708,35 @@ mod tests {
             }
             // Without ZeRO every rank updates everything.
             assert_eq!(shape(dp, dp - 1, 0).shard(total), (0, padded));
+        }
+    }
+}
+
+#[cfg(test)]
+mod norm_launch_tests {
+    use super::{norm_chunks, norm_packs};
+
+    #[test]
+    fn norm_rows_split_into_packs_a_thread_and_whole_warps() {
+        // bf16: 8 elements a pack. GPT-2's 768 is 96 packs, one a thread in 3 warps.
+        assert_eq!(norm_packs(768, 2), Some((1, 96)));
+        assert_eq!(norm_packs(2048, 2), Some((1, 256)));
+        assert_eq!(norm_packs(4096, 2), Some((2, 256)));
+        assert_eq!(norm_packs(8192, 2), Some((4, 256)));
+        // Too wide for 4 packs a thread, or not whole packs: the scalar kernels.
+        assert_eq!(norm_packs(16384, 2), None);
+        assert_eq!(norm_packs(100, 2), None);
+        // fp32: 4 elements a pack; 50 packs take 2 warps, the second partly.
+        assert_eq!(norm_packs(200, 4), Some((1, 64)));
+    }
+
+    #[test]
+    fn norm_backward_chunks_fill_the_gpu_with_bounded_partials() {
+        assert_eq!(norm_chunks(16384, 768), 1024);
+        assert_eq!(norm_chunks(8192, 8192), 256);
+        assert_eq!(norm_chunks(10, 768), 10);
+        for (rows, c) in [(16384, 768), (8192, 8192), (4096, 16384), (3, 4096)] {
+            assert!(2 * norm_chunks(rows, c) * c * 4 <= 16 << 20);
         }
     }
 }

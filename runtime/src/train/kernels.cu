@@ -292,6 +292,196 @@ __global__ void sum_partials(float* out, const float* part, int chunks, int cols
     out[c] += s;
 }
 
+}  // extern "C"
+
+// Vectorised norms for rows of C = a multiple of VEC elements: a thread holds NP packs (16
+// bytes each) of the row in registers, so a row crosses HBM once each way, in 16-byte
+// accesses. The block is the row's threads (a multiple of a warp, ≤ 256 by `NP`'s choice).
+// The scalar kernels above take the shapes these do not.
+
+// Σ a and Σ b over the block at once (one set of barriers for both).
+__device__ float2 block_sum2(float a, float b) {
+    __shared__ float2 part2[WARP];
+    __shared__ float2 total2;
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    a = warp_sum(a);
+    b = warp_sum(b);
+    if (lane == 0) part2[w] = make_float2(a, b);
+    __syncthreads();
+    if (w == 0) {
+        float2 s = lane < (blockDim.x + WARP - 1) / WARP ? part2[lane] : make_float2(0.0f, 0.0f);
+        s.x = warp_sum(s.x);
+        s.y = warp_sum(s.y);
+        if (lane == 0) total2 = s;
+    }
+    __syncthreads();
+    float2 r = total2;
+    __syncthreads();
+    return r;
+}
+
+template <int NP>
+__device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, const X* w,
+                               const X* b, int C, float eps, int rms) {
+    long row = blockIdx.x;
+    int packs = C / VEC;
+    Pack xp[NP];
+    float s = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int pk = threadIdx.x + p * blockDim.x;
+        if (pk < packs) {
+            xp[p].u = *(const uint4*)(inp + row * C + pk * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) s += ld(xp[p].x[k]);
+        }
+    }
+    float m = rms ? 0.0f : block_sum(s) / C;
+    float q = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        if (threadIdx.x + p * blockDim.x < packs) {
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float d = ld(xp[p].x[k]) - m;
+                q += d * d;
+            }
+        }
+    }
+    float r = rsqrtf(block_sum(q) / C + eps);
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int pk = threadIdx.x + p * blockDim.x;
+        if (pk < packs) {
+            Pack wp, bp, op;
+            wp.u = *(const uint4*)(w + pk * VEC);
+            if (b) bp.u = *(const uint4*)(b + pk * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float y = (ld(xp[p].x[k]) - m) * r * ld(wp.x[k]);
+                if (b) y += ld(bp.x[k]);
+                op.x[k] = st(y);
+            }
+            *(uint4*)(out + row * C + pk * VEC) = op.u;
+        }
+    }
+    if (threadIdx.x == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+// The input gradient (added into dinp) and, per block, the weight and bias gradients of a
+// chunk of `rows_per_chunk` rows: part[chunk][c] (dw) and part[chunks + chunk][c] (db),
+// summed in order by `sum_partials_2d`, so the result does not depend on scheduling.
+template <int NP>
+__device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp, const X* w,
+                               const float* mean, const float* rstd, long rows, int C,
+                               int rows_per_chunk, int rms) {
+    int packs = C / VEC;
+    float dw[NP][VEC], db[NP][VEC];
+    Pack wp[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int pk = threadIdx.x + p * blockDim.x;
+        if (pk < packs) wp[p].u = *(const uint4*)(w + pk * VEC);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) dw[p][k] = db[p][k] = 0.0f;
+    }
+    long r0 = (long)blockIdx.x * rows_per_chunk;
+    long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    for (long r = r0; r < r1; r++) {
+        float m = mean[r], rs = rstd[r];
+        Pack xp[NP], yp[NP];
+        float s1 = 0.0f, s2 = 0.0f;  // Σ dŷ, Σ dŷ·x̂ with dŷ = dy·w
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            int pk = threadIdx.x + p * blockDim.x;
+            if (pk < packs) {
+                xp[p].u = *(const uint4*)(inp + r * C + pk * VEC);
+                yp[p].u = *(const uint4*)(dout + r * C + pk * VEC);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    float dy = ld(yp[p].x[k]);
+                    float xh = (ld(xp[p].x[k]) - m) * rs;
+                    float dn = dy * ld(wp[p].x[k]);
+                    s1 += dn;
+                    s2 += dn * xh;
+                    dw[p][k] += dy * xh;
+                    db[p][k] += dy;
+                }
+            }
+        }
+        float2 t = block_sum2(s1, s2);
+        s1 = t.x / C;
+        s2 = t.y / C;
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            int pk = threadIdx.x + p * blockDim.x;
+            if (pk < packs) {
+                Pack gp;
+                gp.u = *(const uint4*)(dinp + r * C + pk * VEC);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    float dn = ld(yp[p].x[k]) * ld(wp[p].x[k]);
+                    float xh = (ld(xp[p].x[k]) - m) * rs;
+                    float g = rms ? (dn - xh * s2) * rs : (dn - s1 - xh * s2) * rs;
+                    gp.x[k] = st(ld(gp.x[k]) + g);
+                }
+                *(uint4*)(dinp + r * C + pk * VEC) = gp.u;
+            }
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int pk = threadIdx.x + p * blockDim.x;
+        if (pk < packs) {
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                part[(long)blockIdx.x * C + pk * VEC + k] = dw[p][k];
+                part[((long)gridDim.x + blockIdx.x) * C + pk * VEC + k] = db[p][k];
+            }
+        }
+    }
+}
+
+extern "C" {
+
+#define NORM_PACKS(NP)                                                                      \
+    __global__ void norm_fwd_v##NP(X* out, float* mean, float* rstd, const X* inp,         \
+                                   const X* w, const X* b, int C, float eps, int rms) {    \
+        norm_fwd_packs<NP>(out, mean, rstd, inp, w, b, C, eps, rms);                        \
+    }                                                                                       \
+    __global__ void norm_bwd_v##NP(X* dinp, float* part, const X* dout, const X* inp,      \
+                                   const X* w, const float* mean, const float* rstd,       \
+                                   long rows, int C, int rows_per_chunk, int rms) {        \
+        norm_bwd_packs<NP>(dinp, part, dout, inp, w, mean, rstd, rows, C, rows_per_chunk,   \
+                           rms);                                                            \
+    }
+
+NORM_PACKS(1)
+NORM_PACKS(2)
+NORM_PACKS(4)
+
+// out[c] += Σ_k part[k][c], k in order, for many chunks: a block of 512 threads takes 32
+// columns; its 16 warps each sum every 16th partial, then the first warp adds the 16 sums
+// in order.
+__global__ void sum_partials_2d(float* out, const float* part, int chunks, int cols) {
+    __shared__ float acc[16][33];
+    int lane = threadIdx.x % WARP, w = threadIdx.x / WARP;
+    int c = blockIdx.x * WARP + lane;
+    float s = 0.0f;
+    if (c < cols)
+        for (int k = w; k < chunks; k += 16) s += part[(long)k * cols + c];
+    acc[w][lane] = s;
+    __syncthreads();
+    if (w == 0 && c < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < 16; k++) t += acc[k][lane];
+        out[c] += t;
+    }
+}
+
 // ---- MLP activations ----------------------------------------------------------------------
 
 // GELU with the tanh approximation (GPT-2's `gelu_new`).
@@ -486,6 +676,96 @@ __global__ void qkv_merge_grad(X* dqkv, const X* dq, const X* dk, const X* dv, i
         acc += val;
     }
     dqkv[i] = st(acc);
+}
+
+// qkv_split and qkv_merge_grad a 16-byte pack a thread, for head sizes of whole packs
+// whose halves are whole packs too (rope's partner of a pack is then a pack): the
+// per-element kernels above reach a third of HBM bandwidth with their 2-byte accesses.
+__device__ __forceinline__ void rope_pack(Pack& out, const Pack& x, const Pack& partner,
+                                          bool lo, const float* c, const float* s, bool fwd) {
+    // Forward: x·cos ∓ partner·sin; the transpose (backward): x·cos ± partner·sin.
+    float sign = (lo == fwd) ? -1.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        out.x[k] = st(ld(x.x[k]) * c[k] + sign * ld(partner.x[k]) * s[k]);
+}
+
+__global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
+                            const float* rcos, const float* rsin) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    int P = D / VEC;
+    if (i >= (long)B * H * T * P) return;
+    int d0 = (int)(i % P) * VEC;
+    long rest = i / P;
+    int t = (int)(rest % T);
+    rest /= T;
+    int h = (int)(rest % H);
+    long b = rest / H;
+    int g = h / (H / G);
+    const X* row = qkv + (b * T + t) * (long)(H + 2 * G) * D;
+    const X* qs = row + (long)h * D;
+    const X* ks = row + (long)(H + g) * D;
+    Pack qp, kp, vp;
+    qp.u = *(const uint4*)(qs + d0);
+    kp.u = *(const uint4*)(ks + d0);
+    vp.u = *(const uint4*)(row + (long)(H + G + g) * D + d0);
+    if (rcos) {
+        int half = D / 2;
+        bool lo = d0 < half;
+        int pd = lo ? d0 + half : d0 - half;
+        const float* c = rcos + (long)t * half + (lo ? d0 : pd);
+        const float* s = rsin + (long)t * half + (lo ? d0 : pd);
+        Pack qo, ko;
+        qo.u = *(const uint4*)(qs + pd);
+        ko.u = *(const uint4*)(ks + pd);
+        rope_pack(qp, qp, qo, lo, c, s, true);
+        rope_pack(kp, kp, ko, lo, c, s, true);
+    }
+    *(uint4*)(q + i * VEC) = qp.u;
+    *(uint4*)(k + i * VEC) = kp.u;
+    *(uint4*)(v + i * VEC) = vp.u;
+}
+
+__global__ void qkv_merge_grad_v(X* dqkv, const X* dq, const X* dk, const X* dv, int B, int T,
+                                 int H, int G, int D, const float* rcos, const float* rsin) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    int P = D / VEC;
+    int Wp = (H + 2 * G) * P;
+    if (i >= (long)B * T * Wp) return;
+    int colp = (int)(i % Wp);
+    long bt = i / Wp;
+    int t = (int)(bt % T);
+    long b = bt / T;
+    int head = colp / P, d0 = (colp % P) * VEC;
+    int half = D / 2;
+    bool lo = d0 < half;
+    int pd = lo ? d0 + half : d0 - half;
+    const float* c = rcos ? rcos + (long)t * half + (lo ? d0 : pd) : 0;
+    const float* s = rcos ? rsin + (long)t * half + (lo ? d0 : pd) : 0;
+    bool is_v = head >= H + G;
+    int first = head < H ? head : (is_v ? head - H - G : head - H) * (H / G);
+    int rep = head < H ? 1 : H / G;
+    const X* base = head < H ? dq : (is_v ? dv : dk);
+    bool rot = rcos && !is_v;
+    float acc[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+    for (int r = 0; r < rep; r++) {
+        const X* src = base + ((b * H + first + r) * T + t) * (long)D;
+        Pack x;
+        x.u = *(const uint4*)(src + d0);
+        if (rot) {
+            Pack o;
+            o.u = *(const uint4*)(src + pd);
+            rope_pack(x, x, o, lo, c, s, false);
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++) acc[k] += ld(x.x[k]);
+    }
+    Pack out;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) out.x[k] = st(acc[k]);
+    *(uint4*)(dqkv + i * VEC) = out.u;
 }
 
 // o[B, H, T, D] → out[B, T, H·D]

@@ -1,0 +1,168 @@
+//! On a GPU: the vectorised norm kernels (a row's 16-byte packs held in registers, 1, 2 or
+//! 4 a thread) forward and backward, LayerNorm and RMSNorm, against a float64 reference on
+//! the CPU, with a row count that leaves the backward's last chunk short. Without a GPU it
+//! prints SKIPPED and passes.
+
+use planc_compiler::plan::Precision;
+use planc_runtime::train::cuda::{Arg, Buf, Gpu};
+use planc_runtime::RunError;
+
+fn values(n: usize, seed: u64, scale: f32, offset: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale + offset
+        })
+        .collect()
+}
+
+fn open() -> Option<Gpu> {
+    match Gpu::open(0, Precision::Fp32) {
+        Err(RunError::NoDriver | RunError::NoGpu) => {
+            println!("SKIPPED norm kernel test: no GPU");
+            None
+        }
+        r => Some(r.unwrap()),
+    }
+}
+
+fn up(gpu: &mut Gpu, v: &[f32]) -> Buf {
+    let b = gpu.alloc(v.len() * 4).unwrap();
+    gpu.upload(b, v).unwrap();
+    b
+}
+
+fn max_rel(got: &[f32], want: &[f64]) -> f64 {
+    let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(1e-30);
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (*g as f64 - w).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+/// One shape through forward and backward; fp32 storage, so VEC is 4 elements a pack.
+fn check(gpu: &mut Gpu, rows: usize, c: usize, np: usize, threads: u32, rms: bool) {
+    let eps = 1e-5f32;
+    let x = values(rows * c, 3 + c as u64, 2.0, 0.5);
+    let w = values(c, 5, 0.5, 1.0);
+    let b = values(c, 7, 0.3, 0.0);
+    let dy = values(rows * c, 11, 1.0, 0.0);
+    let dinp0 = values(rows * c, 13, 0.1, 0.0);
+    // float64 reference.
+    let (mut y, mut dx) = (vec![0f64; rows * c], vec![0f64; rows * c]);
+    let (mut dw, mut db) = (vec![0f64; c], vec![0f64; c]);
+    for r in 0..rows {
+        let xr: Vec<f64> = x[r * c..(r + 1) * c].iter().map(|&v| v as f64).collect();
+        let m = if rms {
+            0.0
+        } else {
+            xr.iter().sum::<f64>() / c as f64
+        };
+        let var = xr.iter().map(|v| (v - m).powi(2)).sum::<f64>() / c as f64;
+        let rs = 1.0 / (var + eps as f64).sqrt();
+        let xh: Vec<f64> = xr.iter().map(|v| (v - m) * rs).collect();
+        let dn: Vec<f64> = (0..c).map(|j| dy[r * c + j] as f64 * w[j] as f64).collect();
+        let s1 = dn.iter().sum::<f64>() / c as f64;
+        let s2 = dn.iter().zip(&xh).map(|(a, b)| a * b).sum::<f64>() / c as f64;
+        for j in 0..c {
+            y[r * c + j] = xh[j] * w[j] as f64 + if rms { 0.0 } else { b[j] as f64 };
+            let g = if rms {
+                dn[j] - xh[j] * s2
+            } else {
+                dn[j] - s1 - xh[j] * s2
+            };
+            dx[r * c + j] = dinp0[r * c + j] as f64 + g * rs;
+            dw[j] += dy[r * c + j] as f64 * xh[j];
+            db[j] += dy[r * c + j] as f64;
+        }
+    }
+    let (xb, wb, dyb, dinp) = (up(gpu, &x), up(gpu, &w), up(gpu, &dy), up(gpu, &dinp0));
+    let bb = if rms { Buf::NULL } else { up(gpu, &b) };
+    let out = gpu.alloc(rows * c * 4).unwrap();
+    let (mean, rstd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
+    gpu.launch(
+        &format!("norm_fwd_v{np}"),
+        (rows as u32, 1),
+        threads,
+        &[
+            Arg::P(out),
+            Arg::P(mean),
+            Arg::P(rstd),
+            Arg::P(xb),
+            Arg::P(wb),
+            Arg::P(bb),
+            Arg::I(c as i32),
+            Arg::F(eps),
+            Arg::I(i32::from(rms)),
+        ],
+    )
+    .unwrap();
+    let chunks = 8usize;
+    let per = rows.div_ceil(chunks);
+    let part = gpu.alloc(2 * chunks * c * 4).unwrap();
+    gpu.launch(
+        &format!("norm_bwd_v{np}"),
+        (chunks as u32, 1),
+        threads,
+        &[
+            Arg::P(dinp),
+            Arg::P(part),
+            Arg::P(dyb),
+            Arg::P(xb),
+            Arg::P(wb),
+            Arg::P(mean),
+            Arg::P(rstd),
+            Arg::L(rows as i64),
+            Arg::I(c as i32),
+            Arg::I(per as i32),
+            Arg::I(i32::from(rms)),
+        ],
+    )
+    .unwrap();
+    // The sums add into what the gradients held: start them at 1.
+    let (gw, gb) = (up(gpu, &vec![1.0; c]), up(gpu, &vec![1.0; c]));
+    for (out, at) in [(gw, 0), (gb, chunks * c)] {
+        gpu.launch(
+            "sum_partials_2d",
+            (c.div_ceil(32) as u32, 1),
+            512,
+            &[
+                Arg::P(out),
+                Arg::P(part.at(at, 4)),
+                Arg::I(chunks as i32),
+                Arg::I(c as i32),
+            ],
+        )
+        .unwrap();
+    }
+    let got_y: Vec<f32> = gpu.download(out, rows * c).unwrap();
+    let got_dx: Vec<f32> = gpu.download(dinp, rows * c).unwrap();
+    let got_dw: Vec<f32> = gpu.download(gw, c).unwrap();
+    let got_db: Vec<f32> = gpu.download(gb, c).unwrap();
+    let plus1 = |v: &[f64]| v.iter().map(|x| x + 1.0).collect::<Vec<f64>>();
+    let what = format!("rows {rows}, C {c}, {np} packs a thread, rms {rms}");
+    for (name, got, want) in [
+        ("output", &got_y, y),
+        ("input gradient", &got_dx, dx),
+        ("weight gradient", &got_dw, plus1(&dw)),
+        ("bias gradient", &got_db, plus1(&db)),
+    ] {
+        let e = max_rel(got, &want);
+        assert!(e < 1e-5, "{what}: {name} max relative error {e:.2e}");
+    }
+}
+
+#[test]
+fn vectorised_norms_match_float64() {
+    let Some(mut gpu) = open() else { return };
+    // fp32 packs are 4 elements: C 256 is 64 packs (1 a thread, 64 threads), 2048 is 512
+    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256); 37 rows in 8 chunks of 5.
+    for (c, np, threads) in [(256, 1, 64), (2048, 2, 256), (4096, 4, 256), (200, 1, 64)] {
+        for rms in [false, true] {
+            check(&mut gpu, 37, c, np, threads, rms);
+        }
+    }
+}
