@@ -112,18 +112,17 @@ impl Profile {
         )
     }
 
-    /// Seconds of the fused attention's forward (`backward` false) or backward pass for
+    /// Seconds of an attention pass of `kind` (`standard`, `flash`, `flash_backward`) for
     /// `flops` causal forward FLOPs at sequence `seq` and head size `head_dim`: the rate of
     /// the measured points of the nearest head size, interpolated over log sequence length
     /// (the diagonal tiles' waste and the per-tile fixed work shrink as sequences grow).
-    pub fn flash_seconds(
+    pub fn attention_seconds(
         &self,
+        kind: &str,
         flops: f64,
         seq: f64,
         head_dim: f64,
-        backward: bool,
     ) -> Option<f64> {
-        let kind = if backward { "flash_backward" } else { "flash" };
         let pts: Vec<&AttentionPoint> = self.attention.iter().filter(|a| a.kind == kind).collect();
         let d = pts.iter().map(|a| a.head_dim).min_by(|a, b| {
             let dist = |x: usize| ((x as f64).ln() - head_dim.max(1.0).ln()).abs();
@@ -279,7 +278,7 @@ mod tests {
     #[test]
     fn fused_attention_takes_the_rate_of_its_pass_and_nearest_head_size() {
         let mut p = profile();
-        assert_eq!(p.flash_seconds(1e12, 2048.0, 128.0, false), None);
+        assert_eq!(p.attention_seconds("flash", 1e12, 2048.0, 128.0), None);
         p.attention = vec![
             flash("standard", 1024, 64, 1000.0),
             flash("flash", 1024, 64, 100.0),
@@ -288,13 +287,29 @@ mod tests {
             flash("flash_backward", 1024, 64, 50.0),
         ];
         // 2048 is halfway between 1024 and 4096 in log space: 150 TFLOP/s.
-        let s = p.flash_seconds(150e12, 2048.0, 64.0, false).unwrap();
+        let s = p.attention_seconds("flash", 150e12, 2048.0, 64.0).unwrap();
         assert!((s - 1.0).abs() < 1e-9, "{s}");
         // Head size 96 is nearer 128 than 64 in log space; 80 is nearer 64.
-        assert_eq!(p.flash_seconds(300e12, 1024.0, 96.0, false), Some(1.0));
-        assert_eq!(p.flash_seconds(100e12, 1024.0, 80.0, false), Some(1.0));
-        assert_eq!(p.flash_seconds(50e12, 1024.0, 64.0, true), Some(1.0));
-        assert_eq!(p.flash_seconds(50e12, 1024.0, 128.0, true), Some(1.0));
+        assert_eq!(
+            p.attention_seconds("flash", 300e12, 1024.0, 96.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            p.attention_seconds("flash", 100e12, 1024.0, 80.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            p.attention_seconds("flash_backward", 50e12, 1024.0, 64.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            p.attention_seconds("flash_backward", 50e12, 1024.0, 128.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            p.attention_seconds("standard", 1000e12, 1024.0, 64.0),
+            Some(1.0)
+        );
     }
 
     #[test]

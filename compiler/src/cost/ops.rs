@@ -138,15 +138,22 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                 },
             ));
             // Write scores, softmax read+write, read by the weighted sum: 8 bytes per score
-            // at 2-byte precision; dropout adds read+write+mask: 13.
+            // at 2-byte precision; dropout adds read+write+mask: 5 more.
             let scores = batch_heads * s * s_full;
-            let per_score = if plan.train.dropout > 0.0 { 6.5 } else { 4.0 };
             ops.push(op(
-                "softmax_dropout",
+                "attention_softmax",
                 OpKind::Memory {
-                    bytes: per_score * scores * e,
+                    bytes: 4.0 * scores * e,
                 },
             ));
+            if plan.train.dropout > 0.0 {
+                ops.push(op(
+                    "attention_dropout",
+                    OpKind::Memory {
+                        bytes: 2.5 * scores * e,
+                    },
+                ));
+            }
             ops.push(op(
                 "attention_values",
                 OpKind::Gemm {

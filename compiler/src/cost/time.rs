@@ -97,11 +97,21 @@ impl Device<'_> {
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
         if let Some(s) = self
             .profile()
-            .and_then(|p| p.flash_seconds(flops, seq, head_dim, false))
+            .and_then(|p| p.attention_seconds("flash", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
         }
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
+    }
+
+    /// The standard attention core's forward (scores `m×n×k` = batch·heads·s × s × d,
+    /// the masked softmax, the weighted sum) as the profile measured it, if it did: the
+    /// products are batched and thin (k = head size), which the grid of large products
+    /// does not represent. Its FLOPs, 2·m·n·k, are the causal convention's.
+    pub fn standard_attention(&self, m: f64, n: f64, k: f64) -> Option<f64> {
+        self.profile()
+            .and_then(|p| p.attention_seconds("standard", 2.0 * m * n * k, n, k))
+            .map(|s| s.max(KERNEL_FLOOR_S))
     }
 
     /// The fused attention's backward: it recomputes the scores and runs four products
@@ -109,7 +119,7 @@ impl Device<'_> {
     pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
         if let Some(s) = self
             .profile()
-            .and_then(|p| p.flash_seconds(flops, seq, head_dim, true))
+            .and_then(|p| p.attention_seconds("flash_backward", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
         }
@@ -201,8 +211,21 @@ fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     let mut t = PassTime::default();
     let mut attention_compute = 0.0;
     let mut ring = 0.0;
+    // Set where the profile priced the standard attention core as a whole at its first
+    // op (the scores): the softmax and the weighted sum after it are inside that time.
+    let mut core_measured = false;
     for o in ops {
         match &o.kind {
+            OpKind::Gemm { m, n, k } if o.name == "attention_scores" => {
+                let measured = dev.standard_attention(*m, *n, *k);
+                core_measured = measured.is_some();
+                t.compute += measured.unwrap_or_else(|| dev.gemm(*m, *n, *k));
+                t.flops += 2.0 * m * n * k;
+            }
+            OpKind::Gemm { m, n, k } if o.name == "attention_values" && core_measured => {
+                t.flops += 2.0 * m * n * k;
+            }
+            OpKind::Memory { .. } if o.name == "attention_softmax" && core_measured => {}
             OpKind::Gemm { m, n, k } => {
                 t.compute += dev.gemm(*m, *n, *k);
                 t.flops += 2.0 * m * n * k;
@@ -300,7 +323,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let is_core = |o: &Op| {
         matches!(
             o.name,
-            "attention_scores" | "softmax_dropout" | "attention_values"
+            "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values"
         )
     };
     match p.recompute {
@@ -491,6 +514,130 @@ mod tests {
             gpu: Catalog::builtin().gpu("A100_SXM_80GB").unwrap(),
             precision: Precision::Bf16,
         }
+    }
+
+    /// An H200 whose profile measured the standard attention core at 50 TFLOP/s (causal
+    /// forward FLOPs) for head size 64.
+    fn h200_with_standard_attention() -> Gpu {
+        use crate::profile::{AttentionPoint, Profile, Provenance};
+        let mut gpu = Catalog::builtin().gpu("H200_SXM_141GB").unwrap().clone();
+        gpu.profile = Some(std::sync::Arc::new(Profile {
+            provenance: Provenance {
+                device: "test".into(),
+                catalog_gpu: gpu.name.clone(),
+                driver_version: 0,
+                nvrtc_version: "13.0".into(),
+                nccl_version: None,
+                precision: "bf16".into(),
+                measured_at_unix_s: 0,
+                planc_version: "0".into(),
+                seconds: 0.0,
+            },
+            gemm: vec![],
+            memory: vec![],
+            attention: vec![AttentionPoint {
+                kind: "standard".into(),
+                batch_heads: 192,
+                seq: 1024,
+                head_dim: 64,
+                seconds: 0.0,
+                tflops: 50.0,
+            }],
+            collectives: vec![],
+        }));
+        gpu
+    }
+
+    fn one_gpu() -> Placement {
+        use crate::plan::{Link, LinkKind};
+        let one = GroupShape {
+            size: 1,
+            per_node: 1,
+        };
+        Placement {
+            fabric: Fabric {
+                intra: Link {
+                    kind: LinkKind::Nvlink,
+                    bandwidth: 450e9,
+                    latency: 2e-6,
+                },
+                inter: None,
+                inter_per_gpu: 0.0,
+                pair_bus_bandwidth: None,
+                pre_ampere: false,
+                profile: None,
+            },
+            tp: one,
+            cp: one,
+            dp: one,
+            ep: one,
+            pp_crosses_nodes: false,
+        }
+    }
+
+    #[test]
+    fn a_measured_standard_attention_core_replaces_its_three_ops() {
+        let gpu = h200_with_standard_attention();
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        let (bh, s, d) = (192.0, 1024.0, 64.0);
+        let core = |dropout: bool| {
+            let mut ops = vec![
+                Op {
+                    name: "attention_scores",
+                    kind: OpKind::Gemm {
+                        m: bh * s,
+                        n: s,
+                        k: d,
+                    },
+                },
+                Op {
+                    name: "attention_softmax",
+                    kind: OpKind::Memory {
+                        bytes: 8.0 * bh * s * s,
+                    },
+                },
+                Op {
+                    name: "attention_values",
+                    kind: OpKind::Gemm {
+                        m: bh * s,
+                        n: d,
+                        k: s,
+                    },
+                },
+            ];
+            if dropout {
+                ops.insert(
+                    2,
+                    Op {
+                        name: "attention_dropout",
+                        kind: OpKind::Memory {
+                            bytes: 5.0 * bh * s * s,
+                        },
+                    },
+                );
+            }
+            ops
+        };
+        let t = time_ops(&core(false), &dev, &one_gpu());
+        // 2·bh·s²·d causal FLOPs at 50 TFLOP/s; the FLOPs counted stay the products'.
+        let want = 2.0 * bh * s * s * d / 50e12;
+        assert!((t.compute - want).abs() < 1e-12, "{} vs {want}", t.compute);
+        assert_eq!(t.flops, 4.0 * bh * s * s * d);
+        // The probe had no dropout: the mask's traffic comes on top.
+        let with = time_ops(&core(true), &dev, &one_gpu());
+        assert!((with.compute - want - dev.memory(5.0 * bh * s * s)).abs() < 1e-12);
+        // Without the measurement, the products and the softmax are priced one by one.
+        let plain = Catalog::builtin().gpu("H200_SXM_141GB").unwrap();
+        let dev = Device {
+            gpu: plain,
+            precision: Precision::Bf16,
+        };
+        let t = time_ops(&core(false), &dev, &one_gpu());
+        let parts = dev.gemm(bh * s, s, d) + dev.memory(8.0 * bh * s * s) + dev.gemm(bh * s, d, s);
+        assert!((t.compute - parts).abs() < 1e-12);
     }
 
     #[test]
