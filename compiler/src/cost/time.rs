@@ -480,28 +480,52 @@ fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
 }
 
 /// The optimizer step: streaming the local optimizer state through HBM (or the host).
+///
+/// Megatron-LM's mixed-precision optimizer (`megatron/core/optimizer/optimizer.py`,
+/// `MixedPrecisionOptimizer.step`; the same flow in 2021-2022's `optimizer.py`) makes
+/// several passes over its gradients and parameters besides the fused Adam kernel, each a
+/// separate multi-tensor kernel that streams its tensors through HBM:
+/// - `zero_grad_buffer()` at the start of `train_step` clears the fp32 gradient buffer of
+///   every local parameter (write 4 bytes; the whole buffer, not the optimizer's shard);
+/// - with fp16, `_unscale_main_grads_and_check_for_nan` (read and write 4); bf16 has no loss
+///   scale;
+/// - `clip_grad_norm` reads every gradient for the norm (`multi_tensor_l2norm`, read 4);
+/// - the Adam (or SGD) update itself;
+/// - `_copy_main_params_to_model_params` reads the fp32 master again to write the 16-bit
+///   weight (read 4, write 2).
 pub fn optimizer_time(plan: &Plan, params: f64, dev: &Device) -> f64 {
     let p = &plan.parallel;
-    let local = params
-        / if p.zero >= 1 {
-            (p.dp * p.cp) as f64
-        } else {
-            1.0
-        };
-    let mixed = plan.train.precision != Precision::Fp32;
-    let bytes_per_param = match (plan.train.optimizer, mixed) {
-        // read grad, master, m, v; write master, m, v; write the half-precision weight
-        (Optimizer::Adam | Optimizer::Adamw, true) => 30.0,
-        (Optimizer::Adam | Optimizer::Adamw, false) => 28.0,
-        (Optimizer::Sgd, true) => 22.0,
-        (Optimizer::Sgd, false) => 16.0,
+    let sharded = if p.zero >= 1 {
+        (p.dp * p.cp) as f64
+    } else {
+        1.0
     };
+    let local = params / sharded;
+    let mixed = plan.train.precision != Precision::Fp32;
+    // The update: read grad, master, states; write master, states.
+    let update = match plan.train.optimizer {
+        Optimizer::Adam | Optimizer::Adamw => 28.0,
+        Optimizer::Sgd => 20.0,
+    };
+    let copy_to_model = if mixed {
+        4.0 + plan.train.precision.bytes()
+    } else {
+        0.0
+    };
+    let unscale = if plan.train.precision == Precision::Fp16 {
+        8.0
+    } else {
+        0.0
+    };
+    let grad_norm = 4.0;
+    // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole.
+    let grad_buffer = if p.zero >= 2 { local } else { params };
     if p.offload != Offload::None {
         // Gradients down and weights up over PCIe (~25 GB/s), Adam on the host
         // (~1e9 parameters/s per GPU's share of cores).
         return local * 6.0 / 25e9 + local / 1e9;
     }
-    dev.memory(local * bytes_per_param)
+    dev.memory(local * (update + copy_to_model + unscale + grad_norm) + grad_buffer * 4.0)
 }
 
 #[cfg(test)]
@@ -693,5 +717,42 @@ mod tests {
         let d = a100();
         assert_eq!(d.gemm(8.0, 8.0, 8.0), KERNEL_FLOOR_S);
         assert_eq!(d.memory(16.0), KERNEL_FLOOR_S);
+    }
+
+    fn checked(text: &str) -> Plan {
+        let c = crate::check::check_source("t.tp", text);
+        c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
+    }
+
+    fn a100_plan(precision: &str, zero: u64, dp: u64) -> Plan {
+        checked(&format!(
+            "cluster c {{ nodes = {nodes}, gpus_per_node = 8, gpu = A100_SXM_80GB
+                 inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s }} }}
+             model m {{ layers = 8, hidden = 4096, heads = 32, vocab = 51200, seq_len = 2048 }}
+             train {{ global_batch = {dp}, precision = {precision}, optimizer = adam, attention = standard }}
+             parallel {{ tp = 8, pp = 1, dp = {dp}, micro_batch = 1, zero = {zero}, recompute = none }}",
+            nodes = dp
+        ))
+    }
+
+    #[test]
+    fn the_optimizer_streams_megatrons_passes_over_gradients_and_parameters() {
+        let d = a100();
+        let params = 1e9;
+        let rate = d.gpu.hbm_bandwidth * d.gpu.memory_efficiency;
+        let t = |plan: &Plan| optimizer_time(plan, params, &d) - KERNEL_RAMP_S;
+        // fp16: zero the buffer 4, unscale 8, norm 4, Adam 28, master to model 6.
+        let fp16 = t(&a100_plan("fp16", 0, 1));
+        assert!(
+            (fp16 * rate / params - 50.0).abs() < 1e-6,
+            "{}",
+            fp16 * rate / params
+        );
+        // bf16 has no loss scale to undo.
+        let bf16 = t(&a100_plan("bf16", 0, 1));
+        assert!((bf16 * rate / params - 42.0).abs() < 1e-6);
+        // The distributed optimizer steps its shard but clears the whole gradient buffer.
+        let sharded = t(&a100_plan("bf16", 1, 4));
+        assert!((sharded * rate / params - (38.0 / 4.0 + 4.0)).abs() < 1e-6);
     }
 }
