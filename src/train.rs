@@ -247,8 +247,51 @@ fn human(s: &Summary) -> String {
             last.mfu * 100.0
         );
     }
+    out += &by_kind(s);
     for c in &s.checkpoints {
         out += &format!("saved    {}\n", c.display());
+    }
+    out
+}
+
+/// The traced step by kind of work: measured, predicted, and (with a profile) what the
+/// catalog's constants predicted, each with its measured/predicted ratio.
+fn by_kind(s: &Summary) -> String {
+    if s.by_kind.is_empty() {
+        return String::new();
+    }
+    let ms = |x: f64| format!("{:.2} ms", x * 1e3);
+    let ratio = |m: f64, p: f64| {
+        if p > 0.0 {
+            format!("{:.2}×", m / p)
+        } else {
+            "-".into()
+        }
+    };
+    let constants = s.by_kind.iter().any(|r| r.predicted_constants_s.is_some());
+    let mut out = format!(
+        "by kind  last step{:>17} {:>11} {:>6}{}\n",
+        "measured",
+        if constants { "profile" } else { "predicted" },
+        "",
+        if constants {
+            format!(" {:>11} {:>6}", "constants", "")
+        } else {
+            String::new()
+        }
+    );
+    for r in &s.by_kind {
+        out += &format!(
+            "         {:<16} {:>11} {:>11} {:>6}",
+            r.kind.label(),
+            ms(r.measured_s),
+            ms(r.predicted_s),
+            ratio(r.measured_s, r.predicted_s)
+        );
+        if let Some(c) = r.predicted_constants_s {
+            out += &format!(" {:>11} {:>6}", ms(c), ratio(r.measured_s, c));
+        }
+        out += "\n";
     }
     out
 }

@@ -207,7 +207,7 @@ pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
     }
 }
 
-fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
+pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     let mut t = PassTime::default();
     let mut attention_compute = 0.0;
     let mut ring = 0.0;

@@ -461,6 +461,11 @@ impl Engine {
         })
     }
 
+    /// Marks where a step's work outside the passes begins (traced runs).
+    pub fn mark_step(&mut self, name: &str) -> Res {
+        self.mark(|| name.to_string())
+    }
+
     fn mark(&mut self, name: impl FnOnce() -> String) -> Res {
         if self.marks.is_some() {
             let e = self.gpu.event()?;

@@ -3,6 +3,7 @@
 //! by the cost model and the simulator that `planc check` uses.
 
 use planc_compiler::cost::estimate;
+use planc_compiler::cost::kinds::{stage_by_kind, WorkKind};
 use planc_compiler::plan::Plan;
 use serde::Serialize;
 
@@ -26,6 +27,10 @@ pub struct Prediction {
     pub flops_per_step: f64,
     /// Dense peak of one GPU at the plan's precision (for MFU).
     pub peak_flops: f64,
+    /// The step of stage 0 by kind of work, from the profile where the plan has one.
+    pub by_kind: Vec<(WorkKind, f64)>,
+    /// The same from the catalog's constants, where a profile priced `by_kind`.
+    pub by_kind_constants: Option<Vec<(WorkKind, f64)>>,
     /// Bytes per layer and the layer-independent rest, for `--layers` advice.
     per_layer: f64,
     fixed: f64,
@@ -39,6 +44,21 @@ impl Prediction {
         }
         ((bytes - self.fixed) / self.per_layer).max(0.0).floor() as u64
     }
+}
+
+/// `plan`'s step on `stage` by kind of work, and again without device profiles where
+/// the plan has one (what the prediction was before calibration).
+fn by_kind(plan: &Plan, stage: u64) -> (Vec<(WorkKind, f64)>, Option<Vec<(WorkKind, f64)>>) {
+    let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
+    let with = stage_by_kind(plan, stage, mb);
+    if plan.cluster.groups.iter().all(|g| g.gpu.profile.is_none()) {
+        return (with, None);
+    }
+    let mut bare = plan.clone();
+    for g in &mut bare.cluster.groups {
+        g.gpu.profile = None;
+    }
+    (with, Some(stage_by_kind(&bare, stage, mb)))
 }
 
 pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
@@ -58,7 +78,10 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let est1 = estimate(&q);
     let st1 = &est1.stages[est1.peak_stage].memory;
     let per_layer = (st1.total_bytes - st.total_bytes).max(0.0);
+    let (by_kind, by_kind_constants) = by_kind(&p, 0);
     Prediction {
+        by_kind,
+        by_kind_constants,
         catalog_gpu: gpu.name.clone(),
         profile: planc_compiler::report::profile_note(&p),
         step_s,

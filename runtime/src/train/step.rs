@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
+use planc_compiler::cost::kinds::WorkKind;
 use planc_compiler::plan::{LrSchedule, Plan, Precision, RunSettings};
 use planc_simulator::program::{CollectiveOp, Instr, Payload};
 use planc_simulator::schedule::Pass;
@@ -95,6 +96,78 @@ pub struct Summary {
     pub resumed_from: Option<PathBuf>,
     #[serde(skip)]
     pub spans: Vec<Span>,
+    /// With `--trace`: the last step by kind of work, measured next to predicted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_kind: Vec<KindRow>,
+}
+
+/// One kind of work in the last traced step.
+#[derive(Clone, Debug, Serialize)]
+pub struct KindRow {
+    pub kind: WorkKind,
+    pub measured_s: f64,
+    pub predicted_s: f64,
+    /// From the catalog's constants, where the plan's prediction came from a profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_constants_s: Option<f64>,
+}
+
+/// The kind of work of a traced span, by the names the engine and the step mark.
+fn kind_of_span(name: &str) -> Option<WorkKind> {
+    let op = name.split_once(' ').map_or(name, |(_, rest)| rest);
+    Some(match name {
+        "zero gradients" | "optimizer" => WorkKind::Optimizer,
+        "gradient reduction" => WorkKind::Communication,
+        "end" => return None,
+        _ if op.starts_with("embedding") => WorkKind::Embedding,
+        _ if op.starts_with("loss head") => WorkKind::Head,
+        _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
+        _ if op.starts_with("attention core")
+            || op.starts_with("attention qkv gradient merge")
+            || op.starts_with("attention probabilities") =>
+        {
+            WorkKind::Attention
+        }
+        _ if op.starts_with("mlp activation") => WorkKind::Activation,
+        // The products' spans, and a layer's recompute mark (its forward's spans follow).
+        _ => WorkKind::Linear,
+    })
+}
+
+/// The last step's spans summed by kind, next to the prediction's kinds.
+fn by_kind(spans: &[Span], prediction: &predict::Prediction) -> Vec<KindRow> {
+    let Some(last) = spans.last().map(|s| s.step) else {
+        return Vec::new();
+    };
+    let mut rows: Vec<KindRow> = prediction
+        .by_kind
+        .iter()
+        .map(|&(kind, predicted_s)| KindRow {
+            kind,
+            measured_s: 0.0,
+            predicted_s,
+            predicted_constants_s: prediction
+                .by_kind_constants
+                .as_ref()
+                .map(|c| c.iter().find(|(k, _)| *k == kind).map_or(0.0, |(_, s)| *s)),
+        })
+        .collect();
+    for sp in spans.iter().filter(|s| s.step == last) {
+        let Some(kind) = kind_of_span(&sp.name) else {
+            continue;
+        };
+        match rows.iter_mut().find(|r| r.kind == kind) {
+            Some(r) => r.measured_s += sp.dur_s,
+            None => rows.push(KindRow {
+                kind,
+                measured_s: sp.dur_s,
+                predicted_s: 0.0,
+                predicted_constants_s: prediction.by_kind_constants.as_ref().map(|_| 0.0),
+            }),
+        }
+    }
+    rows.sort_by_key(|r| r.kind);
+    rows
 }
 
 /// The learning rate of step `s` (0-based) of `steps`: linear warm-up over `warmup_steps`,
@@ -498,6 +571,7 @@ pub fn train(
             eng.marks = Some(Vec::new());
         }
         let t0 = Instant::now();
+        eng.mark_step("zero gradients")?;
         eng.zero_grads()?;
         eng.gpu.zero(eng.loss_sums)?;
         // The activation set of each (micro-batch, chunk) between its forward (or the
@@ -621,6 +695,7 @@ pub fn train(
             }
         }
         flush(&mut p2p, &eng)?;
+        eng.mark_step("gradient reduction")?;
         // The loss is the last stage's: summed over the pipeline (zero elsewhere).
         if let Some(c) = &ppc {
             c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
@@ -675,6 +750,7 @@ pub fn train(
         // [1], and of the last stage's copy of a tied embedding [2]; summed over the
         // groups whose ranks hold different tensors, each tensor then counted once:
         // Σ(all) − (tp − 1)/tp · Σ(whole) − Σ(copy).
+        eng.mark_step("optimizer")?;
         eng.gpu.zero(Buf {
             bytes: 12,
             ..eng.scalars
@@ -737,6 +813,8 @@ pub fn train(
                 }
             }
         }
+        // The last span's end.
+        eng.mark_step("end")?;
         watchdog.waiting(format!("the step-{} weight update", step + 1));
         eng.gpu.sync()?;
         watchdog.done();
@@ -806,6 +884,7 @@ pub fn train(
         micro_batches: micro_batches as u64,
         checkpoints,
         resumed_from,
+        by_kind: by_kind(&spans, &prediction),
         spans,
     })
 }
@@ -816,6 +895,34 @@ fn fault_skips(rank: usize, step: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn traced_spans_fall_into_the_kinds_the_cost_model_prices() {
+        use super::kind_of_span;
+        use planc_compiler::cost::kinds::WorkKind as K;
+        for (name, kind) in [
+            ("zero gradients", Some(K::Optimizer)),
+            ("optimizer", Some(K::Optimizer)),
+            ("gradient reduction", Some(K::Communication)),
+            ("end", None),
+            ("F0 embedding", Some(K::Embedding)),
+            ("B3 embedding backward", Some(K::Embedding)),
+            ("F2 loss head", Some(K::Head)),
+            ("L0 attention norm", Some(K::Norms)),
+            ("L11 mlp norm backward", Some(K::Norms)),
+            ("L4 attention core", Some(K::Attention)),
+            ("L4 attention core backward products", Some(K::Attention)),
+            ("L4 attention probabilities recompute", Some(K::Attention)),
+            ("L4 attention qkv gradient merge", Some(K::Attention)),
+            ("L7 mlp activation backward", Some(K::Activation)),
+            ("L7 qkv", Some(K::Linear)),
+            ("L7 attention projection backward", Some(K::Linear)),
+            ("L7 mlp down", Some(K::Linear)),
+            ("L7 recompute", Some(K::Linear)),
+        ] {
+            assert_eq!(kind_of_span(name), kind, "{name}");
+        }
+    }
     use super::*;
     use planc_compiler::plan::{LrSchedule, RunSettings};
     use planc_simulator::program::{build, StepOptions};

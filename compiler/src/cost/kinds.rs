@@ -1,0 +1,221 @@
+//! A stage's step split by kind of work (the layers' linear layers, attention, norms,
+//! activation; the output layer, the embedding, the optimizer; exposed communication), as
+//! `planc run --trace` groups the operations it measures, so a run can say which kind of
+//! work the prediction got wrong. The same operations and rules as [`super::time::pieces`]:
+//! the kinds sum to its layer passes (a test pins that).
+
+use serde::Serialize;
+
+use super::memory::stage_memory;
+use super::ops::{layer_forward, Op, OpKind};
+use super::time::{optimizer_time, pieces, placement, time_ops, Device, PassTime};
+use crate::plan::{Attention, Plan, Recompute};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkKind {
+    /// The layers' products with what runs beside them: bias, rope, residual additions.
+    Linear,
+    /// The attention core: fused, or the products and softmax of the standard one.
+    Attention,
+    Norms,
+    /// The MLP's activation (GELU, SwiGLU).
+    Activation,
+    /// The output layer and the loss.
+    Head,
+    Embedding,
+    /// Zeroing gradients, the norm, the update.
+    Optimizer,
+    /// Tensor-parallel collectives and pipeline transfers on the critical path.
+    Communication,
+}
+
+impl WorkKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            WorkKind::Linear => "linear layers",
+            WorkKind::Attention => "attention",
+            WorkKind::Norms => "norms",
+            WorkKind::Activation => "activation",
+            WorkKind::Head => "output layer",
+            WorkKind::Embedding => "embedding",
+            WorkKind::Optimizer => "optimizer",
+            WorkKind::Communication => "communication",
+        }
+    }
+
+    /// The kind of a layer's operation by its name in [`layer_forward`].
+    pub fn of_op(op: &Op) -> WorkKind {
+        match (&op.kind, op.name) {
+            (OpKind::Collective { .. }, _) => WorkKind::Communication,
+            (OpKind::FlashAttention { .. } | OpKind::RingExchange { .. }, _) => WorkKind::Attention,
+            (
+                _,
+                "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values",
+            ) => WorkKind::Attention,
+            (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
+            (_, "mlp_activation") => WorkKind::Activation,
+            _ => WorkKind::Linear,
+        }
+    }
+}
+
+/// Seconds of one step on `stage` by kind, for `micro_batches` micro-batches: compute and
+/// the communication the stage waits for (pipeline bubbles and data-parallel reduction
+/// not included; those are the schedule's, not a kind of work).
+pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKind, f64)> {
+    let group = super::stage_group(plan, stage);
+    let dev = Device {
+        gpu: &group.gpu,
+        precision: plan.train.precision,
+    };
+    let pl = placement(plan, group);
+    let mb = micro_batches as f64;
+    let layers = plan.stage_layers(stage) as f64;
+    let mut out: Vec<(WorkKind, f64)> = Vec::new();
+    let mut add = |k: WorkKind, s: f64| match out.iter_mut().find(|(x, _)| *x == k) {
+        Some(e) => e.1 += s,
+        None => out.push((k, s)),
+    };
+    for (kind, fwd, bwd) in layer_by_kind(plan, &dev, &pl) {
+        add(kind, mb * layers * (fwd.compute + bwd.compute));
+        add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
+    }
+    let pc = pieces(plan, &dev, &pl);
+    if stage == 0 {
+        add(
+            WorkKind::Embedding,
+            mb * (pc.embedding_fwd.compute + pc.embedding_bwd.compute),
+        );
+    }
+    if stage + 1 == plan.parallel.pp {
+        add(
+            WorkKind::Head,
+            mb * (pc.head_fwd.compute + pc.head_bwd.compute),
+        );
+        add(
+            WorkKind::Communication,
+            mb * (pc.head_fwd.comm + pc.head_bwd.comm),
+        );
+    }
+    add(WorkKind::Communication, mb * 2.0 * pc.p2p);
+    let params = stage_memory(plan, stage, micro_batches).params;
+    add(WorkKind::Optimizer, optimizer_time(plan, params, &dev));
+    out.retain(|(_, s)| *s > 0.0);
+    out
+}
+
+/// One layer's forward and backward by kind, by the rules of [`pieces`]: backward twice
+/// the forward (a product's input and weight gradients; twice the memory traffic), the
+/// fused attention's backward its own, recomputation on top.
+pub fn layer_by_kind(
+    plan: &Plan,
+    dev: &Device,
+    pl: &super::time::Placement,
+) -> Vec<(WorkKind, PassTime, PassTime)> {
+    let ops = layer_forward(plan);
+    let mut kinds: Vec<WorkKind> = ops.iter().map(WorkKind::of_op).collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|k| {
+            let mine: Vec<Op> = ops
+                .iter()
+                .filter(|o| WorkKind::of_op(o) == k)
+                .cloned()
+                .collect();
+            let fwd = time_ops(&mine, dev, pl);
+            let mut bwd = PassTime {
+                compute: 2.0 * fwd.compute,
+                comm: fwd.comm,
+                flops: 2.0 * fwd.flops,
+            };
+            for o in &mine {
+                if let OpKind::FlashAttention {
+                    flops,
+                    seq,
+                    head_dim,
+                } = o.kind
+                {
+                    bwd.compute += dev.flash_backward(flops, seq, head_dim)
+                        - 2.0 * dev.flash(flops, seq, head_dim);
+                }
+            }
+            match plan.parallel.recompute {
+                Recompute::Full => bwd.add(fwd),
+                Recompute::Selective
+                    if plan.train.attention == Attention::Standard && k == WorkKind::Attention =>
+                {
+                    bwd.add(fwd)
+                }
+                _ => {}
+            }
+            (k, fwd, bwd)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_source;
+
+    fn plan(attention: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ preset = \"llama3-8b\" }}
+             train {{ global_batch = 32, precision = bf16, attention = {attention} }}
+             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1 }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    #[test]
+    fn the_kinds_sum_to_the_layer_passes() {
+        for attention in ["flash", "standard"] {
+            let mut p = plan(attention);
+            for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
+                p.parallel.recompute = recompute;
+                let group = &p.cluster.groups[0];
+                let dev = Device {
+                    gpu: &group.gpu,
+                    precision: p.train.precision,
+                };
+                let pl = placement(&p, group);
+                let pc = pieces(&p, &dev, &pl);
+                let kinds = layer_by_kind(&p, &dev, &pl);
+                let what = format!("{attention}, recompute {recompute:?}");
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+                let fwd: f64 = kinds.iter().map(|k| k.1.total()).sum();
+                let bwd: f64 = kinds.iter().map(|k| k.2.total()).sum();
+                assert!(close(fwd, pc.layer_fwd.total()), "{what}: forward");
+                assert!(close(bwd, pc.layer_bwd.total()), "{what}: backward");
+                // tp 2: the collectives are a kind of their own.
+                let comm = kinds.iter().find(|k| k.0 == WorkKind::Communication);
+                assert!(comm.is_some_and(|k| k.1.comm > 0.0), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_one_stage_step_holds_every_kind_of_work_once() {
+        let p = plan("flash");
+        let kinds = stage_by_kind(&p, 0, 4);
+        for k in [
+            WorkKind::Linear,
+            WorkKind::Attention,
+            WorkKind::Norms,
+            WorkKind::Activation,
+            WorkKind::Head,
+            WorkKind::Embedding,
+            WorkKind::Optimizer,
+            WorkKind::Communication,
+        ] {
+            assert_eq!(kinds.iter().filter(|x| x.0 == k).count(), 1, "{k:?}");
+        }
+    }
+}
