@@ -28,9 +28,9 @@ pub struct Prediction {
     /// Dense peak of one GPU at the plan's precision (for MFU).
     pub peak_flops: f64,
     /// The step of stage 0 by kind of work, from the profile where the plan has one.
-    pub by_kind: Vec<(WorkKind, f64)>,
+    pub by_kind: ByKind,
     /// The same from the catalog's constants, where a profile priced `by_kind`.
-    pub by_kind_constants: Option<Vec<(WorkKind, f64)>>,
+    pub by_kind_constants: Option<ByKind>,
     /// Bytes per layer and the layer-independent rest, for `--layers` advice.
     per_layer: f64,
     fixed: f64,
@@ -46,9 +46,12 @@ impl Prediction {
     }
 }
 
+/// Seconds of a step by kind of work.
+pub type ByKind = Vec<(WorkKind, f64)>;
+
 /// `plan`'s step on `stage` by kind of work, and again without device profiles where
 /// the plan has one (what the prediction was before calibration).
-fn by_kind(plan: &Plan, stage: u64) -> (Vec<(WorkKind, f64)>, Option<Vec<(WorkKind, f64)>>) {
+fn by_kind(plan: &Plan, stage: u64) -> (ByKind, Option<ByKind>) {
     let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
     let with = stage_by_kind(plan, stage, mb);
     if plan.cluster.groups.iter().all(|g| g.gpu.profile.is_none()) {
