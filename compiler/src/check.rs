@@ -44,6 +44,7 @@ impl Checked {
             model: spec.model.clone(),
             train: spec.train.clone(),
             parallel: parallel.clone(),
+            framework: spec.framework(),
         };
         self.diagnostics.extend(validate(spec, &parallel));
         let est = estimate(&plan);
@@ -119,6 +120,7 @@ pub fn check_file_with_progress(
                 model: spec.model.clone(),
                 train: spec.train.clone(),
                 parallel,
+                framework: spec.framework(),
             };
             let est = estimate(&plan);
             checked

@@ -573,6 +573,15 @@ pub struct PlanSpec {
     pub origins: Origins,
 }
 
+impl PlanSpec {
+    /// `job.framework`, Megatron-LM without a job block.
+    pub fn framework(&self) -> Framework {
+        self.job
+            .as_ref()
+            .map_or(Framework::Megatron, |j| j.framework)
+    }
+}
+
 /// A plan with a chosen layout: what the cost model takes.
 #[derive(Clone, Debug, Serialize)]
 pub struct Plan {
@@ -580,9 +589,17 @@ pub struct Plan {
     pub model: Model,
     pub train: Train,
     pub parallel: Parallel,
+    /// The framework that runs the plan (`job.framework`; Megatron-LM without a job
+    /// block): where frameworks implement the same step differently, the cost differs.
+    #[serde(skip)]
+    pub framework: Framework,
 }
 
 impl Plan {
+    pub fn framework(&self) -> Framework {
+        self.framework
+    }
+
     /// Transformer layers on pipeline stage `stage` (see [`Parallel::stage_layers`]).
     pub fn stage_layers(&self, stage: u64) -> u64 {
         self.parallel.stage_layers(self.model.layers, stage)

@@ -80,6 +80,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             model: s.model.clone(),
                                             train: s.train.clone(),
                                             parallel: p.clone(),
+                                            framework: s.framework(),
                                         };
                                         if memory_fraction(&plan) > 1.0 - s.search.memory_headroom {
                                             continue;
@@ -360,6 +361,7 @@ fn interleaved_uneven_layouts_found_by_search_are_those_brute_force_finds() {
             model: s.model.clone(),
             train: s.train.clone(),
             parallel,
+            framework: s.framework(),
         };
         if memory_fraction(&plan) <= 1.0 - s.search.memory_headroom {
             assert!(kept.contains(&(pp, vpp)), "({pp}, {vpp}) fits but was lost");

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::memory::stage_memory;
-use super::ops::{layer_forward, Op, OpKind};
+use super::ops::{layer_bias_gradients, layer_forward, Op, OpKind};
 use super::time::{optimizer_time, pieces, placement, time_ops, Device, PassTime};
 use crate::plan::{Attention, Plan, Recompute};
 
@@ -107,7 +107,8 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
 
 /// One layer's forward and backward by kind, by the rules of [`pieces`]: backward twice
 /// the forward (a product's input and weight gradients; twice the memory traffic), the
-/// fused attention's backward its own, recomputation on top.
+/// fused attention's backward its own, the bias gradients' reductions with the linear
+/// layers, recomputation on top.
 pub fn layer_by_kind(
     plan: &Plan,
     dev: &Device,
@@ -140,6 +141,11 @@ pub fn layer_by_kind(
                 {
                     bwd.compute += dev.flash_backward(flops, seq, head_dim)
                         - 2.0 * dev.flash(flops, seq, head_dim);
+                }
+            }
+            if k == WorkKind::Linear {
+                for bytes in layer_bias_gradients(plan) {
+                    bwd.compute += dev.memory(bytes);
                 }
             }
             match plan.parallel.recompute {

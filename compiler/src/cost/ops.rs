@@ -5,7 +5,7 @@
 //! will execute it with cuBLAS and NCCL. Sizes are per GPU (after tp/sp/cp/ep sharding).
 
 use super::comm::Collective;
-use crate::plan::{Attention, Mlp, Plan, Position};
+use crate::plan::{Attention, Framework, Mlp, Plan, Position};
 
 /// Which parallel group a collective runs over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,14 +289,60 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
             k: h,
         },
     ));
-    // Cross-entropy in fp32 over vocab-parallel logits: read, exp, write gradient.
     ops.push(op(
         "cross_entropy",
         OpKind::Memory {
-            bytes: 3.0 * tokens * v / t * 4.0,
+            bytes: cross_entropy_bytes(plan) * tokens * v / t,
         },
     ));
     ops
+}
+
+/// Bytes per logit the loss moves in forward. Megatron-LM (and the frameworks that follow
+/// it) upcast the vocab-parallel logits to fp32 and read, exponentiate and write them:
+/// 3 × 4 bytes, and a backward of twice that. planc's own kernels work on the logits in
+/// the storage type and write the gradient in place during forward (read + write; a third
+/// pass, the shares' statistics, under tensor parallelism), leaving backward nothing to do:
+/// see [`cross_entropy_has_backward`].
+pub fn cross_entropy_bytes(plan: &Plan) -> f64 {
+    let e = plan.train.precision.bytes();
+    match plan.framework() {
+        Framework::Planc if plan.parallel.tp > 1 => 3.0 * e,
+        Framework::Planc => 2.0 * e,
+        _ => 3.0 * 4.0,
+    }
+}
+
+/// Whether the loss has a backward pass of its own (see [`cross_entropy_bytes`]).
+pub fn cross_entropy_has_backward(plan: &Plan) -> bool {
+    plan.framework() != Framework::Planc
+}
+
+/// Bytes each bias gradient of a layer reads in backward: the sum over tokens of the
+/// product's output gradient, one reduction per product with a bias (the frameworks fuse
+/// the bias into the forward product, not its gradient into the backward ones). A
+/// row-parallel product's bias sums this rank's tokens under sequence parallelism.
+pub fn layer_bias_gradients(plan: &Plan) -> Vec<f64> {
+    if !plan.model.bias {
+        return Vec::new();
+    }
+    let p = &plan.parallel;
+    let sp = if p.sequence_parallel {
+        p.tp as f64
+    } else {
+        1.0
+    };
+    let e = plan.train.precision.bytes();
+    layer_forward(plan)
+        .iter()
+        .filter_map(|o| match (o.name, &o.kind) {
+            ("qkv_proj" | "mlp_up_proj", OpKind::Gemm { m, n, .. }) => Some(m * n * e),
+            ("attention_out_proj" | "mlp_down_proj", OpKind::Gemm { m, n, .. }) => {
+                Some(m * n * e / sp)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The embedding lookup of the first stage, forward, for one micro-batch.

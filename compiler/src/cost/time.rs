@@ -10,7 +10,10 @@
 use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
-use super::ops::{embedding_forward, head_forward, layer_forward, Group, Op, OpKind};
+use super::ops::{
+    cross_entropy_has_backward, embedding_forward, head_forward, layer_bias_gradients,
+    layer_forward, Group, Op, OpKind,
+};
 use crate::plan::{
     Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
 };
@@ -334,6 +337,9 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         }
         _ => {}
     }
+    for bytes in layer_bias_gradients(plan) {
+        layer_bwd.compute += dev.memory(bytes);
+    }
     // A weight gradient is one product of the same size as the forward product.
     let weight_products: Vec<Op> = layer_ops
         .iter()
@@ -342,7 +348,25 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         .collect();
     let layer_wgrad = time_ops(&weight_products, dev, pl).compute;
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
-    let head_fwd = time_ops(&head_forward(plan), dev, pl);
+    let head_ops = head_forward(plan);
+    let head_fwd = time_ops(&head_ops, dev, pl);
+    // Backward twice the forward, but a loss that wrote its gradient in forward has no
+    // backward of its own.
+    let twice = |t: PassTime| PassTime {
+        compute: 2.0 * t.compute,
+        comm: t.comm,
+        flops: 2.0 * t.flops,
+    };
+    let head_bwd = if cross_entropy_has_backward(plan) {
+        twice(head_fwd)
+    } else {
+        let rest: Vec<Op> = head_ops
+            .iter()
+            .filter(|o| o.name != "cross_entropy")
+            .cloned()
+            .collect();
+        twice(time_ops(&rest, dev, pl))
+    };
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         let sp = if p.sequence_parallel { p.tp } else { 1 };
@@ -362,11 +386,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         embedding_fwd,
         embedding_bwd: embedding_fwd,
         head_fwd,
-        head_bwd: PassTime {
-            compute: 2.0 * head_fwd.compute,
-            comm: head_fwd.comm,
-            flops: 2.0 * head_fwd.flops,
-        },
+        head_bwd,
         p2p,
     }
 }

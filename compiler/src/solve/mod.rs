@@ -112,6 +112,7 @@ fn plan_of(spec: &PlanSpec, parallel: Parallel) -> Plan {
         model: spec.model.clone(),
         train: spec.train.clone(),
         parallel,
+        framework: spec.framework(),
     }
 }
 

@@ -107,6 +107,7 @@ pub const KERNELS: &[&str] = &[
     "cast_to_x",
     "add_x",
     "add_bias",
+    "add_bias_residual",
     "embed_fwd",
     "embed_vocab_fwd",
     "add_positions",

@@ -853,26 +853,29 @@ impl Engine {
         let ln1 = self.tp_gather_rows(a.ln1)?;
         self.blas
             .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
-        self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
         let (b, t, h, g, dd) = self.attn_args();
         let (split, threads) = self.per_pack(("qkv_split", "qkv_split_v"), b * h * t * dd);
-        self.gpu.launch_n(
-            split,
-            threads,
-            &[
-                Arg::P(a.q),
-                Arg::P(a.k),
-                Arg::P(a.v),
-                Arg::P(self.s.qkv),
-                Arg::I(b as i32),
-                Arg::I(t as i32),
-                Arg::I(h as i32),
-                Arg::I(g as i32),
-                Arg::I(dd as i32),
-                Arg::P(self.rope_cos),
-                Arg::P(self.rope_sin),
-            ],
-        )?;
+        let mut args = vec![
+            Arg::P(a.q),
+            Arg::P(a.k),
+            Arg::P(a.v),
+            Arg::P(self.s.qkv),
+            Arg::I(b as i32),
+            Arg::I(t as i32),
+            Arg::I(h as i32),
+            Arg::I(g as i32),
+            Arg::I(dd as i32),
+            Arg::P(self.rope_cos),
+            Arg::P(self.rope_sin),
+        ];
+        // The pack-a-thread split adds the bias as it reads; the per-element one needs it
+        // added first.
+        if split == "qkv_split_v" {
+            args.push(Arg::P(w(self, "qkv_b")));
+        } else {
+            self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
+        }
+        self.gpu.launch_n(split, threads, &args)?;
         self.mark(|| format!("L{l} attention core"))?;
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
@@ -907,8 +910,7 @@ impl Engine {
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
         let proj = self.tp_reduce_rows(self.s.tmp)?;
-        self.add_bias(proj, w(self, "proj_b"), nl, c)?;
-        self.add(a.x2, x_in, proj, nl * c)?;
+        self.add_residual(a.x2, x_in, proj, w(self, "proj_b"), nl, c)?;
         self.mark(|| format!("L{l} mlp norm"))?;
         self.norm_fwd(
             a.ln2,
@@ -944,8 +946,28 @@ impl Engine {
         self.blas
             .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
         let down = self.tp_reduce_rows(self.s.tmp)?;
-        self.add_bias(down, w(self, "fc2_b"), nl, c)?;
-        self.add(x_out, a.x2, down, nl * c)
+        self.add_residual(x_out, a.x2, down, w(self, "fc2_b"), nl, c)
+    }
+
+    /// `out[rows, cols] = a + b + bias` (bias may be null): the residual stream after a
+    /// row-parallel product, its bias added in the same pass.
+    fn add_residual(&self, out: Buf, a: Buf, b: Buf, bias: Buf, rows: usize, cols: usize) -> Res {
+        if !cols.is_multiple_of(16 / self.xsz) {
+            self.add_bias(b, bias, rows, cols)?;
+            return self.add(out, a, b, rows * cols);
+        }
+        self.gpu.launch_v(
+            "add_bias_residual",
+            rows * cols,
+            &[
+                Arg::P(out),
+                Arg::P(a),
+                Arg::P(b),
+                Arg::P(bias),
+                Arg::L(rows as i64),
+                Arg::I(cols as i32),
+            ],
+        )
     }
 
     fn add(&self, out: Buf, a: Buf, b: Buf, n: usize) -> Res {

@@ -121,6 +121,23 @@ __global__ void add_x(X* out, const X* a, const X* b, long n) {
     }
 }
 
+// out[n, c] = a + b + bias[c] (the residual stream after a row-parallel product: its bias
+// added on the way, not in a pass of its own). bias may be null. VEC elements a thread;
+// c is a multiple of VEC (the launcher falls back to add_bias + add_x otherwise).
+__global__ void add_bias_residual(X* out, const X* a, const X* b, const X* bias, long rows,
+                                  int cols) {
+    long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
+    if (i >= rows * cols) return;
+    Pack pa, pb, po, pc;
+    pa.u = *(const uint4*)(a + i);
+    pb.u = *(const uint4*)(b + i);
+    if (bias) pc.u = *(const uint4*)(bias + i % cols);
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        po.x[k] = st(ld(pa.x[k]) + ld(pb.x[k]) + (bias ? ld(pc.x[k]) : 0.0f));
+    *(uint4*)(out + i) = po.u;
+}
+
 // x[n, c] += bias[c]. VEC elements a thread.
 __global__ void add_bias(X* x, const X* bias, long rows, int cols) {
     long n = rows * cols;
@@ -690,8 +707,24 @@ __device__ __forceinline__ void rope_pack(Pack& out, const Pack& x, const Pack& 
         out.x[k] = st(ld(x.x[k]) * c[k] + sign * ld(partner.x[k]) * s[k]);
 }
 
+// A pack of row `src` at element `at`, plus the same pack of `bias` where there is one
+// (rounded to the storage type, as a separate bias pass would leave it).
+__device__ __forceinline__ Pack pack_plus(const X* src, const X* bias, long at) {
+    Pack p;
+    p.u = *(const uint4*)(src + at);
+    if (bias) {
+        Pack b;
+        b.u = *(const uint4*)(bias + at);
+#pragma unroll
+        for (int e = 0; e < VEC; e++) p.x[e] = st(ld(p.x[e]) + ld(b.x[e]));
+    }
+    return p;
+}
+
+// The product's bias is added here, before rope rotates q and k, rather than in a pass
+// over qkv of its own.
 __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
-                            const float* rcos, const float* rsin) {
+                            const float* rcos, const float* rsin, const X* bias) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     int P = D / VEC;
     if (i >= (long)B * H * T * P) return;
@@ -703,21 +736,18 @@ __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H,
     long b = rest / H;
     int g = h / (H / G);
     const X* row = qkv + (b * T + t) * (long)(H + 2 * G) * D;
-    const X* qs = row + (long)h * D;
-    const X* ks = row + (long)(H + g) * D;
-    Pack qp, kp, vp;
-    qp.u = *(const uint4*)(qs + d0);
-    kp.u = *(const uint4*)(ks + d0);
-    vp.u = *(const uint4*)(row + (long)(H + G + g) * D + d0);
+    long qa = (long)h * D, ka = (long)(H + g) * D, va = (long)(H + G + g) * D;
+    Pack qp = pack_plus(row, bias, qa + d0);
+    Pack kp = pack_plus(row, bias, ka + d0);
+    Pack vp = pack_plus(row, bias, va + d0);
     if (rcos) {
         int half = D / 2;
         bool lo = d0 < half;
         int pd = lo ? d0 + half : d0 - half;
         const float* c = rcos + (long)t * half + (lo ? d0 : pd);
         const float* s = rsin + (long)t * half + (lo ? d0 : pd);
-        Pack qo, ko;
-        qo.u = *(const uint4*)(qs + pd);
-        ko.u = *(const uint4*)(ks + pd);
+        Pack qo = pack_plus(row, bias, qa + pd);
+        Pack ko = pack_plus(row, bias, ka + pd);
         rope_pack(qp, qp, qo, lo, c, s, true);
         rope_pack(kp, kp, ko, lo, c, s, true);
     }

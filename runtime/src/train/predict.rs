@@ -1,6 +1,7 @@
 //! What planc predicts for the run it is about to make: the same plan, priced for the GPU
-//! that runs it (the catalog entry of the local device's family) with the layers that run,
-//! by the cost model and the simulator that `planc check` uses.
+//! that runs it (the catalog entry of the local device's family) with the layers that run
+//! and planc's own kernels (`job.framework = planc`), by the cost model and the simulator
+//! that `planc check` uses.
 
 use planc_compiler::cost::estimate;
 use planc_compiler::cost::kinds::{stage_by_kind, WorkKind};
@@ -70,6 +71,8 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     for g in &mut p.cluster.groups {
         g.gpu = gpu.clone();
     }
+    // What runs is planc's own kernels, whatever framework the plan's job names.
+    p.framework = planc_compiler::plan::Framework::Planc;
     let est = estimate(&p);
     let step_s = planc_simulator::simulate(&p)
         .map(|s| s.breakdown.step_s)
