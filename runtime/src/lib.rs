@@ -221,7 +221,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 "attention",
                 format!("{flops:.3e} FLOP"),
                 Some(dev.flash(flops, seq, head_dim)),
-                "not run: needs a fused attention kernel",
+                "not timed here: `planc calibrate` times the fused attention (forward and backward), and `planc run --trace` shows it by kind",
             ),
             OpKind::Collective {
                 op: c,

@@ -7,9 +7,9 @@
 use serde::Serialize;
 
 use super::memory::stage_memory;
-use super::ops::{layer_bias_gradients, layer_forward, Op, OpKind};
-use super::time::{optimizer_time, pieces, placement, time_ops, Device, PassTime};
-use crate::plan::{Attention, Plan, Recompute};
+use super::ops::{layer_forward, Op, OpKind};
+use super::time::{layer_backward, optimizer_time, pieces, placement, time_ops, Device, PassTime};
+use crate::plan::Plan;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,10 +105,8 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     out
 }
 
-/// One layer's forward and backward by kind, by the rules of [`pieces`]: backward twice
-/// the forward (a product's input and weight gradients; twice the memory traffic), the
-/// fused attention's backward its own, the bias gradients' reductions with the linear
-/// layers, recomputation on top.
+/// One layer's forward and backward by kind, each kind's operations priced by the rules
+/// [`pieces`] prices the whole layer by ([`layer_backward`]).
 pub fn layer_by_kind(
     plan: &Plan,
     dev: &Device,
@@ -127,36 +125,7 @@ pub fn layer_by_kind(
                 .cloned()
                 .collect();
             let fwd = time_ops(&mine, dev, pl);
-            let mut bwd = PassTime {
-                compute: 2.0 * fwd.compute,
-                comm: fwd.comm,
-                flops: 2.0 * fwd.flops,
-            };
-            for o in &mine {
-                if let OpKind::FlashAttention {
-                    flops,
-                    seq,
-                    head_dim,
-                } = o.kind
-                {
-                    bwd.compute += dev.flash_backward(flops, seq, head_dim)
-                        - 2.0 * dev.flash(flops, seq, head_dim);
-                }
-            }
-            if k == WorkKind::Linear {
-                for bytes in layer_bias_gradients(plan) {
-                    bwd.compute += dev.memory(bytes);
-                }
-            }
-            match plan.parallel.recompute {
-                Recompute::Full => bwd.add(fwd),
-                Recompute::Selective
-                    if plan.train.attention == Attention::Standard && k == WorkKind::Attention =>
-                {
-                    bwd.add(fwd)
-                }
-                _ => {}
-            }
+            let bwd = layer_backward(plan, &mine, fwd, dev, pl);
             (k, fwd, bwd)
         })
         .collect()
@@ -166,6 +135,7 @@ pub fn layer_by_kind(
 mod tests {
     use super::*;
     use crate::check::check_source;
+    use crate::plan::Recompute;
 
     fn plan(attention: &str) -> Plan {
         let text = format!(

@@ -318,11 +318,11 @@ pub fn cross_entropy_has_backward(plan: &Plan) -> bool {
     plan.framework() != Framework::Planc
 }
 
-/// Bytes each bias gradient of a layer reads in backward: the sum over tokens of the
+/// Bytes each bias gradient of the products among a layer's `ops` reads in backward: the sum over tokens of the
 /// product's output gradient, one reduction per product with a bias (the frameworks fuse
 /// the bias into the forward product, not its gradient into the backward ones). A
 /// row-parallel product's bias sums this rank's tokens under sequence parallelism.
-pub fn layer_bias_gradients(plan: &Plan) -> Vec<f64> {
+pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {
     if !plan.model.bias {
         return Vec::new();
     }
@@ -333,8 +333,7 @@ pub fn layer_bias_gradients(plan: &Plan) -> Vec<f64> {
         1.0
     };
     let e = plan.train.precision.bytes();
-    layer_forward(plan)
-        .iter()
+    ops.iter()
         .filter_map(|o| match (o.name, &o.kind) {
             ("qkv_proj" | "mlp_up_proj", OpKind::Gemm { m, n, .. }) => Some(m * n * e),
             ("attention_out_proj" | "mlp_down_proj", OpKind::Gemm { m, n, .. }) => {

@@ -298,48 +298,62 @@ pub struct Pieces {
     pub p2p: f64,
 }
 
-pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
-    let p = &plan.parallel;
-    let layer_ops = layer_forward(plan);
-    let layer_fwd = time_ops(&layer_ops, dev, pl);
-    // Backward runs two products per forward product and twice the memory traffic;
-    // collectives mirror the forward ones.
-    let mut layer_bwd = PassTime {
-        compute: 2.0 * layer_fwd.compute,
-        comm: layer_fwd.comm,
-        flops: 2.0 * layer_fwd.flops,
+/// The backward of `ops` (a layer's forward operations, or some of them) whose forward
+/// took `fwd`: two products per forward product and twice the memory traffic, collectives
+/// mirroring the forward ones; the fused attention's backward its own (2.5× the work, or
+/// what the profile measured); the bias gradients' reductions of the products among `ops`;
+/// recomputation on top.
+pub(crate) fn layer_backward(
+    plan: &Plan,
+    ops: &[Op],
+    fwd: PassTime,
+    dev: &Device,
+    pl: &Placement,
+) -> PassTime {
+    let mut bwd = PassTime {
+        compute: 2.0 * fwd.compute,
+        comm: fwd.comm,
+        flops: 2.0 * fwd.flops,
     };
-    // The generic doubling above gave the fused attention 2× its forward; its backward
-    // is its own (2.5× the work, or what the profile measured).
-    for o in &layer_ops {
+    for o in ops {
         if let OpKind::FlashAttention {
             flops,
             seq,
             head_dim,
         } = o.kind
         {
-            let fwd = dev.flash(flops, seq, head_dim);
-            layer_bwd.compute += dev.flash_backward(flops, seq, head_dim) - 2.0 * fwd;
-            layer_bwd.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
+            let f = dev.flash(flops, seq, head_dim);
+            bwd.compute += dev.flash_backward(flops, seq, head_dim) - 2.0 * f;
+            bwd.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
         }
     }
-    let is_core = |o: &Op| {
-        matches!(
-            o.name,
-            "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values"
-        )
-    };
-    match p.recompute {
-        Recompute::Full => layer_bwd.add(layer_fwd),
+    for bytes in layer_bias_gradients(plan, ops) {
+        bwd.compute += dev.memory(bytes);
+    }
+    match plan.parallel.recompute {
+        Recompute::Full => bwd.add(fwd),
         Recompute::Selective if plan.train.attention == Attention::Standard => {
-            let core: Vec<Op> = layer_ops.iter().filter(|o| is_core(o)).cloned().collect();
-            layer_bwd.add(time_ops(&core, dev, pl));
+            let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
+            bwd.add(time_ops(&core, dev, pl));
         }
         _ => {}
     }
-    for bytes in layer_bias_gradients(plan) {
-        layer_bwd.compute += dev.memory(bytes);
-    }
+    bwd
+}
+
+/// The standard attention core's operations (what selective recomputation redoes).
+fn is_core(o: &Op) -> bool {
+    matches!(
+        o.name,
+        "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values"
+    )
+}
+
+pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
+    let p = &plan.parallel;
+    let layer_ops = layer_forward(plan);
+    let layer_fwd = time_ops(&layer_ops, dev, pl);
+    let layer_bwd = layer_backward(plan, &layer_ops, layer_fwd, dev, pl);
     // A weight gradient is one product of the same size as the forward product.
     let weight_products: Vec<Op> = layer_ops
         .iter()
