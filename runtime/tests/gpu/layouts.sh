@@ -5,8 +5,8 @@
 #   PLANC=path/to/planc runtime/tests/gpu/layouts.sh OUTDIR
 #
 # Cases: dp 2 with zero 0 and zero 1, tp 2 with and without sequence parallelism (and with
-# flash attention and full recompute), pp 2 with 1f1b and gpipe over 4 micro-batches of 2
-# (interleaved is refused so far), each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a tp 2 and a pp 2
+# flash attention and full recompute), pp 2 with 1f1b, gpipe and interleaved (vpp 2, a
+# layer a virtual stage) over 4 micro-batches of 2, each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a tp 2 and a pp 2
 # checkpoint resumed on one GPU; two node processes meeting over loopback, a rank killed mid-run (named error, no process
 # left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
 set -u
@@ -83,7 +83,8 @@ for base in gpt-fp32 llama-fp32 gpt-bf16 llama-bf16; do
     done
     pipeline "$base" "$base-pp2-1f1b" -e 's/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    schedule = 1f1b/'
     pipeline "$base" "$base-pp2-gpipe" -e 's/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    schedule = gpipe/'
-    for v in 1f1b gpipe; do
+    pipeline "$base" "$base-pp2-interleaved" -e 's/^\([[:space:]]*pp[[:space:]]*=.*\)/\1\n    schedule = interleaved\n    vpp = 2/'
+    for v in 1f1b gpipe interleaved; do
         if run "$base-pp2-$v" "$plans/$base-pp2-$v.tp"; then
             compare "$base-pp2-$v" "$base" "$tol"
         else
