@@ -19,6 +19,7 @@ use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 use planc_compiler::plan::Precision;
 
 use super::cuda::Buf;
+use super::trail;
 use crate::RunError;
 
 /// This process's place in the run.
@@ -104,8 +105,10 @@ pub fn activation_type(precision: Precision) -> ncclDataType_t {
 /// Runs `f`'s collectives as one NCCL group (one launch for many small tensors).
 pub fn grouped(f: impl FnOnce() -> Result<(), RunError>) -> Result<(), RunError> {
     nccl::group_start().map_err(|e| nerr("group start", e))?;
+    trail::group_start();
     let r = f();
     let end = nccl::group_end().map_err(|e| nerr("group end", e));
+    trail::group_end();
     r.and(end.map(|_| ()))
 }
 
@@ -136,7 +139,12 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("all-reduce", e))
+        r.map(|_| ()).map_err(|e| nerr("all-reduce", e))?;
+        trail::queued(
+            format!("all-reduce of {count} elements over the {}", self.name),
+            stream,
+        );
+        Ok(())
     }
 
     /// `out` (count f32) = the sum over ranks of this rank's share of `inp` (count·size f32).
@@ -172,7 +180,12 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("reduce-scatter", e))
+        r.map(|_| ()).map_err(|e| nerr("reduce-scatter", e))?;
+        trail::queued(
+            format!("reduce-scatter to {count} elements over the {}", self.name),
+            stream,
+        );
+        Ok(())
     }
 
     /// `out` (count·size elements of `elem_bytes` each) = every rank's `inp` (count), in
@@ -196,7 +209,15 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("all-gather", e))
+        r.map(|_| ()).map_err(|e| nerr("all-gather", e))?;
+        trail::queued(
+            format!(
+                "all-gather of {count} elements a rank over the {}",
+                self.name
+            ),
+            stream,
+        );
+        Ok(())
     }
 
     /// Sends `count` elements of `ty` to group rank `peer` (pipeline messages; batched
@@ -220,7 +241,15 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("send", e))
+        r.map(|_| ()).map_err(|e| nerr("send", e))?;
+        trail::queued(
+            format!(
+                "send of {count} elements to rank {peer} of the {}",
+                self.name
+            ),
+            stream,
+        );
+        Ok(())
     }
 
     /// Receives `count` elements of `ty` from group rank `peer` into `buf`.
@@ -243,7 +272,15 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("receive", e))
+        r.map(|_| ()).map_err(|e| nerr("receive", e))?;
+        trail::queued(
+            format!(
+                "receive of {count} elements from rank {peer} of the {}",
+                self.name
+            ),
+            stream,
+        );
+        Ok(())
     }
 
     pub fn abort(&self) {
@@ -475,10 +512,15 @@ impl Watchdog {
                 .saturating_sub(Duration::from_millis(since - 1));
             if waited > limit {
                 let what = s.0.lock().map(|w| w.clone()).unwrap_or_default();
+                // The host waits at a sync point; the GPU is further back, in the first
+                // queued operation that has not finished.
+                let gpu = trail::first_unfinished()
+                    .map(|op| format!("; its GPU is in operation {op}"))
+                    .unwrap_or_default();
                 eprintln!(
-                    "error: rank {rank} waited {:.0} s in {what}; the other ranks of its groups \
-                     did not join (a rank died or the ranks run different programs). Aborting \
-                     the communicators.",
+                    "error: rank {rank} waited {:.0} s in {what}{gpu}; the other ranks of its \
+                     groups did not join (a rank died or the ranks run different programs). \
+                     Aborting the communicators.",
                     waited.as_secs_f64()
                 );
                 for c in &comms {

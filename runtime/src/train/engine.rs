@@ -21,6 +21,7 @@ use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
 use super::dist::{self, Comm};
 use super::model::{self, Dims, Params, Stage};
+use super::trail;
 use crate::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use planc_simulator::program::Payload;
@@ -466,11 +467,20 @@ impl Engine {
         self.mark(|| name.to_string())
     }
 
+    /// Names the operation that begins here: a span of the trace (with `--trace`) and the
+    /// plan's name for the collectives it queues (`trail`, with more than one rank).
     fn mark(&mut self, name: impl FnOnce() -> String) -> Res {
+        if self.marks.is_none() && !trail::is_on() {
+            return Ok(());
+        }
+        let name = name();
+        if trail::is_on() {
+            trail::doing(name.clone());
+        }
         if self.marks.is_some() {
             let e = self.gpu.event()?;
             if let Some(m) = self.marks.as_mut() {
-                m.push((name(), e));
+                m.push((name, e));
             }
         }
         Ok(())

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod model;
 pub mod predict;
 pub mod step;
+pub mod trail;
 
 use sha2::{Digest, Sha256};
 

@@ -23,6 +23,7 @@ use super::cuda::Gpu;
 use super::dist::{self, Comm, World};
 use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
+use super::trail;
 use super::{checkpoint, data, predict};
 use crate::RunError;
 
@@ -561,10 +562,14 @@ pub fn train(
     let flops = prediction.flops_per_step;
     let peak_flops = prediction.peak_flops;
     let trace_origin = Instant::now();
+    if world.size > 1 {
+        trail::enable();
+    }
     for step in start_step..start_step + steps {
         if opts.trace {
             eng.marks = Some(Vec::new());
         }
+        trail::new_step();
         let t0 = Instant::now();
         eng.mark_step("zero gradients")?;
         eng.zero_grads()?;
@@ -582,29 +587,34 @@ pub fn train(
         // Consecutive sends and receives go to NCCL as one group: a stage that sends its
         // activation and receives a gradient, facing one that does the reverse, must not
         // wait for the other's receive first.
-        let mut p2p: Vec<(bool, usize, Buf, usize)> = Vec::new();
-        let flush =
-            |p2p: &mut Vec<(bool, usize, Buf, usize)>, eng: &Engine| -> Result<(), RunError> {
-                if p2p.is_empty() {
-                    return Ok(());
-                }
-                let c = ppc
-                    .as_ref()
-                    .expect("pipeline messages need the pipeline group");
-                let ty = eng.activation_type();
-                dist::grouped(|| {
-                    for &(send, peer, buf, count) in p2p.iter() {
-                        if send {
-                            c.send(buf, count, ty, peer, stream)?;
-                        } else {
-                            c.recv(buf, count, ty, peer, stream)?;
-                        }
+        let mut p2p: Vec<(bool, usize, Buf, usize, String)> = Vec::new();
+        let flush = |p2p: &mut Vec<(bool, usize, Buf, usize, String)>,
+                     eng: &Engine|
+         -> Result<(), RunError> {
+            if p2p.is_empty() {
+                return Ok(());
+            }
+            if trail::is_on() {
+                let names: Vec<&str> = p2p.iter().map(|m| m.4.as_str()).collect();
+                trail::doing(format!("step {}: {}", step + 1, names.join(" and ")));
+            }
+            let c = ppc
+                .as_ref()
+                .expect("pipeline messages need the pipeline group");
+            let ty = eng.activation_type();
+            dist::grouped(|| {
+                for &(send, peer, buf, count, _) in p2p.iter() {
+                    if send {
+                        c.send(buf, count, ty, peer, stream)?;
+                    } else {
+                        c.recv(buf, count, ty, peer, stream)?;
                     }
-                    Ok(())
-                })?;
-                p2p.clear();
+                }
                 Ok(())
-            };
+            })?;
+            p2p.clear();
+            Ok(())
+        };
         for ins in &instrs {
             match ins {
                 Instr::Send { to, message } => {
@@ -620,7 +630,13 @@ pub fn train(
                         None => usize::MAX,
                     };
                     let (buf, count) = eng.p2p_buf(set, Dir::Send, message.payload, chunk);
-                    p2p.push((true, *to as usize, buf, count));
+                    p2p.push((
+                        true,
+                        *to as usize,
+                        buf,
+                        count,
+                        format!("the send of the {message}"),
+                    ));
                     continue;
                 }
                 Instr::Recv { from, message } => {
@@ -633,7 +649,13 @@ pub fn train(
                             .expect("the program keeps within its in-flight count")
                     });
                     let (buf, count) = eng.p2p_buf(set, Dir::Recv, message.payload, chunk);
-                    p2p.push((false, *from as usize, buf, count));
+                    p2p.push((
+                        false,
+                        *from as usize,
+                        buf,
+                        count,
+                        format!("the receive of the {message}"),
+                    ));
                     continue;
                 }
                 _ => flush(&mut p2p, &eng)?,
@@ -663,6 +685,10 @@ pub fn train(
                             let mut hook = |e: &Engine, l: usize| -> Result<(), RunError> {
                                 if let (Some(c), true, 0) = (&dpc, last, zero) {
                                     let (lo, hi) = e.layer_range(l);
+                                    trail::doing(format!(
+                                        "step {}: the data-parallel reduction of layer {l}'s gradients",
+                                        step + 1
+                                    ));
                                     e.gpu.comm_after_compute()?;
                                     c.all_reduce_sum(e.grad.at(lo, 4), hi - lo, comm_stream)?;
                                     reduced.push((lo, hi));
@@ -681,6 +707,10 @@ pub fn train(
                     // The tied embedding's gradient: the first stage's (input) and the last
                     // stage's (output layer) summed, so both copies take the same update.
                     if let (Some(c), Some(p)) = (&embc, eng.params.get("wte")) {
+                        trail::doing(format!(
+                            "step {}: the tied embedding's gradient sum",
+                            step + 1
+                        ));
                         c.all_reduce_sum(eng.grad.at(p.offset, 4), p.numel(), stream)?;
                     }
                 }
@@ -691,6 +721,10 @@ pub fn train(
         }
         flush(&mut p2p, &eng)?;
         eng.mark_step("gradient reduction")?;
+        trail::doing(format!(
+            "step {}: the loss and the gradient reduction after the last backward",
+            step + 1
+        ));
         // The loss is the last stage's: summed over the pipeline (zero elsewhere).
         if let Some(c) = &ppc {
             c.all_reduce_sum(eng.loss_sums, micro_batches, stream)?;
@@ -746,6 +780,10 @@ pub fn train(
         // groups whose ranks hold different tensors, each tensor then counted once:
         // Σ(all) − (tp − 1)/tp · Σ(whole) − Σ(copy).
         eng.mark_step("optimizer")?;
+        trail::doing(format!(
+            "step {}: the gradient norm and the update",
+            step + 1
+        ));
         eng.gpu.zero(Buf {
             bytes: 12,
             ..eng.scalars
