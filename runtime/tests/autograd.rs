@@ -1,0 +1,531 @@
+//! On a GPU with PyTorch: each training kernel's forward and backward against PyTorch
+//! autograd (`runtime/tests/gpu/autograd.py`, float64): norms (LayerNorm, RMSNorm, the
+//! vectorised and the scalar kernels), GELU, SwiGLU, the causal softmax, cross-entropy,
+//! the qkv split with rope and grouped-query heads and its gradient merge (pack-a-thread
+//! and per-element kernels), the fused attention, and AdamW's update. The kernels run in
+//! fp32 so that the comparison is tight (the flash kernel also in bf16, whose tensor-core
+//! path training uses, at a bf16 tolerance). Without a GPU, or without python3 with torch
+//! and safetensors, it prints SKIPPED and passes.
+
+use std::path::Path;
+use std::process::Command;
+
+use half::bf16;
+use planc_compiler::plan::Precision;
+use planc_runtime::train::attention::{self, Grads, Heads};
+use planc_runtime::train::cuda::{Arg, Buf, Gpu};
+use planc_runtime::RunError;
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
+
+struct Rng(u64);
+
+impl Rng {
+    fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                (((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0) * scale + offset
+            })
+            .collect()
+    }
+}
+
+/// A case's tensors: inputs by name, outputs as `out.NAME`, all f32 with their shapes.
+#[derive(Default)]
+struct Case(Vec<(String, Vec<f32>, Vec<usize>)>);
+
+impl Case {
+    fn put(&mut self, name: &str, v: &[f32], shape: &[usize]) {
+        assert_eq!(v.len(), shape.iter().product::<usize>(), "{name}");
+        self.0.push((name.into(), v.to_vec(), shape.to_vec()));
+    }
+
+    /// Writes the tensors and runs autograd.py on them; the script's report is printed.
+    fn check(&self, python: &str, case: &str, dir: &Path) {
+        let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = self
+            .0
+            .iter()
+            .map(|(n, v, s)| {
+                (
+                    n.clone(),
+                    v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                    s.clone(),
+                )
+            })
+            .collect();
+        let views: Vec<(String, TensorView)> = bytes
+            .iter()
+            .map(|(n, b, s)| {
+                (
+                    n.clone(),
+                    TensorView::new(Dtype::F32, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        let path = dir.join(format!("{case}.safetensors"));
+        safetensors::serialize_to_file(views, None, &path).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/autograd.py");
+        let out = Command::new(python)
+            .arg(&script)
+            .arg(case.split(':').next().unwrap())
+            .arg(&path)
+            .output()
+            .unwrap();
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{case}: kernels disagree with PyTorch autograd\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn python_with_torch() -> Option<String> {
+    let py = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(py)
+}
+
+fn open(p: Precision) -> Option<Gpu> {
+    match Gpu::open(0, p) {
+        Err(RunError::NoDriver | RunError::NoGpu) => None,
+        r => Some(r.unwrap()),
+    }
+}
+
+fn up(gpu: &mut Gpu, v: &[f32]) -> Buf {
+    let b = gpu.alloc(v.len().max(1) * 4).unwrap();
+    gpu.upload(b, v).unwrap();
+    b
+}
+
+fn down(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
+    gpu.download(b, n).unwrap()
+}
+
+fn norms(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
+    // C 256 takes the vectorised kernels (64 packs of 4), C 100 the scalar ones.
+    for (c, vectorised) in [(256usize, true), (100, false)] {
+        for rms in [false, true] {
+            let rows = 24;
+            let eps = 1e-5f32;
+            let x = rng.vec(rows * c, 2.0, 0.3);
+            let w = rng.vec(c, 0.5, 1.0);
+            let b = rng.vec(c, 0.2, 0.0);
+            let dy = rng.vec(rows * c, 1.0, 0.0);
+            let dinp0 = rng.vec(rows * c, 0.1, 0.0);
+            let (xb, wb, dyb, dinp) = (up(gpu, &x), up(gpu, &w), up(gpu, &dy), up(gpu, &dinp0));
+            let bb = if rms { Buf::NULL } else { up(gpu, &b) };
+            let out = gpu.alloc(rows * c * 4).unwrap();
+            let (mean, rstd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
+            let args = [
+                Arg::P(out),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::P(xb),
+                Arg::P(wb),
+                Arg::P(bb),
+                Arg::I(c as i32),
+                Arg::F(eps),
+                Arg::I(i32::from(rms)),
+            ];
+            let (dw, db) = (up(gpu, &vec![0.0; c]), up(gpu, &vec![0.0; c]));
+            if vectorised {
+                gpu.launch("norm_fwd_v1", (rows as u32, 1), 64, &args)
+                    .unwrap();
+                let chunks = 5;
+                let part = gpu.alloc(2 * chunks * c * 4).unwrap();
+                let bwd = [
+                    Arg::P(dinp),
+                    Arg::P(part),
+                    Arg::P(dyb),
+                    Arg::P(xb),
+                    Arg::P(wb),
+                    Arg::P(mean),
+                    Arg::P(rstd),
+                    Arg::L(rows as i64),
+                    Arg::I(c as i32),
+                    Arg::I(rows.div_ceil(chunks) as i32),
+                    Arg::I(i32::from(rms)),
+                ];
+                gpu.launch("norm_bwd_v1", (chunks as u32, 1), 64, &bwd)
+                    .unwrap();
+                for (o, at) in [(dw, 0), (db, chunks * c)] {
+                    let sum = [
+                        Arg::P(o),
+                        Arg::P(part.at(at, 4)),
+                        Arg::I(chunks as i32),
+                        Arg::I(c as i32),
+                    ];
+                    gpu.launch("sum_partials_2d", (c.div_ceil(32) as u32, 1), 512, &sum)
+                        .unwrap();
+                }
+            } else {
+                gpu.launch("norm_fwd", (rows as u32, 1), 256, &args)
+                    .unwrap();
+                let bwd = [
+                    Arg::P(dinp),
+                    Arg::P(dyb),
+                    Arg::P(xb),
+                    Arg::P(wb),
+                    Arg::P(mean),
+                    Arg::P(rstd),
+                    Arg::I(c as i32),
+                    Arg::I(i32::from(rms)),
+                ];
+                gpu.launch("norm_bwd_input", (rows as u32, 1), 256, &bwd)
+                    .unwrap();
+                let part = gpu.alloc(2 * c * 4).unwrap();
+                let params = [
+                    Arg::P(part),
+                    Arg::P(dyb),
+                    Arg::P(xb),
+                    Arg::P(mean),
+                    Arg::P(rstd),
+                    Arg::L(rows as i64),
+                    Arg::I(c as i32),
+                    Arg::I(rows as i32),
+                ];
+                gpu.launch("norm_bwd_params", (c.div_ceil(256) as u32, 1), 256, &params)
+                    .unwrap();
+                for (o, at) in [(dw, 0), (db, c)] {
+                    let sum = [
+                        Arg::P(o),
+                        Arg::P(part.at(at, 4)),
+                        Arg::I(1),
+                        Arg::I(c as i32),
+                    ];
+                    gpu.launch("sum_partials", (c.div_ceil(256) as u32, 1), 256, &sum)
+                        .unwrap();
+                }
+            }
+            let mut k = Case::default();
+            k.put("x", &x, &[rows, c]);
+            k.put("w", &w, &[c]);
+            k.put("dy", &dy, &[rows, c]);
+            k.put("dinp0", &dinp0, &[rows, c]);
+            k.put("eps", &[eps], &[1]);
+            k.put("out.y", &down(gpu, out, rows * c), &[rows, c]);
+            k.put("out.dx", &down(gpu, dinp, rows * c), &[rows, c]);
+            k.put("out.dw", &down(gpu, dw, c), &[c]);
+            if !rms {
+                k.put("b", &b, &[c]);
+                k.put("out.db", &down(gpu, db, c), &[c]);
+            }
+            let name = if rms { "rmsnorm" } else { "layernorm" };
+            k.check(py, &format!("{name}:{c}"), dir);
+        }
+    }
+}
+
+fn activations(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
+    let (rows, f) = (16usize, 96usize);
+    let n = rows * f;
+    let h = rng.vec(n, 3.0, 0.0);
+    let d = rng.vec(n, 1.0, 0.0);
+    let (hb, db) = (up(gpu, &h), up(gpu, &d));
+    let (act, dh) = (gpu.alloc(n * 4).unwrap(), gpu.alloc(n * 4).unwrap());
+    gpu.launch_v("gelu_fwd", n, &[Arg::P(act), Arg::P(hb), Arg::L(n as i64)])
+        .unwrap();
+    gpu.launch_v(
+        "gelu_bwd",
+        n,
+        &[Arg::P(dh), Arg::P(hb), Arg::P(db), Arg::L(n as i64)],
+    )
+    .unwrap();
+    let mut k = Case::default();
+    k.put("h", &h, &[rows, f]);
+    k.put("dout", &d, &[rows, f]);
+    k.put("out.act", &down(gpu, act, n), &[rows, f]);
+    k.put("out.dh", &down(gpu, dh, n), &[rows, f]);
+    k.check(py, "gelu", dir);
+
+    let h2 = rng.vec(2 * n, 3.0, 0.0);
+    let hb = up(gpu, &h2);
+    let dh2 = gpu.alloc(2 * n * 4).unwrap();
+    let args = [
+        Arg::P(act),
+        Arg::P(hb),
+        Arg::L(rows as i64),
+        Arg::I(f as i32),
+    ];
+    gpu.launch_v("swiglu_fwd", n, &args).unwrap();
+    let args = [
+        Arg::P(dh2),
+        Arg::P(hb),
+        Arg::P(db),
+        Arg::L(rows as i64),
+        Arg::I(f as i32),
+    ];
+    gpu.launch_v("swiglu_bwd", n, &args).unwrap();
+    let mut k = Case::default();
+    k.put("h", &h2, &[rows, 2 * f]);
+    k.put("dout", &d, &[rows, f]);
+    k.put("out.act", &down(gpu, act, n), &[rows, f]);
+    k.put("out.dh", &down(gpu, dh2, 2 * n), &[rows, 2 * f]);
+    k.check(py, "swiglu", dir);
+}
+
+fn softmax_and_loss(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
+    let (bh, t) = (6usize, 40usize);
+    let rows = bh * t;
+    let scale = 0.125f32;
+    let s = rng.vec(rows * t, 4.0, 0.0);
+    let dp = rng.vec(rows * t, 1.0, 0.0);
+    let (p, d) = (up(gpu, &s), up(gpu, &dp));
+    let grid = (rows.div_ceil(8) as u32, 1);
+    let fwd = [
+        Arg::P(p),
+        Arg::L(rows as i64),
+        Arg::I(t as i32),
+        Arg::F(scale),
+    ];
+    gpu.launch("softmax_causal_fwd", grid, 256, &fwd).unwrap();
+    let bwd = [
+        Arg::P(d),
+        Arg::P(p),
+        Arg::L(rows as i64),
+        Arg::I(t as i32),
+        Arg::F(scale),
+    ];
+    gpu.launch("softmax_causal_bwd", grid, 256, &bwd).unwrap();
+    let mut k = Case::default();
+    k.put("scores", &s, &[rows, t]);
+    k.put("dp", &dp, &[rows, t]);
+    k.put("scale", &[scale], &[1]);
+    k.put("out.p", &down(gpu, p, rows * t), &[rows, t]);
+    k.put("out.dscores", &down(gpu, d, rows * t), &[rows, t]);
+    k.check(py, "softmax", dir);
+
+    let (n, v) = (12usize, 1000usize);
+    let logits = rng.vec(n * v, 6.0, 0.0);
+    let targets: Vec<i32> = (0..n).map(|i| ((i * 379 + 11) % v) as i32).collect();
+    let dscale = 0.25f32;
+    let lb = up(gpu, &logits);
+    let tb = gpu.alloc(n * 4).unwrap();
+    gpu.upload(tb, &targets).unwrap();
+    let loss = gpu.alloc(n * 4).unwrap();
+    let args = [
+        Arg::P(lb),
+        Arg::P(loss),
+        Arg::P(tb),
+        Arg::I(v as i32),
+        Arg::F(dscale),
+    ];
+    gpu.launch("cross_entropy", (n as u32, 1), 1024, &args)
+        .unwrap();
+    let mut k = Case::default();
+    k.put("logits", &logits, &[n, v]);
+    let tf: Vec<f32> = targets.iter().map(|&x| x as f32).collect();
+    k.put("targets", &tf, &[n]);
+    k.put("dscale", &[dscale], &[1]);
+    k.put("out.loss", &down(gpu, loss, n), &[n]);
+    k.put("out.dlogits", &down(gpu, lb, n * v), &[n, v]);
+    k.check(py, "cross_entropy", dir);
+}
+
+fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
+    // D 64: whole packs (fp32: 4 elements), the pack-a-thread kernels; D 36: per element.
+    for d in [64usize, 36] {
+        let (b, t, h, g) = (2usize, 16usize, 4usize, 2usize);
+        let w = (h + 2 * g) * d;
+        let half = d / 2;
+        let (mut cos, mut sin) = (Vec::new(), Vec::new());
+        for p in 0..t {
+            for i in 0..half {
+                let a = p as f64 / 10000f64.powf(2.0 * i as f64 / d as f64);
+                cos.push(a.cos() as f32);
+                sin.push(a.sin() as f32);
+            }
+        }
+        let qkv = rng.vec(b * t * w, 1.0, 0.0);
+        let n = b * h * t * d;
+        let (dq, dk, dv) = (
+            rng.vec(n, 1.0, 0.0),
+            rng.vec(n, 1.0, 0.0),
+            rng.vec(n, 1.0, 0.0),
+        );
+        let (cb, sb, qb) = (up(gpu, &cos), up(gpu, &sin), up(gpu, &qkv));
+        let (q, k, v) = (
+            gpu.alloc(n * 4).unwrap(),
+            gpu.alloc(n * 4).unwrap(),
+            gpu.alloc(n * 4).unwrap(),
+        );
+        let (dqb, dkb, dvb) = (up(gpu, &dq), up(gpu, &dk), up(gpu, &dv));
+        let dqkv = gpu.alloc(b * t * w * 4).unwrap();
+        let dims = [
+            Arg::I(b as i32),
+            Arg::I(t as i32),
+            Arg::I(h as i32),
+            Arg::I(g as i32),
+            Arg::I(d as i32),
+            Arg::P(cb),
+            Arg::P(sb),
+        ];
+        let packed = d.is_multiple_of(8);
+        let mut split = vec![Arg::P(q), Arg::P(k), Arg::P(v), Arg::P(qb)];
+        split.extend_from_slice(&dims);
+        let mut merge = vec![Arg::P(dqkv), Arg::P(dqb), Arg::P(dkb), Arg::P(dvb)];
+        merge.extend_from_slice(&dims);
+        if packed {
+            split.push(Arg::P(Buf::NULL));
+            gpu.launch_n("qkv_split_v", n / 4, &split).unwrap();
+            gpu.launch_n("qkv_merge_grad_v", b * t * w / 4, &merge)
+                .unwrap();
+        } else {
+            gpu.launch_n("qkv_split", n, &split).unwrap();
+            gpu.launch_n("qkv_merge_grad", b * t * w, &merge).unwrap();
+        }
+        let mut c = Case::default();
+        c.put("qkv", &qkv, &[b, t, w]);
+        c.put("hgd", &[h as f32, g as f32, d as f32], &[3]);
+        c.put("cos", &cos, &[t, half]);
+        c.put("sin", &sin, &[t, half]);
+        for (name, x) in [("dq", &dq), ("dk", &dk), ("dv", &dv)] {
+            c.put(name, x, &[b, h, t, d]);
+        }
+        for (name, x) in [("out.q", q), ("out.k", k), ("out.v", v)] {
+            c.put(name, &down(gpu, x, n), &[b, h, t, d]);
+        }
+        c.put("out.dqkv", &down(gpu, dqkv, b * t * w), &[b, t, w]);
+        c.check(py, &format!("rope:{d}"), dir);
+    }
+}
+
+/// The fused attention in `p` (fp32: the scalar kernels; bf16: the tensor-core ones).
+fn flash(p: Precision, py: &str, dir: &Path, rng: &mut Rng) {
+    let Some(mut gpu) = open(p) else { return };
+    let xsz = if p == Precision::Fp32 { 4 } else { 2 };
+    let hd = Heads {
+        b: 2,
+        h: 3,
+        t: 128,
+        d: 64,
+        xsz,
+    };
+    let n = hd.b * hd.h * hd.t * hd.d;
+    let to_x = |v: &[f32]| -> (Vec<f32>, Vec<u8>) {
+        if xsz == 4 {
+            (v.to_vec(), v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+        } else {
+            let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+            (
+                r.iter().map(|x| x.to_f32()).collect(),
+                r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect(),
+            )
+        }
+    };
+    let mut inputs = Vec::new();
+    let mut bufs = Vec::new();
+    for _ in 0..4 {
+        let (vals, bytes) = to_x(&rng.vec(n, 1.0, 0.0));
+        let buf = gpu.alloc(bytes.len()).unwrap();
+        gpu.upload(buf, &bytes).unwrap();
+        inputs.push(vals);
+        bufs.push(buf);
+    }
+    let (q, k, v, dout) = (bufs[0], bufs[1], bufs[2], bufs[3]);
+    let o = gpu.alloc(n * xsz).unwrap();
+    let (dq, dk, dv) = (
+        gpu.alloc(n * xsz).unwrap(),
+        gpu.alloc(n * xsz).unwrap(),
+        gpu.alloc(n * xsz).unwrap(),
+    );
+    let rows = hd.b * hd.h * hd.t;
+    let (lse, dd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
+    let tc = hd.tensor_cores();
+    attention::forward(&gpu, hd, tc, o, lse, (q, k, v)).unwrap();
+    let grads = Grads::heads(hd, (dq, dk, dv), dd);
+    attention::backward(&gpu, hd, tc, grads, (q, k, v), lse, (o, dout)).unwrap();
+    let back = |b: Buf| -> Vec<f32> {
+        if xsz == 4 {
+            gpu.download(b, n).unwrap()
+        } else {
+            let raw: Vec<u16> = gpu.download(b, n).unwrap();
+            raw.into_iter()
+                .map(|x| bf16::from_bits(x).to_f32())
+                .collect()
+        }
+    };
+    let shape = [hd.b, hd.h, hd.t, hd.d];
+    let mut c = Case::default();
+    for (name, vals) in ["q", "k", "v"].iter().zip(&inputs) {
+        c.put(name, vals, &shape);
+    }
+    c.put("dout", &inputs[3], &[hd.b, hd.t, hd.h * hd.d]);
+    c.put("out.o", &back(o), &[hd.b, hd.t, hd.h * hd.d]);
+    for (name, b) in [("out.dq", dq), ("out.dk", dk), ("out.dv", dv)] {
+        c.put(name, &back(b), &shape);
+    }
+    if xsz == 2 {
+        c.put("tol", &[2e-2], &[1]);
+    }
+    c.check(py, &format!("flash:{p}"), dir);
+}
+
+fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
+    let n = 1000usize;
+    let (lr, b1, b2, eps, wd, step) = (1e-3f32, 0.9f32, 0.95f32, 1e-8f32, 0.1f32, 3u32);
+    let w = rng.vec(n, 1.0, 0.0);
+    let g = rng.vec(n, 0.1, 0.0);
+    let m = rng.vec(n, 0.01, 0.0);
+    let v: Vec<f32> = rng.vec(n, 1e-4, 1e-4);
+    let (wb, gb, mb, vb) = (up(gpu, &w), up(gpu, &g), up(gpu, &m), up(gpu, &v));
+    let bc1 = 1.0 - (b1 as f64).powi(step as i32);
+    let bc2 = 1.0 - (b2 as f64).powi(step as i32);
+    let args = [
+        Arg::P(wb),
+        Arg::P(Buf::NULL),
+        Arg::P(gb),
+        Arg::P(mb),
+        Arg::P(vb),
+        Arg::L(n as i64),
+        Arg::F(lr),
+        Arg::F(b1),
+        Arg::F(b2),
+        Arg::F(eps),
+        Arg::F(wd),
+        Arg::F(bc1 as f32),
+        Arg::F(bc2.sqrt() as f32),
+        Arg::F(1.0),
+    ];
+    gpu.launch_n("adamw", n, &args).unwrap();
+    let mut c = Case::default();
+    for (name, x) in [("w", &w), ("g", &g), ("m", &m), ("v", &v)] {
+        c.put(name, x, &[n]);
+    }
+    c.put("hyper", &[lr, b1, b2, eps, wd, step as f32], &[6]);
+    c.put("out.w_new", &down(gpu, wb, n), &[n]);
+    c.put("out.m_new", &down(gpu, mb, n), &[n]);
+    c.put("out.v_new", &down(gpu, vb, n), &[n]);
+    c.check(py, "adamw", dir);
+}
+
+#[test]
+fn every_kernel_pair_matches_pytorch_autograd() {
+    let Some(mut gpu) = open(Precision::Fp32) else {
+        println!("SKIPPED kernel autograd test: no GPU");
+        return;
+    };
+    let Some(py) = python_with_torch() else {
+        println!("SKIPPED kernel autograd test: no python3 with torch and safetensors");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x5eed_1234_abcd_0001);
+    norms(&mut gpu, &py, dir.path(), &mut rng);
+    activations(&mut gpu, &py, dir.path(), &mut rng);
+    softmax_and_loss(&mut gpu, &py, dir.path(), &mut rng);
+    rope(&mut gpu, &py, dir.path(), &mut rng);
+    adamw(&mut gpu, &py, dir.path(), &mut rng);
+    drop(gpu);
+    flash(Precision::Fp32, &py, dir.path(), &mut rng);
+    flash(Precision::Bf16, &py, dir.path(), &mut rng);
+}
