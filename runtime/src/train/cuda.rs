@@ -157,6 +157,8 @@ pub const KERNELS: &[&str] = &[
     "sumsq_partial",
     "sum_partial",
     "adamw",
+    "adamw_flat",
+    "sgd_flat",
     "sgd",
 ];
 

@@ -1005,6 +1005,38 @@ __global__ void adamw(float* w, X* wx, const float* g, float* m, float* v, long 
     if (wx) wx[i] = st(p);
 }
 
+// AdamW over a contiguous range [lo, lo + n) of the flat buffers in one launch (w, g, wx
+// start at lo; m and v at the range's start): weight decay per 64-element block, as
+// decay[k] says for block k of the whole buffer (every tensor starts on a block), so one
+// launch serves every tensor where a launch a tensor left the GPU idle between small ones.
+__global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, long n, long lo,
+                           const unsigned char* decay, float lr, float b1, float b2, float eps,
+                           float wd, float bc1, float bc2_sqrt, float gscale) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
+    float gi = g[i] * gscale;
+    float p = w[i] * (1.0f - lr * wdi);
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p -= (lr / bc1) * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    w[i] = p;
+    if (wx) wx[i] = st(p);
+}
+
+// SGD over a contiguous range, as adamw_flat.
+__global__ void sgd_flat(float* w, X* wx, const float* g, long n, long lo,
+                         const unsigned char* decay, float lr, float wd, float gscale) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
+    float p = w[i] * (1.0f - lr * wdi) - lr * g[i] * gscale;
+    w[i] = p;
+    if (wx) wx[i] = st(p);
+}
+
 // SGD with decoupled weight decay.
 __global__ void sgd(float* w, X* wx, const float* g, long n, float lr, float wd, float gscale) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
