@@ -1242,21 +1242,7 @@ impl Engine {
             self.mark(|| format!("F{j} embedding"))?;
             // The embedding gradient sums each token's positions in a fixed order; a
             // tensor-parallel rank sums the tokens of its rows of the table only.
-            let mut order: Vec<u32> = (0..n as u32)
-                .filter(|&i| (v0..v0 + d.vocab).contains(&(inputs[i as usize] as usize)))
-                .collect();
-            order.sort_by_key(|&i| (inputs[i as usize], i));
-            let mut uniq = Vec::new();
-            let mut start = Vec::new();
-            for (k, &i) in order.iter().enumerate() {
-                let row = inputs[i as usize] as i32 - v0 as i32;
-                if uniq.last() != Some(&row) {
-                    uniq.push(row);
-                    start.push(k as i32);
-                }
-            }
-            start.push(order.len() as i32);
-            let pos: Vec<i32> = order.iter().map(|&i| i as i32).collect();
+            let (uniq, start, pos) = token_order(&inputs[..n], v0, d.vocab);
             let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
             {
                 let st = &mut self.sets[set];
@@ -1693,6 +1679,43 @@ impl Engine {
     }
 }
 
+/// The positions of each token of this rank's vocabulary rows `[v0, v0 + vocab)`, grouped
+/// by token in token order, positions ascending within a token: the rows that occur
+/// (`uniq`, relative to v0), where each one's positions start in `pos` (`start`, one more
+/// at the end), and the positions. A counting sort: the host prepares this while the GPU
+/// waits at the start of a step, and a comparison sort of a micro-batch's tokens took
+/// most of that wait.
+pub fn token_order(inputs: &[u32], v0: usize, vocab: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
+    let mut count = vec![0u32; vocab + 1];
+    for &t in inputs {
+        let t = t as usize;
+        if (v0..v0 + vocab).contains(&t) {
+            count[t - v0 + 1] += 1;
+        }
+    }
+    for r in 0..vocab {
+        count[r + 1] += count[r];
+    }
+    let mut pos = vec![0i32; count[vocab] as usize];
+    let mut next = count.clone();
+    for (i, &t) in inputs.iter().enumerate() {
+        let t = t as usize;
+        if (v0..v0 + vocab).contains(&t) {
+            pos[next[t - v0] as usize] = i as i32;
+            next[t - v0] += 1;
+        }
+    }
+    let (mut uniq, mut start) = (Vec::new(), Vec::new());
+    for r in 0..vocab {
+        if count[r + 1] > count[r] {
+            uniq.push(r as i32);
+            start.push(count[r] as i32);
+        }
+    }
+    start.push(pos.len() as i32);
+    (uniq, start, pos)
+}
+
 /// Rope's table as Hugging Face's Llama computes it: inverse frequencies
 /// `1 / theta^(2i/D)` and angles `t · inv` in fp32, their cosines and sines rounded to fp32.
 pub fn rope_table(d: &Dims) -> (Vec<f32>, Vec<f32>) {
@@ -1761,8 +1784,29 @@ mod tests {
 }
 
 #[cfg(test)]
-mod norm_launch_tests {
-    use super::{norm_chunks, norm_packs};
+mod host_tests {
+    use super::{norm_chunks, norm_packs, token_order};
+
+    #[test]
+    fn token_order_groups_positions_by_token_as_a_sort_would() {
+        let inputs: Vec<u32> = (0..5000u32).map(|i| (i * 7919 + i / 3) % 613).collect();
+        for (v0, vocab) in [(0usize, 613usize), (200, 200), (0, 100)] {
+            let (uniq, start, pos) = token_order(&inputs, v0, vocab);
+            // The comparison sort it replaces.
+            let mut order: Vec<u32> = (0..inputs.len() as u32)
+                .filter(|&i| (v0..v0 + vocab).contains(&(inputs[i as usize] as usize)))
+                .collect();
+            order.sort_by_key(|&i| (inputs[i as usize], i));
+            let want: Vec<i32> = order.iter().map(|&i| i as i32).collect();
+            assert_eq!(pos, want);
+            assert_eq!(start.len(), uniq.len() + 1);
+            for (k, &row) in uniq.iter().enumerate() {
+                for &p in &pos[start[k] as usize..start[k + 1] as usize] {
+                    assert_eq!(inputs[p as usize] as usize, row as usize + v0);
+                }
+            }
+        }
+    }
 
     #[test]
     fn norm_rows_split_into_packs_a_thread_and_whole_warps() {
