@@ -218,7 +218,9 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         metrics: Option<PathBuf>,
         /// Write a Chrome/Perfetto trace of the real run (per-operation times from CUDA
-        /// events), in the shape of `planc simulate --trace`.
+        /// events), in the shape of `planc simulate --trace`, and print the last step by
+        /// kind of work (linear layers, attention, norms, ...) measured next to the
+        /// prediction, from the profile and from the constants where the plan has one.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// Run K of the model's layers (every other dimension as planned).
