@@ -253,6 +253,13 @@ codes! {
         "Writing an artifact (a temporary file in the output folder, then renamed) failed.";
     P0712 Error "unknown target"
         "`--target` takes megatron, deepspeed, torchrun, slurm or k8s.";
+    P0901 Error "`planc run` does not run this part of the plan yet"
+        "`planc run` trains tensor parallelism (with or without sequence parallelism), pipeline \
+         parallelism with the gpipe, 1f1b and interleaved schedules (uneven end stages \
+         included) and data parallelism with zero 0 or 1, without dropout. A plan that asks for \
+         context or expert parallelism, zero 2 or 3, a zero-bubble schedule or dropout is \
+         refused before any rank starts, never run as something else: the message names the \
+         attribute to change. `planc check`, `simulate` and `emit` take such plans.";
 }
 
 /// The code with this id (case-insensitive), for `planc explain`.

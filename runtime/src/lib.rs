@@ -42,6 +42,8 @@ pub enum RunError {
     /// The command line asks for something that cannot be done (exit 2): the message says
     /// which flag to change.
     Usage(String),
+    /// The plan asks for what `planc run` does not run yet (P0901): never a fallback.
+    NotRunYet(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -62,6 +64,7 @@ impl std::fmt::Display for RunError {
             ),
             RunError::Cuda(e) => write!(f, "CUDA error: {e}"),
             RunError::Plan(e) | RunError::Usage(e) => f.write_str(e),
+            RunError::NotRunYet(e) => write!(f, "[P0901] {e} (`planc explain P0901`)"),
         }
     }
 }

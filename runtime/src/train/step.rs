@@ -195,7 +195,7 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
     let p = &plan.parallel;
     let size = plan.cluster.world_size() as usize;
     if plan.train.dropout > 0.0 {
-        return Err(RunError::Plan(format!(
+        return Err(RunError::NotRunYet(format!(
             "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
             plan.train.dropout
         )));
@@ -206,16 +206,24 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
         .map(|(k, v)| format!("{k} = {v}"))
         .collect();
     if !unsupported.is_empty() {
-        return Err(RunError::Plan(format!(
+        return Err(RunError::NotRunYet(format!(
             "`planc run` runs tensor (with or without sequence_parallel), pipeline (gpipe, \
-             1f1b) and data parallelism (zero 0 and 1) so far; this plan also \
+             1f1b, interleaved) and data parallelism (zero 0 and 1) so far; this plan also \
              sets {} in its `parallel` block (context and expert parallelism are not run \
              yet): set them to 1 to run it here",
             unsupported.join(", ")
         )));
     }
+    if p.schedule == planc_compiler::plan::Schedule::ZeroBubble {
+        return Err(RunError::NotRunYet(
+            "`planc run` runs the gpipe, 1f1b and interleaved schedules; this plan's \
+             zero-bubble schedule splits backward into input and weight passes (change \
+             `schedule` in the `parallel` block)"
+                .into(),
+        ));
+    }
     if p.zero >= 2 {
-        return Err(RunError::Plan(format!(
+        return Err(RunError::NotRunYet(format!(
             "`planc run` runs zero 0 and 1; the plan sets zero = {} in its `parallel` block",
             p.zero
         )));
@@ -354,8 +362,8 @@ pub fn train(
 
     let program = planc_simulator::lower::lower(&run_plan).0;
     if program.schedule.splits_backward() {
-        return Err(RunError::Plan(format!(
-            "`planc run` runs the gpipe and 1f1b schedules; this plan's {:?} \
+        return Err(RunError::NotRunYet(format!(
+            "`planc run` runs the gpipe, 1f1b and interleaved schedules; this plan's {:?} \
              splits backward into input and weight passes (change `schedule` in the \
              `parallel` block)",
             program.schedule
@@ -1282,6 +1290,44 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn what_does_not_run_yet_is_refused_with_its_code_before_any_rank_starts() {
+        let plan = |parallel: &str, train: &str| {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 }}
+                 train {{ global_batch = 64, precision = bf16 {train} }}
+                 parallel {{ micro_batch = 1, {parallel} }}"
+            );
+            let c = planc_compiler::check::check_source("t.tp", &text);
+            c.plan
+                .unwrap_or_else(|| panic!("{text}: {:#?}", c.diagnostics))
+        };
+        let world = World {
+            rank: 0,
+            size: 8,
+            local_rank: 0,
+            master: String::new(),
+        };
+        for (parallel, train) in [
+            ("tp = 1, pp = 1, dp = 4, cp = 2", ""),
+            ("tp = 1, pp = 1, dp = 8, zero = 2", ""),
+            ("tp = 1, pp = 2, dp = 4, schedule = zb_h1", ""),
+            ("tp = 1, pp = 1, dp = 8", ", dropout = 0.1"),
+        ] {
+            let e = refuse(&plan(parallel, train), &world).unwrap_err();
+            assert!(matches!(e, RunError::NotRunYet(_)), "{parallel}: {e}");
+            assert!(e.to_string().contains("P0901"), "{e}");
+        }
+        // What runs passes, the interleaved schedule included.
+        for parallel in [
+            "tp = 2, pp = 2, dp = 2",
+            "tp = 1, pp = 2, dp = 4, schedule = interleaved, vpp = 2",
+        ] {
+            assert!(refuse(&plan(parallel, ""), &world).is_ok(), "{parallel}");
         }
     }
 
