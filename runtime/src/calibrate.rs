@@ -243,7 +243,7 @@ fn flash_batch_heads(t: usize, d: usize) -> usize {
 
 /// Times the fused attention's forward and backward as training launches them, on random
 /// q, k, v and output gradient, and returns a point for each pass.
-fn flash_points(
+pub(crate) fn flash_points(
     gpu: &mut Gpu,
     precision: Precision,
     bh: usize,

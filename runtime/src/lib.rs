@@ -192,6 +192,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let mut nccl: std::collections::HashMap<usize, Option<collectives::Collectives>> =
         std::collections::HashMap::new();
     let mut ops = Vec::new();
+    let mut attention_at = None;
     for op in layer_forward(plan) {
         let m = match op.kind {
             OpKind::Gemm { m, n, k } => {
@@ -219,13 +220,19 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 flops,
                 seq,
                 head_dim,
-            } => not_run(
-                op.name,
-                "attention",
-                format!("{flops:.3e} FLOP"),
-                Some(dev.flash(flops, seq, head_dim)),
-                "not timed here: `planc calibrate` times the fused attention (forward and backward), and `planc run --trace` shows it by kind",
-            ),
+            } => {
+                // Timed below, on the training kernels' own context.
+                attention_at = Some(ops.len());
+                Measured {
+                    name: op.name,
+                    kind: "attention",
+                    shape: format!("{flops:.3e} FLOP"),
+                    predicted_s: Some(dev.flash(flops, seq, head_dim)),
+                    predicted_constants_s: before(constants.flash(flops, seq, head_dim)),
+                    measured_s: None,
+                    note: None,
+                }
+            }
             OpKind::Collective {
                 op: c,
                 bytes,
@@ -280,6 +287,22 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         };
         ops.push(m);
     }
+    let device = runner.device_name.clone();
+    if let Some(i) = attention_at {
+        // The fused attention forward at the plan's per-GPU shape, as training launches it
+        // (its own context: the products' runner and the communicators go first).
+        drop(nccl);
+        drop(runner);
+        let p = &plan.parallel;
+        let m = &plan.model;
+        let batch_heads = (p.micro_batch * m.heads / p.tp) as usize;
+        let t = (m.seq_len / p.cp) as usize;
+        let mut gpu = train::cuda::Gpu::open(0, precision)?;
+        let points =
+            calibrate::flash_points(&mut gpu, precision, batch_heads, t, m.head_dim() as usize)?;
+        ops[i].measured_s = points.first().map(|a| a.seconds);
+        ops[i].shape = format!("{batch_heads} heads × {t} × {}", m.head_dim());
+    }
     let ratio_of = |kind: &str, pred: fn(&Measured) -> Option<f64>| {
         let (p, m) = ops
             .iter()
@@ -296,7 +319,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let memory_ratio = ratio("memory");
     let collective_ratio = ratio("collective");
     Ok(RunReport {
-        device: runner.device_name.clone(),
+        device,
         catalog_gpu: catalog.name.clone(),
         repeats,
         ops,
