@@ -90,7 +90,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
-            "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`)"
+            "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`); \
+             the cost model prices the step as that framework runs it (the loss: fp32 upcast in \
+             Megatron-LM and the others, fused in the storage type in planc)"
         }
         ("job", "scheduler") => "the scheduler the job is submitted to",
         ("job", "partition") => "Slurm partition",
