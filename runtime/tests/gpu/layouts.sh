@@ -167,6 +167,12 @@ if [ "$code" = 1 ] && grep -q "waited .* in the step-" "$out/$name/log" && [ "$l
 else
     record "$name" "FAIL (exit $code after $(( $(date +%s) - start )) s, $left left: $(tail -n 4 "$out/$name/log" | tr '\n' ' '))"
 fi
+# The host waits at a sync point; the trail names the operation the GPU is stuck in.
+if grep -q "its GPU is in operation #[0-9]* of the step: all-reduce" "$out/$name/log"; then
+    record "$name-trail" "ok ($(grep -o 'its GPU is in operation.*' "$out/$name/log" | head -n 1))"
+else
+    record "$name-trail" "FAIL (no operation named: $(grep 'waited' "$out/$name/log" | head -n 1))"
+fi
 
 printf '%s\n' "${results[@]}"
 ! printf '%s\n' "${results[@]}" | grep -q FAIL
