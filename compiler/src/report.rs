@@ -247,7 +247,7 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     Some(if at_precision {
         format!(
             "{} of {} from the profile measured on {} ({}, planc calibrate, {})",
-            measured_parts(p),
+            measured_parts(p, plan.framework() == crate::plan::Framework::Planc),
             group.gpu.name,
             v.device,
             v.precision,
@@ -261,11 +261,12 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     })
 }
 
-/// What a profile holds, in the words of the report: "products, memory-bound kernels,
-/// fused attention and collectives".
-fn measured_parts(p: &crate::profile::Profile) -> String {
+/// What a profile prices, in the words of the report: "products, memory-bound kernels,
+/// fused attention and collectives". Its fused attention is planc's kernel, which prices
+/// only a plan that planc runs.
+fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
     let mut parts = vec!["products", "memory-bound kernels"];
-    if p.attention.iter().any(|a| a.kind.starts_with("flash")) {
+    if planc_kernels && p.attention.iter().any(|a| a.kind.starts_with("flash")) {
         parts.push("fused attention");
     }
     if !p.collectives.is_empty() {

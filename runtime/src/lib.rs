@@ -220,6 +220,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 flops,
                 seq,
                 head_dim,
+                ..
             } => {
                 // Timed below, on the training kernels' own context.
                 attention_at = Some(ops.len());
@@ -227,8 +228,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     name: op.name,
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
-                    predicted_s: Some(dev.flash(flops, seq, head_dim)),
-                    predicted_constants_s: before(constants.flash(flops, seq, head_dim)),
+                    // What runs here is planc's kernel, whatever the plan's framework.
+                    predicted_s: Some(dev.flash(flops, seq, head_dim, true)),
+                    predicted_constants_s: before(constants.flash(flops, seq, head_dim, true)),
                     measured_s: None,
                     note: None,
                 }

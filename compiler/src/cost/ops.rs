@@ -20,8 +20,15 @@ pub enum OpKind {
     /// A matrix product `m×k · k×n`.
     Gemm { m: f64, n: f64, k: f64 },
     /// The attention core (scores, softmax, weighted sum) as one fused kernel: its causal
-    /// forward FLOPs, and the sequence and head size a measured rate depends on.
-    FlashAttention { flops: f64, seq: f64, head_dim: f64 },
+    /// forward FLOPs, the sequence and head size a measured rate depends on, and whether
+    /// planc's own kernel runs it (`job.framework = planc`: a device profile measured that
+    /// one) or a FlashAttention-class kernel (the other frameworks).
+    FlashAttention {
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        planc_kernel: bool,
+    },
     /// A memory-bound kernel moving `bytes` through HBM (norms, activations, softmax).
     Memory { bytes: f64 },
     /// A collective over `bytes` (the full buffer the group exchanges).
@@ -124,6 +131,7 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                     flops,
                     seq: s_full,
                     head_dim: d,
+                    planc_kernel: plan.framework() == Framework::Planc,
                 },
             ));
         }

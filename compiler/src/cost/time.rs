@@ -96,10 +96,13 @@ impl Device<'_> {
     }
 
     /// The fused attention's forward: at the profile's measured rate for the shape where
-    /// there is one (the kernel `planc run` launches), else a fraction of the product rate.
-    pub fn flash(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
+    /// the profile measured the kernel that runs (`planc_kernel`: planc's own, which is
+    /// what `planc calibrate` times), else a fraction of the product rate (a
+    /// FlashAttention-class kernel).
+    pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
         if let Some(s) = self
             .profile()
+            .filter(|_| planc_kernel)
             .and_then(|p| p.attention_seconds("flash", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
@@ -119,14 +122,15 @@ impl Device<'_> {
 
     /// The fused attention's backward: it recomputes the scores and runs four products
     /// where forward ran two, 2.5× the forward work, unless the profile measured it.
-    pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64) -> f64 {
+    pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
         if let Some(s) = self
             .profile()
+            .filter(|_| planc_kernel)
             .and_then(|p| p.attention_seconds("flash_backward", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
         }
-        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim)
+        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, planc_kernel)
     }
 }
 
@@ -237,8 +241,9 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 flops,
                 seq,
                 head_dim,
+                planc_kernel,
             } => {
-                let x = dev.flash(*flops, *seq, *head_dim);
+                let x = dev.flash(*flops, *seq, *head_dim, *planc_kernel);
                 t.compute += x;
                 attention_compute += x;
                 t.flops += flops;
@@ -320,10 +325,11 @@ pub(crate) fn layer_backward(
             flops,
             seq,
             head_dim,
+            planc_kernel,
         } = o.kind
         {
-            let f = dev.flash(flops, seq, head_dim);
-            bwd.compute += dev.flash_backward(flops, seq, head_dim) - 2.0 * f;
+            let f = dev.flash(flops, seq, head_dim, planc_kernel);
+            bwd.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
             bwd.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
         }
     }
@@ -631,6 +637,35 @@ mod tests {
             ep: one,
             pp_crosses_nodes: false,
         }
+    }
+
+    #[test]
+    fn a_profiles_fused_attention_prices_plancs_kernel_only() {
+        use crate::profile::AttentionPoint;
+        let mut gpu = h200_with_standard_attention();
+        let mut p = (**gpu.profile.as_ref().unwrap()).clone();
+        for (kind, tflops) in [("flash", 150.0), ("flash_backward", 60.0)] {
+            p.attention.push(AttentionPoint {
+                kind: kind.into(),
+                batch_heads: 192,
+                seq: 1024,
+                head_dim: 64,
+                seconds: 0.0,
+                tflops,
+            });
+        }
+        gpu.profile = Some(std::sync::Arc::new(p));
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        let flops = 1e12;
+        assert!((dev.flash(flops, 1024.0, 64.0, true) - flops / 150e12).abs() < 1e-12);
+        assert!((dev.flash_backward(flops, 1024.0, 64.0, true) - flops / 60e12).abs() < 1e-12);
+        // Another framework runs a FlashAttention-class kernel: the constants' rate.
+        let fa = flops / (dev.matrix_rate() * FLASH_EFFICIENCY);
+        assert!((dev.flash(flops, 1024.0, 64.0, false) - fa).abs() < 1e-12);
+        assert!((dev.flash_backward(flops, 1024.0, 64.0, false) - 2.5 * fa).abs() < 1e-12);
     }
 
     #[test]
