@@ -413,19 +413,29 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
     }
     long r0 = (long)blockIdx.x * rows_per_chunk;
     long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-    for (long r = r0; r < r1; r++) {
-        float m = mean[r], rs = rstd[r];
-        // The residual gradient this adds into is loaded with the row, not after the
-        // reduction: one memory latency a row instead of two.
-        Pack xp[NP], yp[NP], gp[NP];
-        float s1 = 0.0f, s2 = 0.0f;  // Σ dŷ, Σ dŷ·x̂ with dŷ = dy·w
+    // Row r's x, dy and the residual gradient it adds into, loaded one row ahead: the next
+    // row's loads are in flight while this row waits in its reduction, so a block keeps
+    // HBM busy instead of paying one memory latency a row.
+    Pack xp[NP], yp[NP], gp[NP], xn[NP], yn[NP], gn[NP];
+    auto load = [&](long r, Pack* x, Pack* y, Pack* gr) {
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             int pk = threadIdx.x + p * blockDim.x;
             if (pk < packs) {
-                xp[p].u = *(const uint4*)(inp + r * C + pk * VEC);
-                yp[p].u = *(const uint4*)(dout + r * C + pk * VEC);
-                gp[p].u = *(const uint4*)(dinp + r * C + pk * VEC);
+                x[p].u = *(const uint4*)(inp + r * C + pk * VEC);
+                y[p].u = *(const uint4*)(dout + r * C + pk * VEC);
+                gr[p].u = *(const uint4*)(dinp + r * C + pk * VEC);
+            }
+        }
+    };
+    if (r0 < r1) load(r0, xp, yp, gp);
+    for (long r = r0; r < r1; r++) {
+        if (r + 1 < r1) load(r + 1, xn, yn, gn);
+        float m = mean[r], rs = rstd[r];
+        float s1 = 0.0f, s2 = 0.0f;  // Σ dŷ, Σ dŷ·x̂ with dŷ = dy·w
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            if (threadIdx.x + p * blockDim.x < packs) {
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
                     float dy = ld(yp[p].x[k]);
@@ -454,6 +464,12 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
                 }
                 *(uint4*)(dinp + r * C + pk * VEC) = gp[p].u;
             }
+        }
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            xp[p] = xn[p];
+            yp[p] = yn[p];
+            gp[p] = gn[p];
         }
     }
 #pragma unroll
