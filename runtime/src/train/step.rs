@@ -1209,6 +1209,7 @@ mod tests {
             ScheduleKind::Interleaved { vpp: 2 },
             ScheduleKind::Interleaved { vpp: 3 },
             ScheduleKind::Interleaved { vpp: 4 },
+            ScheduleKind::Interleaved { vpp: 8 },
         ] {
             for (ranks, micro_batches) in [
                 (2, 2),
