@@ -296,6 +296,66 @@ fn by_kind(s: &Summary) -> String {
     out
 }
 
+/// A span of the passes row: a forward or backward pass of a micro-batch, or the step's
+/// optimizer work, named as `planc simulate --trace` names them (F0, B0, optimizer).
+#[derive(Debug, PartialEq)]
+struct PassSpan {
+    name: String,
+    cat: &'static str,
+    start_s: f64,
+    dur_s: f64,
+    step: u64,
+}
+
+/// The operation spans of a traced run merged into passes: consecutive forward operations
+/// (F, the k-th of the step), backward operations (their names say backward or recompute:
+/// B), and the zeroing, reduction and update around them (optimizer). The output layer's
+/// span, which runs the loss's backward too, counts as forward, as the simulator draws it.
+fn pass_spans(spans: &[planc_runtime::train::step::Span]) -> Vec<PassSpan> {
+    let cat_of = |name: &str| {
+        if matches!(name, "zero gradients" | "gradient reduction" | "optimizer") {
+            "optimizer"
+        } else if name.contains("backward") || name.ends_with("recompute") {
+            "backward"
+        } else {
+            "forward"
+        }
+    };
+    let mut out: Vec<PassSpan> = Vec::new();
+    let (mut forwards, mut backwards, mut step) = (0, 0, 0);
+    for sp in spans {
+        if sp.step != step {
+            (forwards, backwards, step) = (0, 0, sp.step);
+        }
+        let cat = cat_of(&sp.name);
+        if let Some(last) = out.last_mut() {
+            if last.cat == cat && last.step == sp.step {
+                last.dur_s = sp.start_s + sp.dur_s - last.start_s;
+                continue;
+            }
+        }
+        let name = match cat {
+            "forward" => {
+                forwards += 1;
+                format!("F{}", forwards - 1)
+            }
+            "backward" => {
+                backwards += 1;
+                format!("B{}", backwards - 1)
+            }
+            _ => "optimizer".to_string(),
+        };
+        out.push(PassSpan {
+            name,
+            cat,
+            start_s: sp.start_s,
+            dur_s: sp.dur_s,
+            step: sp.step,
+        });
+    }
+    out
+}
+
 /// The real run in the shape of `planc simulate --trace`: one process for the GPU, one
 /// thread for its compute stream, an event per operation.
 fn chrome_trace(s: &Summary, plan: &Path) -> serde_json::Value {
@@ -315,9 +375,70 @@ fn chrome_trace(s: &Summary, plan: &Path) -> serde_json::Value {
             "args": {"step": sp.step},
         }));
     }
+    events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "passes (as planc simulate draws them)"}}));
+    for p in pass_spans(&s.spans) {
+        events.push(json!({
+            "ph": "X",
+            "name": p.name,
+            "cat": p.cat,
+            "pid": 0,
+            "tid": 1,
+            "ts": p.start_s * 1e6,
+            "dur": p.dur_s * 1e6,
+            "args": {"step": p.step},
+        }));
+    }
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {"plan": plan.display().to_string(), "source": "planc run"},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use planc_runtime::train::step::Span;
+
+    #[test]
+    fn operation_spans_merge_into_the_passes_the_simulator_draws() {
+        let names = [
+            "zero gradients",
+            "F0 embedding",
+            "L0 qkv",
+            "F0 loss head",
+            "L0 qkv backward",
+            "L0 recompute",
+            "L0 attention norm backward",
+            "B0 embedding backward",
+            "F1 embedding",
+            "L0 qkv",
+            "L0 qkv backward",
+            "gradient reduction",
+            "optimizer",
+        ];
+        let spans: Vec<Span> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Span {
+                step: 1,
+                name: n.to_string(),
+                start_s: i as f64,
+                dur_s: 1.0,
+            })
+            .collect();
+        let got: Vec<(String, f64, f64)> = pass_spans(&spans)
+            .into_iter()
+            .map(|p| (p.name, p.start_s, p.dur_s))
+            .collect();
+        let want = [
+            ("optimizer", 0.0, 1.0),
+            ("F0", 1.0, 3.0),
+            ("B0", 4.0, 4.0),
+            ("F1", 8.0, 2.0),
+            ("B1", 10.0, 1.0),
+            ("optimizer", 11.0, 2.0),
+        ];
+        assert_eq!(got, want.map(|(n, a, d)| (n.to_string(), a, d)).to_vec(),);
+    }
 }
