@@ -186,7 +186,9 @@ enum Command {
     /// data of `train.data` (a token file) or the synthetic corpus. The step executes the
     /// same per-rank program `planc simulate` prices. Each step prints a line (loss,
     /// tokens/s, MFU, memory); at the end the measured step time and peak memory stand next
-    /// to planc's prediction for this plan on this GPU. Contract: shared/spec/run.md.
+    /// to planc's prediction for this plan on this GPU, and the last step by kind of work
+    /// (linear layers, attention, norms, ...) next to the prediction from the device
+    /// profile and from the constants. Contract: shared/spec/run.md.
     ///
     /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc) on the
     /// library path: exit 2 without them. A plan too big for the GPU is refused with its
@@ -218,9 +220,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         metrics: Option<PathBuf>,
         /// Write a Chrome/Perfetto trace of the real run (per-operation times from CUDA
-        /// events), in the shape of `planc simulate --trace`, and print the last step by
-        /// kind of work (linear layers, attention, norms, ...) measured next to the
-        /// prediction, from the profile and from the constants where the plan has one.
+        /// events): every operation on one row, the passes as `planc simulate --trace`
+        /// draws them on another.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// Run K of the model's layers (every other dimension as planned).

@@ -97,7 +97,7 @@ pub struct Summary {
     pub resumed_from: Option<PathBuf>,
     #[serde(skip)]
     pub spans: Vec<Span>,
-    /// With `--trace`: the last step by kind of work, measured next to predicted.
+    /// The last step by kind of work, measured next to predicted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub by_kind: Vec<KindRow>,
 }
@@ -574,7 +574,9 @@ pub fn train(
         trail::enable();
     }
     for step in start_step..start_step + steps {
-        if opts.trace {
+        // The last step is always timed operation by operation (CUDA events, no host
+        // waits), for the by-kind comparison at the end; every step with --trace.
+        if opts.trace || step + 1 == start_step + steps {
             eng.marks = Some(Vec::new());
         }
         trail::new_step();
