@@ -156,10 +156,8 @@ pub const KERNELS: &[&str] = &[
     "ce_grad",
     "sumsq_partial",
     "sum_partial",
-    "adamw",
     "adamw_flat",
     "sgd_flat",
-    "sgd",
 ];
 
 /// A device buffer: a pointer and its size in bytes. Copy, because the GPU owns it.

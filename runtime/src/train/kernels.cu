@@ -1010,28 +1010,12 @@ __global__ void sum_partial(float* part, const float* x, long n) {
 }
 
 // AdamW as torch.optim.AdamW computes it (decoupled decay first, then the bias-corrected
-// update), on fp32 master weights; `gscale` unscales and clips the gradient, and the
-// compute copy (bf16/fp16) is refreshed in the same pass (`wx` null in fp32).
-__global__ void adamw(float* w, X* wx, const float* g, float* m, float* v, long n, float lr,
-                      float b1, float b2, float eps, float wd, float bc1, float bc2_sqrt,
-                      float gscale) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float gi = g[i] * gscale;
-    float p = w[i] * (1.0f - lr * wd);
-    float mi = b1 * m[i] + (1.0f - b1) * gi;
-    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p -= (lr / bc1) * mi / (sqrtf(vi) / bc2_sqrt + eps);
-    w[i] = p;
-    if (wx) wx[i] = st(p);
-}
-
-// AdamW over a contiguous range [lo, lo + n) of the flat buffers in one launch (w, g, wx
-// start at lo; m and v at the range's start): weight decay per 64-element block, as
-// decay[k] says for block k of the whole buffer (every tensor starts on a block), so one
-// launch serves every tensor where a launch a tensor left the GPU idle between small ones.
+// update) on fp32 master weights, refreshing the compute copy `wx` (null in fp32); `gscale`
+// unscales and clips the gradient. Over a contiguous range [lo, lo + n) of the flat
+// buffers in one launch (w, g, wx start at lo; m and v at the range's start): weight decay
+// per 64-element block, as decay[k] says for block k of the whole buffer (every tensor
+// starts on a block), so one launch serves every tensor where a launch a tensor left the
+// GPU idle between small ones.
 __global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, long n, long lo,
                            const unsigned char* decay, float lr, float b1, float b2, float eps,
                            float wd, float bc1, float bc2_sqrt, float gscale) {
@@ -1049,22 +1033,13 @@ __global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, 
     if (wx) wx[i] = st(p);
 }
 
-// SGD over a contiguous range, as adamw_flat.
+// SGD with decoupled weight decay over a contiguous range, as adamw_flat.
 __global__ void sgd_flat(float* w, X* wx, const float* g, long n, long lo,
                          const unsigned char* decay, float lr, float wd, float gscale) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
     float p = w[i] * (1.0f - lr * wdi) - lr * g[i] * gscale;
-    w[i] = p;
-    if (wx) wx[i] = st(p);
-}
-
-// SGD with decoupled weight decay.
-__global__ void sgd(float* w, X* wx, const float* g, long n, float lr, float wd, float gscale) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float p = w[i] * (1.0f - lr * wd) - lr * g[i] * gscale;
     w[i] = p;
     if (wx) wx[i] = st(p);
 }
