@@ -67,7 +67,7 @@ impl Case {
             .collect();
         let path = dir.join(format!("{case}.safetensors"));
         safetensors::serialize_to_file(views, None, &path).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/autograd.py");
+        let script = script();
         let out = Command::new(python)
             .arg(&script)
             .arg(case.split(':').next().unwrap())
@@ -82,6 +82,18 @@ impl Case {
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// autograd.py: from the repository root the test runs in (a bundle carried to a GPU
+/// machine, whose checkout is elsewhere than where it was built), else beside the sources.
+fn script() -> std::path::PathBuf {
+    let here = Path::new("runtime/tests/gpu/autograd.py");
+    if here.exists() {
+        return here.to_path_buf();
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/autograd.py");
+    assert!(built.exists(), "autograd.py not found: run from the repository root");
+    built
 }
 
 fn python_with_torch() -> Option<String> {

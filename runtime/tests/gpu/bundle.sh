@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# bundle.sh: builds what a lent GPU machine (no Rust there) needs into .dev/ (git-ignored):
+# the stripped planc binary, libz3, and the GPU test binaries. Then, on the machine (the
+# `device` tool's run, carrying .dev):
+#
+#   runtime/tests/gpu/one_gpu.sh $OUT      # kernel tests, numerics, speed + by kind
+#   PLANC=$PWD/.dev/planc runtime/tests/gpu/layouts.sh $OUT/layouts   # on 2 GPUs
+set -eu
+cd "$(dirname "$0")/../../.."
+cargo build --release
+mkdir -p .dev/tests .dev/lib
+cp target/release/planc .dev/planc && strip .dev/planc
+for t in autograd norms tp_kernels flash; do
+    bin=$(cargo test --release -p planc-runtime --test "$t" --no-run --message-format=json 2>/dev/null |
+        python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["executable"])' | tail -n 1)
+    cp "$bin" ".dev/tests/$t" && strip ".dev/tests/$t"
+done
+cp ../shared/bench/torch_gpt_baseline.py .dev/ 2>/dev/null ||
+    echo "warning: ../shared/bench/torch_gpt_baseline.py not found; one_gpu.sh's PyTorch side will be missing" >&2
+z3=$(ldd .dev/planc | awk '/libz3/ {print $3}')
+[ -n "$z3" ] && cp -L "$z3" .dev/lib/
+echo "bundle: $(du -sh .dev | cut -f1) in .dev"
