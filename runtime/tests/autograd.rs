@@ -92,7 +92,10 @@ fn script() -> std::path::PathBuf {
         return here.to_path_buf();
     }
     let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu/autograd.py");
-    assert!(built.exists(), "autograd.py not found: run from the repository root");
+    assert!(
+        built.exists(),
+        "autograd.py not found: run from the repository root"
+    );
     built
 }
 
