@@ -142,42 +142,7 @@ pub fn calibrate(
     let mut attention = Vec::new();
     for &(bh, t, d) in &attn {
         progress(done, total, &format!("attention {bh}×{t}×{d}"));
-        let (q, k, v, o) = (
-            gpu.alloc(bh * t * d * xsz)?,
-            gpu.alloc(bh * t * d * xsz)?,
-            gpu.alloc(bh * t * d * xsz)?,
-            gpu.alloc(bh * t * d * xsz)?,
-        );
-        let p = gpu.alloc(bh * t * t * xsz)?;
-        let rows = bh * t;
-        let s = time(&gpu, 10, || {
-            blas.scores(p, q, k, bh, t, d)?;
-            gpu.launch(
-                "softmax_causal_fwd",
-                (rows.div_ceil(8) as u32, 1),
-                256,
-                &[
-                    Arg::P(p),
-                    Arg::L(rows as i64),
-                    Arg::I(t as i32),
-                    Arg::F(1.0 / (d as f32).sqrt()),
-                ],
-            )?;
-            blas.attend(o, p, v, bh, t, d)
-        })?;
-        // Causal forward: QKᵀ and PV over the lower triangle.
-        let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
-        attention.push(AttentionPoint {
-            kind: "standard".into(),
-            batch_heads: bh,
-            seq: t,
-            head_dim: d,
-            seconds: s,
-            tflops: flops / s / 1e12,
-        });
-        for buf in [q, k, v, o, p] {
-            gpu.free(buf)?;
-        }
+        attention.push(standard_point(&mut gpu, &blas, precision, bh, t, d)?);
         done += 1;
     }
     drop(blas);
@@ -232,6 +197,55 @@ pub fn calibrate(
         memory,
         attention,
         collectives,
+    })
+}
+
+/// Times the standard attention core's forward as training launches it (the batched
+/// products through cuBLAS and the masked softmax) at `bh` heads of `t` × `d`.
+pub(crate) fn standard_point(
+    gpu: &mut Gpu,
+    blas: &Blas,
+    precision: Precision,
+    bh: usize,
+    t: usize,
+    d: usize,
+) -> Result<AttentionPoint, RunError> {
+    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let (q, k, v, o) = (
+        random_x(gpu, precision, bh * t * d)?,
+        random_x(gpu, precision, bh * t * d)?,
+        random_x(gpu, precision, bh * t * d)?,
+        gpu.alloc(bh * t * d * xsz)?,
+    );
+    let p = gpu.alloc(bh * t * t * xsz)?;
+    let rows = bh * t;
+    let s = time(gpu, 10, || {
+        blas.scores(p, q, k, bh, t, d)?;
+        gpu.launch(
+            "softmax_causal_fwd",
+            (rows.div_ceil(8) as u32, 1),
+            256,
+            &[
+                Arg::P(p),
+                Arg::L(rows as i64),
+                Arg::I(t as i32),
+                Arg::F(1.0 / (d as f32).sqrt()),
+            ],
+        )?;
+        blas.attend(o, p, v, bh, t, d)
+    })?;
+    for buf in [q, k, v, o, p] {
+        gpu.free(buf)?;
+    }
+    // Causal forward: QKᵀ and PV over the lower triangle.
+    let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
+    Ok(AttentionPoint {
+        kind: "standard".into(),
+        batch_heads: bh,
+        seq: t,
+        head_dim: d,
+        seconds: s,
+        tflops: flops / s / 1e12,
     })
 }
 

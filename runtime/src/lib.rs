@@ -20,7 +20,7 @@ pub mod train;
 use planc_compiler::catalog::Catalog;
 use planc_compiler::cost::ops::{layer_forward, OpKind};
 use planc_compiler::cost::time::Device;
-use planc_compiler::plan::{Gpu, Plan, Precision};
+use planc_compiler::plan::{Attention, Gpu, Plan, Precision};
 use serde::Serialize;
 
 pub use gpu::self_check;
@@ -216,6 +216,37 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
+            OpKind::StandardAttention {
+                batch_heads,
+                seq,
+                seq_full,
+                head_dim,
+                softmax_bytes,
+            } => {
+                // Timed below, on the training kernels' own context.
+                attention_at = Some(ops.len());
+                Measured {
+                    name: op.name,
+                    kind: "attention",
+                    shape: String::new(),
+                    predicted_s: Some(dev.standard_attention(
+                        batch_heads,
+                        seq,
+                        seq_full,
+                        head_dim,
+                        softmax_bytes,
+                    )),
+                    predicted_constants_s: before(constants.standard_attention(
+                        batch_heads,
+                        seq,
+                        seq_full,
+                        head_dim,
+                        softmax_bytes,
+                    )),
+                    measured_s: None,
+                    note: None,
+                }
+            }
             OpKind::FlashAttention {
                 flops,
                 seq,
@@ -291,19 +322,31 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     }
     let device = runner.device_name.clone();
     if let Some(i) = attention_at {
-        // The fused attention forward at the plan's per-GPU shape, as training launches it
-        // (its own context: the products' runner and the communicators go first).
+        // The attention core's forward at the plan's per-GPU shape, as training launches
+        // it (its own context: the products' runner and the communicators go first).
         drop(nccl);
         drop(runner);
         let p = &plan.parallel;
         let m = &plan.model;
-        let batch_heads = (p.micro_batch * m.heads / p.tp) as usize;
-        let t = (m.seq_len / p.cp) as usize;
+        let (bh, t, d) = (
+            (p.micro_batch * m.heads / p.tp) as usize,
+            (m.seq_len / p.cp) as usize,
+            m.head_dim() as usize,
+        );
         let mut gpu = train::cuda::Gpu::open(0, precision)?;
-        let points =
-            calibrate::flash_points(&mut gpu, precision, batch_heads, t, m.head_dim() as usize)?;
-        ops[i].measured_s = points.first().map(|a| a.seconds);
-        ops[i].shape = format!("{batch_heads} heads × {t} × {}", m.head_dim());
+        let point = match plan.train.attention {
+            Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?
+                .into_iter()
+                .next(),
+            Attention::Standard => {
+                let blas = train::blas::Blas::new(&gpu, precision)?;
+                Some(calibrate::standard_point(
+                    &mut gpu, &blas, precision, bh, t, d,
+                )?)
+            }
+        };
+        ops[i].measured_s = point.map(|a| a.seconds);
+        ops[i].shape = format!("{bh} heads × {t} × {d}");
     }
     let ratio_of = |kind: &str, pred: fn(&Measured) -> Option<f64>| {
         let (p, m) = ops

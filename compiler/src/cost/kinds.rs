@@ -48,11 +48,13 @@ impl WorkKind {
     pub fn of_op(op: &Op) -> WorkKind {
         match (&op.kind, op.name) {
             (OpKind::Collective { .. }, _) => WorkKind::Communication,
-            (OpKind::FlashAttention { .. } | OpKind::RingExchange { .. }, _) => WorkKind::Attention,
             (
+                OpKind::FlashAttention { .. }
+                | OpKind::StandardAttention { .. }
+                | OpKind::RingExchange { .. },
                 _,
-                "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values",
             ) => WorkKind::Attention,
+            (_, "attention_dropout") => WorkKind::Attention,
             (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
             (_, "mlp_activation") => WorkKind::Activation,
             _ => WorkKind::Linear,

@@ -29,6 +29,16 @@ pub enum OpKind {
         head_dim: f64,
         planc_kernel: bool,
     },
+    /// The standard attention core: the scores `batch_heads·seq × seq_full × head_dim`
+    /// (batched products), the masked softmax over `softmax_bytes`, and the weighted sum,
+    /// one operation so that a profile's measurement of the three together can price it.
+    StandardAttention {
+        batch_heads: f64,
+        seq: f64,
+        seq_full: f64,
+        head_dim: f64,
+        softmax_bytes: f64,
+    },
     /// A memory-bound kernel moving `bytes` through HBM (norms, activations, softmax).
     Memory { bytes: f64 },
     /// A collective over `bytes` (the full buffer the group exchanges).
@@ -136,22 +146,18 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
             ));
         }
         Attention::Standard => {
-            let batch_heads = p.micro_batch as f64 * heads;
-            ops.push(op(
-                "attention_scores",
-                OpKind::Gemm {
-                    m: batch_heads * s,
-                    n: s_full,
-                    k: d,
-                },
-            ));
             // Write scores, softmax read+write, read by the weighted sum: 8 bytes per score
             // at 2-byte precision; dropout adds read+write+mask: 5 more.
+            let batch_heads = p.micro_batch as f64 * heads;
             let scores = batch_heads * s * s_full;
             ops.push(op(
-                "attention_softmax",
-                OpKind::Memory {
-                    bytes: 4.0 * scores * e,
+                "attention_core",
+                OpKind::StandardAttention {
+                    batch_heads,
+                    seq: s,
+                    seq_full: s_full,
+                    head_dim: d,
+                    softmax_bytes: 4.0 * scores * e,
                 },
             ));
             if plan.train.dropout > 0.0 {
@@ -162,14 +168,6 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                     },
                 ));
             }
-            ops.push(op(
-                "attention_values",
-                OpKind::Gemm {
-                    m: batch_heads * s,
-                    n: d,
-                    k: s_full,
-                },
-            ));
         }
     }
     ops.push(op(

@@ -110,14 +110,27 @@ impl Device<'_> {
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
     }
 
-    /// The standard attention core's forward (scores `m×n×k` = batch·heads·s × s × d,
-    /// the masked softmax, the weighted sum) as the profile measured it, if it did: the
-    /// products are batched and thin (k = head size), which the grid of large products
-    /// does not represent. Its FLOPs, 2·m·n·k, are the causal convention's.
-    pub fn standard_attention(&self, m: f64, n: f64, k: f64) -> Option<f64> {
-        self.profile()
+    /// The standard attention core's forward: as the profile measured the batched products
+    /// and the masked softmax together, where it did (the products are thin, k = head size,
+    /// which the grid of large products does not represent), else the scores, the softmax
+    /// and the weighted sum priced one by one.
+    pub fn standard_attention(
+        &self,
+        batch_heads: f64,
+        seq: f64,
+        seq_full: f64,
+        head_dim: f64,
+        softmax_bytes: f64,
+    ) -> f64 {
+        let (m, n, k) = (batch_heads * seq, seq_full, head_dim);
+        // Both products' FLOPs over the lower triangle: 2·m·n·k, the causal convention.
+        if let Some(s) = self
+            .profile()
             .and_then(|p| p.attention_seconds("standard", 2.0 * m * n * k, n, k))
-            .map(|s| s.max(KERNEL_FLOOR_S))
+        {
+            return s.max(KERNEL_FLOOR_S);
+        }
+        self.gemm(m, n, k) + self.memory(softmax_bytes) + self.gemm(m, k, n)
     }
 
     /// The fused attention's backward: it recomputes the scores and runs four products
@@ -218,21 +231,24 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     let mut t = PassTime::default();
     let mut attention_compute = 0.0;
     let mut ring = 0.0;
-    // Set where the profile priced the standard attention core as a whole at its first
-    // op (the scores): the softmax and the weighted sum after it are inside that time.
-    let mut core_measured = false;
     for o in ops {
         match &o.kind {
-            OpKind::Gemm { m, n, k } if o.name == "attention_scores" => {
-                let measured = dev.standard_attention(*m, *n, *k);
-                core_measured = measured.is_some();
-                t.compute += measured.unwrap_or_else(|| dev.gemm(*m, *n, *k));
-                t.flops += 2.0 * m * n * k;
+            OpKind::StandardAttention {
+                batch_heads,
+                seq,
+                seq_full,
+                head_dim,
+                softmax_bytes,
+            } => {
+                t.compute += dev.standard_attention(
+                    *batch_heads,
+                    *seq,
+                    *seq_full,
+                    *head_dim,
+                    *softmax_bytes,
+                );
+                t.flops += 4.0 * batch_heads * seq * seq_full * head_dim;
             }
-            OpKind::Gemm { m, n, k } if o.name == "attention_values" && core_measured => {
-                t.flops += 2.0 * m * n * k;
-            }
-            OpKind::Memory { .. } if o.name == "attention_softmax" && core_measured => {}
             OpKind::Gemm { m, n, k } => {
                 t.compute += dev.gemm(*m, *n, *k);
                 t.flops += 2.0 * m * n * k;
@@ -349,10 +365,7 @@ pub(crate) fn layer_backward(
 
 /// The standard attention core's operations (what selective recomputation redoes).
 fn is_core(o: &Op) -> bool {
-    matches!(
-        o.name,
-        "attention_scores" | "attention_softmax" | "attention_dropout" | "attention_values"
-    )
+    matches!(o.kind, OpKind::StandardAttention { .. }) || o.name == "attention_dropout"
 }
 
 pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
@@ -669,7 +682,7 @@ mod tests {
     }
 
     #[test]
-    fn a_measured_standard_attention_core_replaces_its_three_ops() {
+    fn a_measured_standard_attention_core_prices_its_products_and_softmax_at_once() {
         let gpu = h200_with_standard_attention();
         let dev = Device {
             gpu: &gpu,
@@ -677,40 +690,23 @@ mod tests {
         };
         let (bh, s, d) = (192.0, 1024.0, 64.0);
         let core = |dropout: bool| {
-            let mut ops = vec![
-                Op {
-                    name: "attention_scores",
-                    kind: OpKind::Gemm {
-                        m: bh * s,
-                        n: s,
-                        k: d,
-                    },
+            let mut ops = vec![Op {
+                name: "attention_core",
+                kind: OpKind::StandardAttention {
+                    batch_heads: bh,
+                    seq: s,
+                    seq_full: s,
+                    head_dim: d,
+                    softmax_bytes: 8.0 * bh * s * s,
                 },
-                Op {
-                    name: "attention_softmax",
-                    kind: OpKind::Memory {
-                        bytes: 8.0 * bh * s * s,
-                    },
-                },
-                Op {
-                    name: "attention_values",
-                    kind: OpKind::Gemm {
-                        m: bh * s,
-                        n: d,
-                        k: s,
-                    },
-                },
-            ];
+            }];
             if dropout {
-                ops.insert(
-                    2,
-                    Op {
-                        name: "attention_dropout",
-                        kind: OpKind::Memory {
-                            bytes: 5.0 * bh * s * s,
-                        },
+                ops.push(Op {
+                    name: "attention_dropout",
+                    kind: OpKind::Memory {
+                        bytes: 5.0 * bh * s * s,
                     },
-                );
+                });
             }
             ops
         };
