@@ -113,6 +113,19 @@ pub fn grouped(f: impl FnOnce() -> Result<(), RunError>) -> Result<(), RunError>
 }
 
 impl Comm {
+    /// The end of every operation: its NCCL error, or its place on the step's trail.
+    fn queued(
+        &self,
+        r: Result<nccl::NcclStatus, nccl::NcclError>,
+        what: &str,
+        stream: u64,
+        describe: impl FnOnce() -> String,
+    ) -> Result<(), RunError> {
+        r.map_err(|e| nerr(what, e))?;
+        trail::queued(describe, stream);
+        Ok(())
+    }
+
     /// Sums `count` f32 in place over the group.
     pub fn all_reduce_sum(&self, buf: Buf, count: usize, stream: u64) -> Result<(), RunError> {
         self.all_reduce_typed(buf, count, ncclDataType_t::ncclFloat32, stream)
@@ -139,12 +152,9 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("all-reduce", e))?;
-        trail::queued(
-            format!("all-reduce of {count} elements over the {}", self.name),
-            stream,
-        );
-        Ok(())
+        self.queued(r, "all-reduce", stream, || {
+            format!("all-reduce of {count} elements over the {}", self.name)
+        })
     }
 
     /// `out` (count f32) = the sum over ranks of this rank's share of `inp` (count·size f32).
@@ -180,12 +190,9 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("reduce-scatter", e))?;
-        trail::queued(
-            format!("reduce-scatter to {count} elements over the {}", self.name),
-            stream,
-        );
-        Ok(())
+        self.queued(r, "reduce-scatter", stream, || {
+            format!("reduce-scatter to {count} elements over the {}", self.name)
+        })
     }
 
     /// `out` (count·size elements of `elem_bytes` each) = every rank's `inp` (count), in
@@ -209,15 +216,12 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("all-gather", e))?;
-        trail::queued(
+        self.queued(r, "all-gather", stream, || {
             format!(
                 "all-gather of {count} elements a rank over the {}",
                 self.name
-            ),
-            stream,
-        );
-        Ok(())
+            )
+        })
     }
 
     /// Sends `count` elements of `ty` to group rank `peer` (pipeline messages; batched
@@ -241,15 +245,12 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("send", e))?;
-        trail::queued(
+        self.queued(r, "send", stream, || {
             format!(
                 "send of {count} elements to rank {peer} of the {}",
                 self.name
-            ),
-            stream,
-        );
-        Ok(())
+            )
+        })
     }
 
     /// Receives `count` elements of `ty` from group rank `peer` into `buf`.
@@ -272,15 +273,12 @@ impl Comm {
                 stream as _,
             )
         };
-        r.map(|_| ()).map_err(|e| nerr("receive", e))?;
-        trail::queued(
+        self.queued(r, "receive", stream, || {
             format!(
                 "receive of {count} elements from rank {peer} of the {}",
                 self.name
-            ),
-            stream,
-        );
-        Ok(())
+            )
+        })
     }
 
     pub fn abort(&self) {

@@ -75,12 +75,13 @@ pub fn new_step() {
     }
 }
 
-/// Records that `op` (e.g. "all-reduce of 1024 elements over the data-parallel group of
-/// ranks 0,1") was queued on `stream`.
-pub fn queued(op: String, stream: u64) {
+/// Records that `op()` (e.g. "all-reduce of 1024 elements over the data-parallel group of
+/// ranks 0,1") was queued on `stream`; the name is only built when the trail is on.
+pub fn queued(op: impl FnOnce() -> String, stream: u64) {
     if !ON.with(Cell::get) {
         return;
     }
+    let op = op();
     let what = DOING.with(|d| {
         let d = d.borrow();
         if d.is_empty() {
@@ -186,13 +187,13 @@ mod tests {
     #[test]
     fn off_by_default_and_groups_record_once() {
         // Without `enable` nothing is kept (one-rank runs pay nothing).
-        queued("all-reduce".into(), 0);
+        queued(|| "all-reduce".into(), 0);
         assert!(TRAIL.lock().unwrap().entries.is_empty());
         enable();
         doing("L3 mlp down");
         group_start();
-        queued("send to rank 1".into(), 0);
-        queued("receive from rank 1".into(), 0);
+        queued(|| "send to rank 1".into(), 0);
+        queued(|| "receive from rank 1".into(), 0);
         let pending = GROUP.with(|g| g.borrow().as_ref().map(|(o, _)| o.clone()));
         assert_eq!(
             pending,
