@@ -76,6 +76,28 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// An empty profile of a bf16 H200 with test provenance, for tests to fill.
+    #[cfg(test)]
+    pub(crate) fn empty_for_tests() -> Profile {
+        Profile {
+            provenance: Provenance {
+                device: "test".into(),
+                catalog_gpu: "H200_SXM_141GB".into(),
+                driver_version: 0,
+                nvrtc_version: "13.0".into(),
+                nccl_version: None,
+                precision: "bf16".into(),
+                measured_at_unix_s: 0,
+                planc_version: "0".into(),
+                seconds: 0.0,
+            },
+            gemm: vec![],
+            memory: vec![],
+            attention: vec![],
+            collectives: vec![],
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Profile, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the profile `{}`: {e}", path.display()))?;
@@ -189,17 +211,6 @@ mod tests {
 
     fn profile() -> Profile {
         Profile {
-            provenance: Provenance {
-                device: "test".into(),
-                catalog_gpu: "H200_SXM_141GB".into(),
-                driver_version: 0,
-                nvrtc_version: "13.0".into(),
-                nccl_version: None,
-                precision: "bf16".into(),
-                measured_at_unix_s: 0,
-                planc_version: "0".into(),
-                seconds: 0.0,
-            },
             gemm: vec![
                 GemmPoint {
                     m: 8192,
@@ -232,7 +243,6 @@ mod tests {
                     efficiency: 0.7,
                 },
             ],
-            attention: vec![],
             collectives: vec![
                 CollectivePoint {
                     op: "AllReduce".into(),
@@ -249,6 +259,7 @@ mod tests {
                     bus_gb_per_s: 200.0,
                 },
             ],
+            ..Profile::empty_for_tests()
         }
     }
 

@@ -596,22 +596,9 @@ mod tests {
     /// An H200 whose profile measured the standard attention core at 50 TFLOP/s (causal
     /// forward FLOPs) for head size 64.
     fn h200_with_standard_attention() -> Gpu {
-        use crate::profile::{AttentionPoint, Profile, Provenance};
+        use crate::profile::{AttentionPoint, Profile};
         let mut gpu = Catalog::builtin().gpu("H200_SXM_141GB").unwrap().clone();
         gpu.profile = Some(std::sync::Arc::new(Profile {
-            provenance: Provenance {
-                device: "test".into(),
-                catalog_gpu: gpu.name.clone(),
-                driver_version: 0,
-                nvrtc_version: "13.0".into(),
-                nccl_version: None,
-                precision: "bf16".into(),
-                measured_at_unix_s: 0,
-                planc_version: "0".into(),
-                seconds: 0.0,
-            },
-            gemm: vec![],
-            memory: vec![],
             attention: vec![AttentionPoint {
                 kind: "standard".into(),
                 batch_heads: 192,
@@ -620,7 +607,7 @@ mod tests {
                 seconds: 0.0,
                 tflops: 50.0,
             }],
-            collectives: vec![],
+            ..Profile::empty_for_tests()
         }));
         gpu
     }
