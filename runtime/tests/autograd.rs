@@ -10,28 +10,15 @@
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+
+use common::{up, Rng};
 use half::bf16;
 use planc_compiler::plan::Precision;
 use planc_runtime::train::attention::{self, Grads, Heads};
 use planc_runtime::train::cuda::{Arg, Buf, Gpu};
-use planc_runtime::RunError;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
-
-struct Rng(u64);
-
-impl Rng {
-    fn vec(&mut self, n: usize, scale: f32, offset: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 ^= self.0 << 13;
-                self.0 ^= self.0 >> 7;
-                self.0 ^= self.0 << 17;
-                (((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0) * scale + offset
-            })
-            .collect()
-    }
-}
 
 /// A case's tensors: inputs by name, outputs as `out.NAME`, all f32 with their shapes.
 #[derive(Default)]
@@ -106,19 +93,6 @@ fn python_with_torch() -> Option<String> {
         .output()
         .is_ok_and(|o| o.status.success());
     ok.then_some(py)
-}
-
-fn open(p: Precision) -> Option<Gpu> {
-    match Gpu::open(0, p) {
-        Err(RunError::NoDriver | RunError::NoGpu) => None,
-        r => Some(r.unwrap()),
-    }
-}
-
-fn up(gpu: &mut Gpu, v: &[f32]) -> Buf {
-    let b = gpu.alloc(v.len().max(1) * 4).unwrap();
-    gpu.upload(b, v).unwrap();
-    b
 }
 
 fn down(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
@@ -416,7 +390,9 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
 
 /// The fused attention in `p` (fp32: the scalar kernels; bf16: the tensor-core ones).
 fn flash(p: Precision, py: &str, dir: &Path, rng: &mut Rng) {
-    let Some(mut gpu) = open(p) else { return };
+    let Some(mut gpu) = common::gpu_or_skip("kernel autograd test (flash)", p) else {
+        return;
+    };
     let xsz = if p == Precision::Fp32 { 4 } else { 2 };
     let hd = Heads {
         b: 2,
@@ -525,8 +501,7 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
 
 #[test]
 fn every_kernel_pair_matches_pytorch_autograd() {
-    let Some(mut gpu) = open(Precision::Fp32) else {
-        println!("SKIPPED kernel autograd test: no GPU");
+    let Some(mut gpu) = common::gpu_or_skip("kernel autograd test", Precision::Fp32) else {
         return;
     };
     let Some(py) = python_with_torch() else {

@@ -3,37 +3,11 @@
 //! the CPU, with a row count that leaves the backward's last chunk short. Without a GPU it
 //! prints SKIPPED and passes.
 
+mod common;
+
+use common::{gpu_or_skip, up, values};
 use planc_compiler::plan::Precision;
 use planc_runtime::train::cuda::{Arg, Buf, Gpu};
-use planc_runtime::RunError;
-
-fn values(n: usize, seed: u64, scale: f32, offset: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale + offset
-        })
-        .collect()
-}
-
-fn open() -> Option<Gpu> {
-    match Gpu::open(0, Precision::Fp32) {
-        Err(RunError::NoDriver | RunError::NoGpu) => {
-            println!("SKIPPED norm kernel test: no GPU");
-            None
-        }
-        r => Some(r.unwrap()),
-    }
-}
-
-fn up(gpu: &mut Gpu, v: &[f32]) -> Buf {
-    let b = gpu.alloc(v.len() * 4).unwrap();
-    gpu.upload(b, v).unwrap();
-    b
-}
 
 fn max_rel(got: &[f32], want: &[f64]) -> f64 {
     let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(1e-30);
@@ -157,7 +131,9 @@ fn check(gpu: &mut Gpu, rows: usize, c: usize, np: usize, threads: u32, rms: boo
 
 #[test]
 fn vectorised_norms_match_float64() {
-    let Some(mut gpu) = open() else { return };
+    let Some(mut gpu) = gpu_or_skip("norm kernel test", Precision::Fp32) else {
+        return;
+    };
     // fp32 packs are 4 elements: C 256 is 64 packs (1 a thread, 64 threads), 2048 is 512
     // (2 a thread, 256), 4096 is 1024 (4 a thread, 256); 37 rows in 8 chunks of 5.
     for (c, np, threads) in [(256, 1, 64), (2048, 2, 256), (4096, 4, 256), (200, 1, 64)] {

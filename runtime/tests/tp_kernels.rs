@@ -3,35 +3,22 @@
 //! ranks' shares laid side by side on one GPU as the all-gather lays them. Without a GPU it
 //! prints SKIPPED and passes.
 
+mod common;
+
+use common::gpu_or_skip;
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{Arg, Gpu};
-use planc_runtime::RunError;
+use planc_runtime::train::cuda::Arg;
 
+/// Values uniform in [-4, 4).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
-        })
-        .collect()
-}
-
-fn open() -> Option<Gpu> {
-    match Gpu::open(0, Precision::Fp32) {
-        Err(RunError::NoDriver | RunError::NoGpu) => {
-            println!("SKIPPED tensor-parallel kernel test: no GPU");
-            None
-        }
-        r => Some(r.unwrap()),
-    }
+    common::values(n, seed, 4.0, 0.0)
 }
 
 #[test]
 fn vocabulary_parallel_cross_entropy_matches_the_whole_vocabulary() {
-    let Some(mut gpu) = open() else { return };
+    let Some(mut gpu) = gpu_or_skip("tensor-parallel kernel test", Precision::Fp32) else {
+        return;
+    };
     let (n, v, ranks) = (6usize, 300usize, 3usize);
     let vl = v / ranks;
     let logits = values(n * v, 7);
@@ -132,7 +119,9 @@ fn vocabulary_parallel_cross_entropy_matches_the_whole_vocabulary() {
 
 #[test]
 fn vocabulary_parallel_lookups_sum_to_the_embedding_plus_positions() {
-    let Some(mut gpu) = open() else { return };
+    let Some(mut gpu) = gpu_or_skip("tensor-parallel kernel test", Precision::Fp32) else {
+        return;
+    };
     let (v, c, s, ranks) = (64usize, 16usize, 8usize, 2usize);
     let (b, vl) = (2usize, v / ranks);
     let n = b * s;
