@@ -309,8 +309,8 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
 /// 3 × 4 bytes, and a backward of twice that. planc's own kernels work on the logits in
 /// the storage type and write the gradient in place during forward (read + write; a third
 /// pass, the shares' statistics, under tensor parallelism), leaving backward nothing to do:
-/// see [`cross_entropy_has_backward`].
-pub fn cross_entropy_bytes(plan: &Plan) -> f64 {
+/// see [`head_backward`].
+fn cross_entropy_bytes(plan: &Plan) -> f64 {
     let e = plan.train.precision.bytes();
     match plan.framework() {
         Framework::Planc if plan.parallel.tp > 1 => 3.0 * e,
@@ -319,13 +319,19 @@ pub fn cross_entropy_bytes(plan: &Plan) -> f64 {
     }
 }
 
-/// Whether the loss has a backward pass of its own (see [`cross_entropy_bytes`]).
-pub fn cross_entropy_has_backward(plan: &Plan) -> bool {
-    plan.framework() != Framework::Planc
+/// The output layer's operations whose backward runs twice their forward work (the
+/// products' input and weight gradients, the norm's): all of [`head_forward`] but a loss
+/// that wrote its gradient during forward (planc's).
+pub fn head_backward(plan: &Plan) -> Vec<Op> {
+    let mut ops = head_forward(plan);
+    if plan.framework() == Framework::Planc {
+        ops.retain(|o| o.name != "cross_entropy");
+    }
+    ops
 }
 
-/// Bytes each bias gradient of the products among a layer's `ops` reads in backward: the sum over tokens of the
-/// product's output gradient, one reduction per product with a bias (the frameworks fuse
+/// Bytes each bias gradient of the products among a layer's `ops` reads in backward: the
+/// sum over tokens of the product's output gradient, one reduction per product with a bias (the frameworks fuse
 /// the bias into the forward product, not its gradient into the backward ones). A
 /// row-parallel product's bias sums this rank's tokens under sequence parallelism.
 pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {

@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
 use super::ops::{
-    cross_entropy_has_backward, embedding_forward, head_forward, layer_bias_gradients,
-    layer_forward, Group, Op, OpKind,
+    embedding_forward, head_backward, head_forward, layer_bias_gradients, layer_forward, Group, Op,
+    OpKind,
 };
 use crate::plan::{
     Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
@@ -381,24 +381,13 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         .collect();
     let layer_wgrad = time_ops(&weight_products, dev, pl).compute;
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
-    let head_ops = head_forward(plan);
-    let head_fwd = time_ops(&head_ops, dev, pl);
-    // Backward twice the forward, but a loss that wrote its gradient in forward has no
-    // backward of its own.
-    let twice = |t: PassTime| PassTime {
-        compute: 2.0 * t.compute,
-        comm: t.comm,
-        flops: 2.0 * t.flops,
-    };
-    let head_bwd = if cross_entropy_has_backward(plan) {
-        twice(head_fwd)
-    } else {
-        let rest: Vec<Op> = head_ops
-            .iter()
-            .filter(|o| o.name != "cross_entropy")
-            .cloned()
-            .collect();
-        twice(time_ops(&rest, dev, pl))
+    let head_fwd = time_ops(&head_forward(plan), dev, pl);
+    let head_bwd = time_ops(&head_backward(plan), dev, pl);
+    // Backward runs twice the work of those operations; collectives mirror forward's.
+    let head_bwd = PassTime {
+        compute: 2.0 * head_bwd.compute,
+        comm: head_bwd.comm,
+        flops: 2.0 * head_bwd.flops,
     };
     let p2p = if p.pp > 1 {
         let m = &plan.model;
