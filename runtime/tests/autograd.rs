@@ -2,7 +2,7 @@
 //! autograd (`runtime/tests/gpu/autograd.py`, float64): norms (LayerNorm, RMSNorm, the
 //! vectorised and the scalar kernels), GELU, SwiGLU, the causal softmax, cross-entropy,
 //! the qkv split with rope and grouped-query heads and its gradient merge (pack-a-thread
-//! and per-element kernels), the fused attention, and AdamW's update. The kernels run in
+//! and per-element kernels), the fused attention, and AdamW's update over a range (with and without decay). The kernels run in
 //! fp32 so that the comparison is tight (the flash kernel also in bf16, whose tensor-core
 //! path training uses, at a bf16 tolerance). Without a GPU, or without python3 with torch
 //! and safetensors, it prints SKIPPED and passes.
@@ -471,6 +471,14 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     let (wb, gb, mb, vb) = (up(gpu, &w), up(gpu, &g), up(gpu, &m), up(gpu, &v));
     let bc1 = 1.0 - (b1 as f64).powi(step as i32);
     let bc2 = 1.0 - (b2 as f64).powi(step as i32);
+    // Decay on the first 512 elements (8 blocks of 64), none on the rest, as for a weight
+    // followed by a bias; the kernel takes a range starting at block 0.
+    let split = 512usize;
+    let mask: Vec<u8> = (0..n.div_ceil(64))
+        .map(|k| u8::from(k * 64 < split))
+        .collect();
+    let decay = gpu.alloc(mask.len()).unwrap();
+    gpu.upload(decay, &mask).unwrap();
     let args = [
         Arg::P(wb),
         Arg::P(Buf::NULL),
@@ -478,6 +486,8 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         Arg::P(mb),
         Arg::P(vb),
         Arg::L(n as i64),
+        Arg::L(0),
+        Arg::P(decay),
         Arg::F(lr),
         Arg::F(b1),
         Arg::F(b2),
@@ -487,12 +497,16 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         Arg::F(bc2.sqrt() as f32),
         Arg::F(1.0),
     ];
-    gpu.launch_n("adamw", n, &args).unwrap();
+    gpu.launch_n("adamw_flat", n, &args).unwrap();
     let mut c = Case::default();
     for (name, x) in [("w", &w), ("g", &g), ("m", &m), ("v", &v)] {
         c.put(name, x, &[n]);
     }
-    c.put("hyper", &[lr, b1, b2, eps, wd, step as f32], &[6]);
+    c.put(
+        "hyper",
+        &[lr, b1, b2, eps, wd, step as f32, split as f32],
+        &[7],
+    );
     c.put("out.w_new", &down(gpu, wb, n), &[n]);
     c.put("out.m_new", &down(gpu, mb, n), &[n]);
     c.put("out.v_new", &down(gpu, vb, n), &[n]);

@@ -156,8 +156,8 @@ pub const KERNELS: &[&str] = &[
     "ce_grad",
     "sumsq_partial",
     "sum_partial",
-    "adamw",
-    "sgd",
+    "adamw_flat",
+    "sgd_flat",
 ];
 
 /// A device buffer: a pointer and its size in bytes. Copy, because the GPU owns it.

@@ -184,6 +184,9 @@ pub struct Engine {
     pub grad: Buf,
     pub m: Buf,
     pub v: Buf,
+    /// One byte per `model::ALIGN`-element block of the flat buffers: whether its tensor
+    /// takes weight decay (the optimizer's single launch reads it).
+    decay: Buf,
     sets: Vec<ActSet>,
     s: Scratch,
     /// One f32 per micro-batch: the sum of its token losses.
@@ -428,6 +431,16 @@ impl Engine {
         };
         let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
         let scalars = gpu.alloc(64 * 4)?;
+        let decay = {
+            let mut mask = vec![0u8; total.div_ceil(model::ALIGN)];
+            for p in params.list.iter().filter(|p| p.decay) {
+                let blocks = p.offset / model::ALIGN..(p.offset + p.numel()).div_ceil(model::ALIGN);
+                mask[blocks].fill(1);
+            }
+            let b = gpu.alloc(mask.len())?;
+            gpu.upload(b, &mask)?;
+            b
+        };
         let (rope_cos, rope_sin) = if d.position == Position::Rope {
             let (c, s) = rope_table(&d);
             let (bc, bs) = (gpu.alloc(c.len() * 4)?, gpu.alloc(s.len() * 4)?);
@@ -449,6 +462,7 @@ impl Engine {
             grad,
             m,
             v,
+            decay,
             sets,
             s,
             loss_sums,
@@ -1545,59 +1559,56 @@ impl Engine {
     ) -> Res {
         let bc1 = 1.0 - (b1 as f64).powi(t as i32);
         let bc2 = 1.0 - (b2 as f64).powi(t as i32);
-        let wx = if self.xsz == 4 { Buf::NULL } else { self.wx };
-        for p in &self.params.list {
-            let (a, b) = (p.offset.max(lo), (p.offset + p.numel()).min(hi));
-            if a >= b {
-                continue;
-            }
-            let n = b - a;
-            let decay = if p.decay { wd } else { 0.0 };
-            let w = self.w32.at(a, 4);
-            let wxp = if wx == Buf::NULL {
-                Buf::NULL
-            } else {
-                wx.at(a, self.xsz)
-            };
-            let g = self.grad.at(a, 4);
-            if self.shape.optimizer == Optimizer::Sgd {
-                self.gpu.launch_n(
-                    "sgd",
-                    n,
-                    &[
-                        Arg::P(w),
-                        Arg::P(wxp),
-                        Arg::P(g),
-                        Arg::L(n as i64),
-                        Arg::F(lr),
-                        Arg::F(decay),
-                        Arg::F(gscale),
-                    ],
-                )?;
-            } else {
-                self.gpu.launch_n(
-                    "adamw",
-                    n,
-                    &[
-                        Arg::P(w),
-                        Arg::P(wxp),
-                        Arg::P(g),
-                        Arg::P(self.m.at(a - lo, 4)),
-                        Arg::P(self.v.at(a - lo, 4)),
-                        Arg::L(n as i64),
-                        Arg::F(lr),
-                        Arg::F(b1),
-                        Arg::F(b2),
-                        Arg::F(eps),
-                        Arg::F(decay),
-                        Arg::F(bc1 as f32),
-                        Arg::F(bc2.sqrt() as f32),
-                        Arg::F(gscale),
-                    ],
-                )?;
-            }
+        let wx = if self.xsz == 4 {
+            Buf::NULL
+        } else {
+            self.wx.at(lo, self.xsz)
+        };
+        let n = hi - lo;
+        if n == 0 {
+            return Ok(());
         }
-        Ok(())
+        let (w, g) = (self.w32.at(lo, 4), self.grad.at(lo, 4));
+        if self.shape.optimizer == Optimizer::Sgd {
+            self.gpu.launch_n(
+                "sgd_flat",
+                n,
+                &[
+                    Arg::P(w),
+                    Arg::P(wx),
+                    Arg::P(g),
+                    Arg::L(n as i64),
+                    Arg::L(lo as i64),
+                    Arg::P(self.decay),
+                    Arg::F(lr),
+                    Arg::F(wd),
+                    Arg::F(gscale),
+                ],
+            )
+        } else {
+            self.gpu.launch_n(
+                "adamw_flat",
+                n,
+                &[
+                    Arg::P(w),
+                    Arg::P(wx),
+                    Arg::P(g),
+                    Arg::P(self.m),
+                    Arg::P(self.v),
+                    Arg::L(n as i64),
+                    Arg::L(lo as i64),
+                    Arg::P(self.decay),
+                    Arg::F(lr),
+                    Arg::F(b1),
+                    Arg::F(b2),
+                    Arg::F(eps),
+                    Arg::F(wd),
+                    Arg::F(bc1 as f32),
+                    Arg::F(bc2.sqrt() as f32),
+                    Arg::F(gscale),
+                ],
+            )
+        }
     }
 
     /// Σ g² over the tensors in `[lo, hi)` that every tensor-parallel rank holds whole

@@ -342,13 +342,21 @@ __device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, c
                                const X* b, int C, float eps, int rms) {
     long row = blockIdx.x;
     int packs = C / VEC;
-    Pack xp[NP];
-    float s = 0.0f;
+    // Every load is issued before the first reduction waits: the row's latency once.
+    Pack xp[NP], wp[NP], bp[NP];
 #pragma unroll
     for (int p = 0; p < NP; p++) {
         int pk = threadIdx.x + p * blockDim.x;
         if (pk < packs) {
             xp[p].u = *(const uint4*)(inp + row * C + pk * VEC);
+            wp[p].u = *(const uint4*)(w + pk * VEC);
+            if (b) bp[p].u = *(const uint4*)(b + pk * VEC);
+        }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        if (threadIdx.x + p * blockDim.x < packs) {
 #pragma unroll
             for (int k = 0; k < VEC; k++) s += ld(xp[p].x[k]);
         }
@@ -370,13 +378,11 @@ __device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, c
     for (int p = 0; p < NP; p++) {
         int pk = threadIdx.x + p * blockDim.x;
         if (pk < packs) {
-            Pack wp, bp, op;
-            wp.u = *(const uint4*)(w + pk * VEC);
-            if (b) bp.u = *(const uint4*)(b + pk * VEC);
+            Pack op;
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
-                float y = (ld(xp[p].x[k]) - m) * r * ld(wp.x[k]);
-                if (b) y += ld(bp.x[k]);
+                float y = (ld(xp[p].x[k]) - m) * r * ld(wp[p].x[k]);
+                if (b) y += ld(bp[p].x[k]);
                 op.x[k] = st(y);
             }
             *(uint4*)(out + row * C + pk * VEC) = op.u;
@@ -407,16 +413,29 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
     }
     long r0 = (long)blockIdx.x * rows_per_chunk;
     long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-    for (long r = r0; r < r1; r++) {
-        float m = mean[r], rs = rstd[r];
-        Pack xp[NP], yp[NP];
-        float s1 = 0.0f, s2 = 0.0f;  // Σ dŷ, Σ dŷ·x̂ with dŷ = dy·w
+    // Row r's x, dy and the residual gradient it adds into, loaded one row ahead: the next
+    // row's loads are in flight while this row waits in its reduction, so a block keeps
+    // HBM busy instead of paying one memory latency a row.
+    Pack xp[NP], yp[NP], gp[NP], xn[NP], yn[NP], gn[NP];
+    auto load = [&](long r, Pack* x, Pack* y, Pack* gr) {
 #pragma unroll
         for (int p = 0; p < NP; p++) {
             int pk = threadIdx.x + p * blockDim.x;
             if (pk < packs) {
-                xp[p].u = *(const uint4*)(inp + r * C + pk * VEC);
-                yp[p].u = *(const uint4*)(dout + r * C + pk * VEC);
+                x[p].u = *(const uint4*)(inp + r * C + pk * VEC);
+                y[p].u = *(const uint4*)(dout + r * C + pk * VEC);
+                gr[p].u = *(const uint4*)(dinp + r * C + pk * VEC);
+            }
+        }
+    };
+    if (r0 < r1) load(r0, xp, yp, gp);
+    for (long r = r0; r < r1; r++) {
+        if (r + 1 < r1) load(r + 1, xn, yn, gn);
+        float m = mean[r], rs = rstd[r];
+        float s1 = 0.0f, s2 = 0.0f;  // Σ dŷ, Σ dŷ·x̂ with dŷ = dy·w
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            if (threadIdx.x + p * blockDim.x < packs) {
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
                     float dy = ld(yp[p].x[k]);
@@ -436,17 +455,21 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
         for (int p = 0; p < NP; p++) {
             int pk = threadIdx.x + p * blockDim.x;
             if (pk < packs) {
-                Pack gp;
-                gp.u = *(const uint4*)(dinp + r * C + pk * VEC);
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
                     float dn = ld(yp[p].x[k]) * ld(wp[p].x[k]);
                     float xh = (ld(xp[p].x[k]) - m) * rs;
                     float g = rms ? (dn - xh * s2) * rs : (dn - s1 - xh * s2) * rs;
-                    gp.x[k] = st(ld(gp.x[k]) + g);
+                    gp[p].x[k] = st(ld(gp[p].x[k]) + g);
                 }
-                *(uint4*)(dinp + r * C + pk * VEC) = gp.u;
+                *(uint4*)(dinp + r * C + pk * VEC) = gp[p].u;
             }
+        }
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            xp[p] = xn[p];
+            yp[p] = yn[p];
+            gp[p] = gn[p];
         }
     }
 #pragma unroll
@@ -987,15 +1010,20 @@ __global__ void sum_partial(float* part, const float* x, long n) {
 }
 
 // AdamW as torch.optim.AdamW computes it (decoupled decay first, then the bias-corrected
-// update), on fp32 master weights; `gscale` unscales and clips the gradient, and the
-// compute copy (bf16/fp16) is refreshed in the same pass (`wx` null in fp32).
-__global__ void adamw(float* w, X* wx, const float* g, float* m, float* v, long n, float lr,
-                      float b1, float b2, float eps, float wd, float bc1, float bc2_sqrt,
-                      float gscale) {
+// update) on fp32 master weights, refreshing the compute copy `wx` (null in fp32); `gscale`
+// unscales and clips the gradient. Over a contiguous range [lo, lo + n) of the flat
+// buffers in one launch (w, g, wx start at lo; m and v at the range's start): weight decay
+// per 64-element block, as decay[k] says for block k of the whole buffer (every tensor
+// starts on a block), so one launch serves every tensor where a launch a tensor left the
+// GPU idle between small ones.
+__global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, long n, long lo,
+                           const unsigned char* decay, float lr, float b1, float b2, float eps,
+                           float wd, float bc1, float bc2_sqrt, float gscale) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n) return;
+    float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
     float gi = g[i] * gscale;
-    float p = w[i] * (1.0f - lr * wd);
+    float p = w[i] * (1.0f - lr * wdi);
     float mi = b1 * m[i] + (1.0f - b1) * gi;
     float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
@@ -1005,11 +1033,13 @@ __global__ void adamw(float* w, X* wx, const float* g, float* m, float* v, long 
     if (wx) wx[i] = st(p);
 }
 
-// SGD with decoupled weight decay.
-__global__ void sgd(float* w, X* wx, const float* g, long n, float lr, float wd, float gscale) {
+// SGD with decoupled weight decay over a contiguous range, as adamw_flat.
+__global__ void sgd_flat(float* w, X* wx, const float* g, long n, long lo,
+                         const unsigned char* decay, float lr, float wd, float gscale) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float p = w[i] * (1.0f - lr * wd) - lr * g[i] * gscale;
+    float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
+    float p = w[i] * (1.0f - lr * wdi) - lr * g[i] * gscale;
     w[i] = p;
     if (wx) wx[i] = st(p);
 }

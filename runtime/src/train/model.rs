@@ -168,7 +168,9 @@ pub struct Params {
     index: std::collections::HashMap<String, usize>,
 }
 
-const ALIGN: usize = 64;
+/// Every tensor starts on a block of this many elements (the optimizer's decay mask is one
+/// flag a block).
+pub const ALIGN: usize = 64;
 
 /// What one pipeline rank holds: the transformer layers of each of its model chunks (by
 /// global index, in execution order), and whether it holds the first virtual stage (the

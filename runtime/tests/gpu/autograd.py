@@ -130,18 +130,33 @@ def flash(t):
 
 
 def adamw(t):
-    lr, b1, b2, eps, wd, step = (float(v) for v in t["hyper"])
-    p = torch.nn.Parameter(d64(t["w"]).clone())
-    opt = torch.optim.AdamW([p], lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd)
-    p.grad = d64(t["g"])
-    opt.state[p] = {
-        "step": torch.tensor(step - 1, dtype=torch.float64),
-        "exp_avg": d64(t["m"]).clone(),
-        "exp_avg_sq": d64(t["v"]).clone(),
-    }
+    # One update over a range whose first `split` elements take weight decay and the rest
+    # none (a weight and a bias): two parameter groups.
+    lr, b1, b2, eps, wd, step, split = (float(v) for v in t["hyper"])
+    split = int(split)
+    w, g, m, v = (d64(t[k]) for k in ("w", "g", "m", "v"))
+    parts = [slice(0, split), slice(split, w.shape[0])]
+    params = [torch.nn.Parameter(w[s].clone()) for s in parts]
+    opt = torch.optim.AdamW(
+        [{"params": [params[0]], "weight_decay": wd}, {"params": [params[1]], "weight_decay": 0.0}],
+        lr=lr,
+        betas=(b1, b2),
+        eps=eps,
+    )
+    for p, s in zip(params, parts):
+        p.grad = g[s].clone()
+        opt.state[p] = {
+            "step": torch.tensor(step - 1, dtype=torch.float64),
+            "exp_avg": m[s].clone(),
+            "exp_avg_sq": v[s].clone(),
+        }
     opt.step()
-    s = opt.state[p]
-    return {"w_new": p.detach(), "m_new": s["exp_avg"], "v_new": s["exp_avg_sq"]}
+    cat = lambda f: torch.cat([f(p) for p in params])
+    return {
+        "w_new": cat(lambda p: p.detach()),
+        "m_new": cat(lambda p: opt.state[p]["exp_avg"]),
+        "v_new": cat(lambda p: opt.state[p]["exp_avg_sq"]),
+    }
 
 
 CASES = {
