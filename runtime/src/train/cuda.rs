@@ -322,19 +322,19 @@ impl Gpu {
         unsafe { result::memset_d8_async(b.ptr, 0, b.bytes, self.stream) }.map_err(err)
     }
 
-    /// Copies host data into device buffers once the stream's queued work is done (the
-    /// copy does not order itself after the non-blocking stream).
+    /// Copies host data into device buffers, queued on the stream: after the work queued
+    /// before it (which may still read the buffers), before the work queued after. The
+    /// host slices may be reused on return: copies from pageable memory are staged at once.
     pub fn upload<T: Copy>(&self, dst: Buf, src: &[T]) -> Result<(), RunError> {
         self.upload_all(&[(dst, src)])
     }
 
     pub fn upload_all<T: Copy>(&self, items: &[(Buf, &[T])]) -> Result<(), RunError> {
-        self.sync()?;
         for (dst, src) in items {
             assert!(std::mem::size_of_val(*src) <= dst.bytes, "upload overflows");
-            // SAFETY: sizes checked; synchronous with respect to the host slice, and the
-            // stream is drained.
-            unsafe { result::memcpy_htod_sync(dst.ptr, src) }.map_err(err)?;
+            // SAFETY: sizes checked; the driver stages pageable memory before returning,
+            // and the stream orders the copy with the kernels around it.
+            unsafe { result::memcpy_htod_async(dst.ptr, src, self.stream) }.map_err(err)?;
         }
         Ok(())
     }

@@ -1202,6 +1202,35 @@ impl Engine {
         self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)
     }
 
+    /// A micro-batch's tokens and targets as `forward` copies them to the GPU, with the
+    /// embedding gradient's token order. Host work: the step loop prepares the next step's
+    /// first micro-batch while the GPU still runs this one, so a step does not start with
+    /// the GPU waiting for the host.
+    pub fn host_batch(&self, chunk: usize, inputs: &[u32], targets: &[u32]) -> HostBatch {
+        let d = &self.shape.dims;
+        let (first, last) = self.ends(chunk);
+        let as_i32 = |x: &[u32]| x.iter().map(|&t| t as i32).collect::<Vec<i32>>();
+        // The embedding gradient sums each token's positions in a fixed order; a
+        // tensor-parallel rank sums the tokens of its rows of the table only: tokens
+        // [v0, v0 + vocab) (vocabulary-parallel under tensor parallelism).
+        let (uniq, start, pos) = if first {
+            token_order(
+                &inputs[..self.rows()],
+                self.shape.tp_rank * d.vocab,
+                d.vocab,
+            )
+        } else {
+            Default::default()
+        };
+        HostBatch {
+            tokens: if first { as_i32(inputs) } else { Vec::new() },
+            targets: if last { as_i32(targets) } else { Vec::new() },
+            uniq,
+            start,
+            pos,
+        }
+    }
+
     /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's
     /// backward runs here too (see the module comment). `dscale` scales the loss gradient:
     /// 1 / (tokens of the step), times the fp16 loss scale.
@@ -1216,8 +1245,7 @@ impl Engine {
         set: usize,
         j: usize,
         chunk: usize,
-        inputs: &[u32],
-        targets: &[u32],
+        batch: &HostBatch,
         dscale: f32,
     ) -> Res {
         let d = self.shape.dims.clone();
@@ -1225,36 +1253,23 @@ impl Engine {
         let c = d.hidden;
         let (first, last) = self.ends(chunk);
         let layers = self.shape.stage.chunks[chunk].clone();
-        // The micro-batch's targets (the loss head's) go with the tokens' copies: one wait
-        // for the stream per micro-batch.
-        let tg: Vec<i32> = if last {
-            targets.iter().map(|&x| x as i32).collect()
-        } else {
-            Vec::new()
-        };
         if last && !first {
-            self.gpu.upload(self.s.targets, &tg)?;
+            self.gpu.upload(self.s.targets, &batch.targets)?;
         }
-        // This rank's rows of the embedding table and the output layer (vocabulary-parallel
-        // under tensor parallelism): tokens [v0, v0 + vocab).
         let v0 = self.shape.tp_rank * d.vocab;
         if first {
             self.mark(|| format!("F{j} embedding"))?;
-            // The embedding gradient sums each token's positions in a fixed order; a
-            // tensor-parallel rank sums the tokens of its rows of the table only.
-            let (uniq, start, pos) = token_order(&inputs[..n], v0, d.vocab);
-            let toks: Vec<i32> = inputs.iter().map(|&x| x as i32).collect();
             {
                 let st = &mut self.sets[set];
-                st.n_uniq = uniq.len();
+                st.n_uniq = batch.uniq.len();
                 let mut copies = vec![
-                    (st.tokens, &toks[..]),
-                    (st.uniq, &uniq[..]),
-                    (st.start, &start[..]),
-                    (st.pos, &pos[..]),
+                    (st.tokens, &batch.tokens[..]),
+                    (st.uniq, &batch.uniq[..]),
+                    (st.start, &batch.start[..]),
+                    (st.pos, &batch.pos[..]),
                 ];
                 if last {
-                    copies.push((self.s.targets, &tg[..]));
+                    copies.push((self.s.targets, &batch.targets[..]));
                 }
                 self.gpu.upload_all(&copies)?;
             }
@@ -1677,6 +1692,17 @@ impl Engine {
             &[Arg::P(out), Arg::P(self.s.partials), Arg::L(blocks as i64)],
         )
     }
+}
+
+/// A micro-batch prepared on the host for `Engine::forward` (`Engine::host_batch`): the
+/// tokens (first stage), the targets (last stage) and the embedding gradient's token order.
+#[derive(Debug, Default)]
+pub struct HostBatch {
+    tokens: Vec<i32>,
+    targets: Vec<i32>,
+    uniq: Vec<i32>,
+    start: Vec<i32>,
+    pos: Vec<i32>,
 }
 
 /// The positions of each token of this rank's vocabulary rows `[v0, v0 + vocab)`, grouped

@@ -21,6 +21,7 @@ use serde::Serialize;
 use super::cuda::Buf;
 use super::cuda::Gpu;
 use super::dist::{self, Comm, World};
+use super::engine::HostBatch;
 use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
 use super::trail;
@@ -573,6 +574,20 @@ pub fn train(
     if world.size > 1 {
         trail::enable();
     }
+    // A micro-batch read and prepared on the host; the next step's first one is prepared
+    // (`ahead`) while the GPU still runs the step before it.
+    let mb = plan.parallel.micro_batch as usize;
+    let prepare = |eng: &Engine, step: u64, j: usize, chunk: usize| {
+        let (inp, tgt) = source.micro_batch(step, g as usize, dp, dp_rank, mb, j, s_len);
+        eng.host_batch(chunk, &inp, &tgt)
+    };
+    let first_forward = instrs.iter().find_map(|i| match i {
+        Instr::Run(w) if w.pass == Pass::Forward => {
+            Some((w.micro_batch as usize, w.chunk as usize))
+        }
+        _ => None,
+    });
+    let mut ahead: Option<((u64, usize, usize), HostBatch)> = None;
     for step in start_step..start_step + steps {
         // The last step is always timed operation by operation (CUDA events, no host
         // waits), for the by-kind comparison at the end; every step with --trace.
@@ -588,7 +603,6 @@ pub fn train(
         // receive before it) and its backward.
         let mut set_of: std::collections::HashMap<(usize, usize), usize> = Default::default();
         let mut free: Vec<usize> = (0..in_flight).rev().collect();
-        let mb = plan.parallel.micro_batch as usize;
         let chunks = stage.chunks.len();
         let mut backwards = vec![0usize; chunks];
         let zero = plan.parallel.zero;
@@ -679,9 +693,11 @@ pub fn train(
                                 free.pop()
                                     .expect("the program keeps within its in-flight count")
                             });
-                            let (inp, tgt) =
-                                source.micro_batch(step, g as usize, dp, dp_rank, mb, j, s_len);
-                            eng.forward(set, j, chunk, &inp, &tgt, dscale * loss_scale)?;
+                            let batch = match ahead.take() {
+                                Some((at, b)) if at == (step, j, chunk) => b,
+                                _ => prepare(&eng, step, j, chunk),
+                            };
+                            eng.forward(set, j, chunk, &batch, dscale * loss_scale)?;
                         }
                         Pass::Backward | Pass::WeightGrad => {
                             let set = set_of
@@ -810,6 +826,9 @@ pub fn train(
         }
         if let (Some(c), true) = (&dpc, zero >= 1) {
             c.all_reduce_sum(eng.scalars, 3, stream)?;
+        }
+        if let (Some((j, chunk)), true) = (first_forward, step + 1 < start_step + steps) {
+            ahead = Some(((step + 1, j, chunk), prepare(&eng, step + 1, j, chunk)));
         }
         let sums: Vec<f32> = eng.gpu.download(eng.scalars, 3)?;
         let whole_part = sums[1] as f64 * (tp - 1) as f64 / tp as f64 + sums[2] as f64;
