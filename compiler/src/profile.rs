@@ -56,6 +56,20 @@ pub struct AttentionPoint {
     pub tflops: f64,
 }
 
+/// One pass of planc's norm kernels (LayerNorm, `pass` `forward` or `backward`, the
+/// backward with its weight-gradient sums) over `rows` rows of `width`. A norm is a row
+/// reduction, not a stream: its rate depends on the row's width (threads a row, barriers
+/// a row) and falls short of a copy's. `gb_per_s` is the bytes the cost model counts for
+/// the pass (forward: the rows read and written; backward: twice that) over the time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NormPoint {
+    pub pass: String,
+    pub rows: usize,
+    pub width: usize,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectivePoint {
     pub op: String,
@@ -72,6 +86,9 @@ pub struct Profile {
     pub gemm: Vec<GemmPoint>,
     pub memory: Vec<MemoryPoint>,
     pub attention: Vec<AttentionPoint>,
+    /// Absent from profiles measured before planc timed its norms.
+    #[serde(default)]
+    pub norms: Vec<NormPoint>,
     pub collectives: Vec<CollectivePoint>,
 }
 
@@ -94,6 +111,7 @@ impl Profile {
             gemm: vec![],
             memory: vec![],
             attention: vec![],
+            norms: vec![],
             collectives: vec![],
         }
     }
@@ -158,6 +176,25 @@ impl Profile {
             seq,
         )?;
         (rate > 0.0).then(|| flops / rate)
+    }
+
+    /// Seconds of a norm `pass` (`forward`, `backward`) over rows of `width` counted as
+    /// `bytes`: the rate of the measured points of the nearest width, interpolated over
+    /// log bytes (small tensors do not fill the GPU).
+    pub fn norm_seconds(&self, pass: &str, width: f64, bytes: f64) -> Option<f64> {
+        let pts: Vec<&NormPoint> = self.norms.iter().filter(|n| n.pass == pass).collect();
+        let w = pts.iter().map(|n| n.width).min_by(|a, b| {
+            let dist = |x: usize| ((x as f64).ln() - width.max(1.0).ln()).abs();
+            dist(*a).total_cmp(&dist(*b))
+        })?;
+        let rate = interpolate(
+            pts.iter()
+                .filter(|n| n.width == w)
+                .map(|n| (n.gb_per_s * 1e9 * n.seconds, n.gb_per_s * 1e9))
+                .collect(),
+            bytes,
+        )?;
+        (rate > 0.0).then(|| bytes / rate)
     }
 
     /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`) over
@@ -321,6 +358,32 @@ mod tests {
             p.attention_seconds("standard", 1000e12, 1024.0, 64.0),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn a_norm_takes_the_rate_of_its_pass_and_nearest_width_by_size() {
+        let mut p = profile();
+        assert_eq!(p.norm_seconds("forward", 768.0, 1e8), None);
+        let point = |pass: &str, width: usize, bytes: f64, gb_per_s: f64| NormPoint {
+            pass: pass.into(),
+            rows: 0,
+            width,
+            seconds: bytes / (gb_per_s * 1e9),
+            gb_per_s,
+        };
+        p.norms = vec![
+            point("forward", 768, 1e6, 100.0),
+            point("forward", 768, 1e8, 300.0),
+            point("forward", 4096, 1e8, 900.0),
+            point("backward", 768, 1e8, 200.0),
+        ];
+        // 1e7 bytes is halfway in log space: 200 GB/s.
+        let s = p.norm_seconds("forward", 768.0, 1e7).unwrap();
+        assert!((s - 1e7 / 200e9).abs() < 1e-12, "{s}");
+        // Clamped at the largest measured size; 2048 is nearer 4096 than 768 in log space.
+        assert_eq!(p.norm_seconds("forward", 768.0, 1e9), Some(1e9 / 300e9));
+        assert_eq!(p.norm_seconds("forward", 2048.0, 1e8), Some(1e8 / 900e9));
+        assert_eq!(p.norm_seconds("backward", 4096.0, 1e8), Some(1e8 / 200e9));
     }
 
     #[test]

@@ -14,11 +14,12 @@ use crate::gpu::Runner;
 use crate::train::attention::{self, Grads, Heads};
 use crate::train::blas::Blas;
 use crate::train::cuda::{Arg, Buf, Gpu};
+use crate::train::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::RunError;
 use planc_compiler::cost::comm::Collective;
 
 pub use planc_compiler::profile::{
-    AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, Profile, Provenance,
+    AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile, Provenance,
 };
 
 /// The shapes of training products: square-ish large ones, and the thin ones of
@@ -36,6 +37,18 @@ fn gemm_grid() -> Vec<(usize, usize, usize)> {
         }
     }
     g.push((8192, 8192, 8192));
+    g
+}
+
+/// Norm widths (the hidden sizes of 124M to 70B-class models and their tensor-parallel
+/// shares) and row counts (a micro-batch's tokens, from a short sequence to 32K).
+fn norm_grid() -> Vec<(usize, usize)> {
+    let mut g = Vec::new();
+    for &width in &[768usize, 1024, 2048, 4096, 8192] {
+        for &rows in &[2048usize, 8192, 32768] {
+            g.push((rows, width));
+        }
+    }
     g
 }
 
@@ -81,8 +94,10 @@ pub fn calibrate(
         Collective::ReduceScatter,
     ];
     let groups: Vec<usize> = (2..=n_gpus).filter(|g| g.is_power_of_two()).collect();
+    let norm_shapes = norm_grid();
     let total = grid.len()
         + sizes.len()
+        + norm_shapes.len()
         + attn.len()
         + flash_shapes.len()
         + groups.len() * coll_ops.len() * coll_sizes.len();
@@ -135,6 +150,16 @@ pub fn calibrate(
             gb_per_s: moved as f64 / s / 1e9,
             efficiency: moved as f64 / s / catalog.hbm_bandwidth,
         });
+        done += 1;
+    }
+
+    for b in [a, b, c] {
+        gpu.free(b)?;
+    }
+    let mut norms = Vec::new();
+    for &(rows, width) in &norm_shapes {
+        progress(done, total, &format!("norm {rows}×{width}"));
+        norms.extend(norm_points(&mut gpu, precision, rows, width)?);
         done += 1;
     }
 
@@ -196,6 +221,7 @@ pub fn calibrate(
         gemm,
         memory,
         attention,
+        norms,
         collectives,
     })
 }
@@ -247,6 +273,57 @@ pub(crate) fn standard_point(
         seconds: s,
         tflops: flops / s / 1e12,
     })
+}
+
+/// Times planc's norm forward and backward as training launches them (LayerNorm with a
+/// bias, the backward with its weight-gradient sums) over `rows` rows of `width` of random
+/// data, and returns a point for each pass in the bytes the cost model counts.
+pub(crate) fn norm_points(
+    gpu: &mut Gpu,
+    precision: Precision,
+    rows: usize,
+    width: usize,
+) -> Result<Vec<NormPoint>, RunError> {
+    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let norm = Norms {
+        rows,
+        width,
+        xsz,
+        eps: 1e-5,
+        rms: false,
+    };
+    let n = rows * width;
+    let (inp, out, dinp) = (
+        random_x(gpu, precision, n)?,
+        random_x(gpu, precision, n)?,
+        random_x(gpu, precision, n)?,
+    );
+    let (w, b) = (
+        random_x(gpu, precision, width)?,
+        random_x(gpu, precision, width)?,
+    );
+    let (mean, rstd) = (gpu.alloc(rows * 4)?, gpu.alloc(rows * 4)?);
+    let (dw, db) = (gpu.alloc(width * 4)?, gpu.alloc(width * 4)?);
+    let part = gpu.alloc(norm_partials(rows, width) * 4)?;
+    let fwd = time(gpu, 20, || norm.forward(gpu, out, mean, rstd, inp, w, b))?;
+    let grads = NormGrads { dinp, dw, db };
+    let saved = NormSaved { inp, mean, rstd };
+    // The forward's output stands in for the gradient from above: random, same shape.
+    let bwd = time(gpu, 20, || norm.backward(gpu, part, grads, out, w, saved))?;
+    for buf in [inp, out, dinp, w, b, mean, rstd, dw, db, part] {
+        gpu.free(buf)?;
+    }
+    let bytes = (2 * n * xsz) as f64;
+    Ok([("forward", fwd, bytes), ("backward", bwd, 2.0 * bytes)]
+        .into_iter()
+        .map(|(pass, s, moved)| NormPoint {
+            pass: pass.into(),
+            rows,
+            width,
+            seconds: s,
+            gb_per_s: moved / s / 1e9,
+        })
+        .collect())
 }
 
 /// Batch × heads for a fused-attention probe of sequence `t`: q, k and v of 32M elements

@@ -193,6 +193,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         std::collections::HashMap::new();
     let mut ops = Vec::new();
     let mut attention_at = None;
+    let mut norms_at = Vec::new();
     for op in layer_forward(plan) {
         let m = match op.kind {
             OpKind::Gemm { m, n, k } => {
@@ -216,6 +217,20 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
+            OpKind::Norm { bytes, width, .. } => {
+                // Timed below, on the training kernels' own context.
+                norms_at.push(ops.len());
+                Measured {
+                    name: op.name,
+                    kind: "norm",
+                    shape: format!("{:.0} B", bytes),
+                    // What runs here is planc's kernel, whatever the plan's framework.
+                    predicted_s: Some(dev.norm(bytes, width, true)),
+                    predicted_constants_s: before(constants.norm(bytes, width, true)),
+                    measured_s: None,
+                    note: None,
+                }
+            }
             OpKind::StandardAttention {
                 batch_heads,
                 seq,
@@ -321,19 +336,32 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         ops.push(m);
     }
     let device = runner.device_name.clone();
+    // The attention core's and the norms' forwards at the plan's per-GPU shape, as
+    // training launches them (their own context: the products' runner and the
+    // communicators go first).
+    drop(nccl);
+    drop(runner);
+    let p = &plan.parallel;
+    let m = &plan.model;
+    let mut gpu = train::cuda::Gpu::open(0, precision)?;
+    if !norms_at.is_empty() {
+        let sp = if p.sequence_parallel { p.tp } else { 1 };
+        let rows = (p.micro_batch * m.seq_len / p.cp / sp) as usize;
+        let width = m.hidden as usize;
+        let fwd = calibrate::norm_points(&mut gpu, precision, rows, width)?
+            .into_iter()
+            .next();
+        for &i in &norms_at {
+            ops[i].measured_s = fwd.as_ref().map(|n| n.seconds);
+            ops[i].shape = format!("{rows} rows × {width}");
+        }
+    }
     if let Some(i) = attention_at {
-        // The attention core's forward at the plan's per-GPU shape, as training launches
-        // it (its own context: the products' runner and the communicators go first).
-        drop(nccl);
-        drop(runner);
-        let p = &plan.parallel;
-        let m = &plan.model;
         let (bh, t, d) = (
             (p.micro_batch * m.heads / p.tp) as usize,
             (m.seq_len / p.cp) as usize,
             m.head_dim() as usize,
         );
-        let mut gpu = train::cuda::Gpu::open(0, precision)?;
         let point = match plan.train.attention {
             Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?
                 .into_iter()

@@ -39,8 +39,16 @@ pub enum OpKind {
         head_dim: f64,
         softmax_bytes: f64,
     },
-    /// A memory-bound kernel moving `bytes` through HBM (norms, activations, softmax).
+    /// A memory-bound kernel moving `bytes` through HBM (activations, softmax, additions).
     Memory { bytes: f64 },
+    /// A norm over rows of `width`, moving `bytes` in forward (the rows read and written):
+    /// a row reduction, priced as a profile measured the kernel where it measured the one
+    /// that runs (`planc_kernel`: planc's own), else as a memory-bound kernel.
+    Norm {
+        bytes: f64,
+        width: f64,
+        planc_kernel: bool,
+    },
     /// A collective over `bytes` (the full buffer the group exchanges).
     Collective {
         op: Collective,
@@ -76,6 +84,7 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
     let tokens = p.micro_batch as f64 * s;
     let sp = if p.sequence_parallel { t } else { 1.0 };
     let act = tokens * h * e; // one activation tensor of the layer
+    let planc_kernel = plan.framework() == Framework::Planc;
     let mut ops = Vec::new();
     let (gather, scatter) = if p.sequence_parallel {
         (Some(Collective::AllGather), Collective::ReduceScatter)
@@ -97,8 +106,10 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
 
     ops.push(op(
         "input_norm",
-        OpKind::Memory {
+        OpKind::Norm {
             bytes: 2.0 * act / sp,
+            width: h,
+            planc_kernel,
         },
     ));
     if let Some(g) = gather {
@@ -141,7 +152,7 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                     flops,
                     seq: s_full,
                     head_dim: d,
-                    planc_kernel: plan.framework() == Framework::Planc,
+                    planc_kernel,
                 },
             ));
         }
@@ -187,8 +198,10 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
     ));
     ops.push(op(
         "mlp_norm",
-        OpKind::Memory {
+        OpKind::Norm {
             bytes: 2.0 * act / sp,
+            width: h,
+            planc_kernel,
         },
     ));
     if let Some(g) = gather {
@@ -273,8 +286,10 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
     let sp = if p.sequence_parallel { t } else { 1.0 };
     let mut ops = vec![op(
         "final_norm",
-        OpKind::Memory {
+        OpKind::Norm {
             bytes: 2.0 * tokens * h * e / sp,
+            width: h,
+            planc_kernel: plan.framework() == Framework::Planc,
         },
     )];
     if p.sequence_parallel && p.tp > 1 {

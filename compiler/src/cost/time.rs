@@ -95,6 +95,29 @@ impl Device<'_> {
         (bytes / self.memory_rate() + KERNEL_RAMP_S).max(KERNEL_FLOOR_S)
     }
 
+    /// A norm's forward over rows of `width` (`bytes` read and written): as the profile
+    /// measured the kernel where it measured the one that runs (`planc_kernel`), else as
+    /// a memory-bound kernel of those bytes.
+    pub fn norm(&self, bytes: f64, width: f64, planc_kernel: bool) -> f64 {
+        self.measured_norm("forward", bytes, width, planc_kernel)
+            .unwrap_or_else(|| self.memory(bytes))
+    }
+
+    /// A norm's backward (the input gradient and the weight gradients' sums): twice the
+    /// forward's traffic, at the measured backward rate where there is one.
+    pub fn norm_backward(&self, bytes: f64, width: f64, planc_kernel: bool) -> f64 {
+        self.measured_norm("backward", 2.0 * bytes, width, planc_kernel)
+            .unwrap_or_else(|| 2.0 * self.memory(bytes))
+    }
+
+    fn measured_norm(&self, pass: &str, bytes: f64, width: f64, planc: bool) -> Option<f64> {
+        let s = self
+            .profile()
+            .filter(|_| planc)?
+            .norm_seconds(pass, width, bytes)?;
+        Some(s.max(KERNEL_FLOOR_S))
+    }
+
     /// The fused attention's forward: at the profile's measured rate for the shape where
     /// the profile measured the kernel that runs (`planc_kernel`: planc's own, which is
     /// what `planc calibrate` times), else a fraction of the product rate (a
@@ -265,6 +288,11 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 t.flops += flops;
             }
             OpKind::Memory { bytes } => t.compute += dev.memory(*bytes),
+            OpKind::Norm {
+                bytes,
+                width,
+                planc_kernel,
+            } => t.compute += dev.norm(*bytes, *width, *planc_kernel),
             OpKind::Collective { op, bytes, group } => {
                 let g = match group {
                     Group::Tp => pl.tp,
@@ -336,19 +364,7 @@ pub(crate) fn layer_backward(
         comm: fwd.comm,
         flops: 2.0 * fwd.flops,
     };
-    for o in ops {
-        if let OpKind::FlashAttention {
-            flops,
-            seq,
-            head_dim,
-            planc_kernel,
-        } = o.kind
-        {
-            let f = dev.flash(flops, seq, head_dim, planc_kernel);
-            bwd.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
-            bwd.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
-        }
-    }
+    bwd.add(own_backwards(ops, dev));
     for bytes in layer_bias_gradients(plan, ops) {
         bwd.compute += dev.memory(bytes);
     }
@@ -361,6 +377,37 @@ pub(crate) fn layer_backward(
         _ => {}
     }
     bwd
+}
+
+/// What the backwards of `ops` that are not twice their forward add to twice it: the
+/// fused attention's (2.5× the work, or what the profile measured) and the norms' where a
+/// profile measured them.
+fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
+    let mut extra = PassTime::default();
+    for o in ops {
+        match o.kind {
+            OpKind::FlashAttention {
+                flops,
+                seq,
+                head_dim,
+                planc_kernel,
+            } => {
+                let f = dev.flash(flops, seq, head_dim, planc_kernel);
+                extra.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
+                extra.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
+            }
+            OpKind::Norm {
+                bytes,
+                width,
+                planc_kernel,
+            } => {
+                extra.compute += dev.norm_backward(bytes, width, planc_kernel)
+                    - 2.0 * dev.norm(bytes, width, planc_kernel);
+            }
+            _ => {}
+        }
+    }
+    extra
 }
 
 /// The standard attention core's operations (what selective recomputation redoes).
@@ -382,13 +429,15 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let layer_wgrad = time_ops(&weight_products, dev, pl).compute;
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
     let head_fwd = time_ops(&head_forward(plan), dev, pl);
-    let head_bwd = time_ops(&head_backward(plan), dev, pl);
+    let head_bwd_ops = head_backward(plan);
+    let head_bwd = time_ops(&head_bwd_ops, dev, pl);
     // Backward runs twice the work of those operations; collectives mirror forward's.
-    let head_bwd = PassTime {
+    let mut head_bwd = PassTime {
         compute: 2.0 * head_bwd.compute,
         comm: head_bwd.comm,
         flops: 2.0 * head_bwd.flops,
     };
+    head_bwd.add(own_backwards(&head_bwd_ops, dev));
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         let sp = if p.sequence_parallel { p.tp } else { 1 };

@@ -21,6 +21,7 @@ use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
 use super::dist::{self, Comm};
 use super::model::{self, Dims, Params, Stage};
+use super::rows::{self, norm_partials, NormGrads, NormSaved, Norms, CHUNK_ROWS};
 use super::trail;
 use crate::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
@@ -205,32 +206,6 @@ pub struct Engine {
     nty: ncclDataType_t,
 }
 
-const CHUNK_ROWS: usize = 256;
-
-/// How the vectorised norm kernels take a row of `c` elements of `xsz` bytes: packs of 16
-/// bytes a thread (1, 2 or 4, the kernel's suffix) and threads a row (≤ 256, whole warps).
-/// None where the row is not whole packs or needs more than 4 a thread (c > 1024 packs):
-/// the scalar kernels take those.
-fn norm_packs(c: usize, xsz: usize) -> Option<(usize, u32)> {
-    let vec = 16 / xsz;
-    if !c.is_multiple_of(vec) {
-        return None;
-    }
-    let packs = c / vec;
-    let np = [1usize, 2, 4]
-        .into_iter()
-        .find(|np| packs.div_ceil(*np) <= 256)?;
-    let threads = packs.div_ceil(np).div_ceil(32) * 32;
-    Some((np, threads as u32))
-}
-
-/// Chunks of rows the vectorised norm backward splits `rows` into (a block each, with a
-/// partial weight gradient each): enough blocks to fill the GPU, partials of at most 16 MiB.
-fn norm_chunks(rows: usize, c: usize) -> usize {
-    rows.min(1024)
-        .min(((2usize << 20) / c.max(1)).max(1))
-        .max(1)
-}
 /// Blocks of the gradient buffer's sum of squares (the gradient norm).
 const SUMSQ_BLOCKS: usize = 1024;
 /// Blocks of a sum of squares taken tensor by tensor (the whole tensors' share of it).
@@ -418,7 +393,7 @@ impl Engine {
             targets: gpu.alloc(n * 4)?,
             partials: gpu.alloc(
                 (2 * n.div_ceil(CHUNK_ROWS) * max_cols)
-                    .max(2 * norm_chunks(nl, c) * c)
+                    .max(norm_partials(nl, c))
                     .max(1024)
                     .max(REP_BLOCKS * params.list.len())
                     * 4,
@@ -643,32 +618,20 @@ impl Engine {
         }
     }
 
-    fn is_rms(&self) -> i32 {
-        i32::from(self.shape.dims.norm == Norm::Rmsnorm)
+    fn norms(&self) -> Norms {
+        let d = &self.shape.dims;
+        Norms {
+            rows: self.lrows(),
+            width: d.hidden,
+            xsz: self.xsz,
+            eps: d.norm_eps,
+            rms: d.norm == Norm::Rmsnorm,
+        }
     }
 
     /// Normalizes this rank's rows (`lrows`).
     fn norm_fwd(&self, out: Buf, mean: Buf, rstd: Buf, inp: Buf, w: Buf, b: Buf) -> Res {
-        let d = &self.shape.dims;
-        let args = [
-            Arg::P(out),
-            Arg::P(mean),
-            Arg::P(rstd),
-            Arg::P(inp),
-            Arg::P(w),
-            Arg::P(b),
-            Arg::I(d.hidden as i32),
-            Arg::F(d.norm_eps),
-            Arg::I(self.is_rms()),
-        ];
-        let rows = (self.lrows() as u32, 1);
-        match norm_packs(d.hidden, self.xsz) {
-            Some((np, threads)) => {
-                self.gpu
-                    .launch(&format!("norm_fwd_v{np}"), rows, threads, &args)
-            }
-            None => self.gpu.launch("norm_fwd", rows, 256, &args),
-        }
+        self.norms().forward(&self.gpu, out, mean, rstd, inp, w, b)
     }
 
     /// dinp += norm backward; dw, db += the weight gradients.
@@ -684,103 +647,14 @@ impl Engine {
         dw: Buf,
         db: Buf,
     ) -> Res {
-        let c = self.shape.dims.hidden;
-        let rows = self.lrows();
-        if let Some((np, threads)) = norm_packs(c, self.xsz) {
-            let chunks = norm_chunks(rows, c);
-            let part = self.s.partials;
-            self.gpu.launch(
-                &format!("norm_bwd_v{np}"),
-                (chunks as u32, 1),
-                threads,
-                &[
-                    Arg::P(dinp),
-                    Arg::P(part),
-                    Arg::P(dout),
-                    Arg::P(inp),
-                    Arg::P(w),
-                    Arg::P(mean),
-                    Arg::P(rstd),
-                    Arg::L(rows as i64),
-                    Arg::I(c as i32),
-                    Arg::I(rows.div_ceil(chunks) as i32),
-                    Arg::I(self.is_rms()),
-                ],
-            )?;
-            // The kernel's grid is `chunks` blocks, but the last may hold no rows when
-            // chunks does not divide them: its partials are zeros, summed all the same.
-            self.sum_partials_many(dw, part, chunks, c)?;
-            if db != Buf::NULL {
-                self.sum_partials_many(db, part.at(chunks * c, 4), chunks, c)?;
-            }
-            return Ok(());
-        }
-        self.gpu.launch(
-            "norm_bwd_input",
-            (rows as u32, 1),
-            256,
-            &[
-                Arg::P(dinp),
-                Arg::P(dout),
-                Arg::P(inp),
-                Arg::P(w),
-                Arg::P(mean),
-                Arg::P(rstd),
-                Arg::I(c as i32),
-                Arg::I(self.is_rms()),
-            ],
-        )?;
-        let chunks = rows.div_ceil(CHUNK_ROWS);
-        let part = self.s.partials;
-        self.gpu.launch(
-            "norm_bwd_params",
-            (c.div_ceil(256) as u32, chunks as u32),
-            256,
-            &[
-                Arg::P(part),
-                Arg::P(dout),
-                Arg::P(inp),
-                Arg::P(mean),
-                Arg::P(rstd),
-                Arg::L(rows as i64),
-                Arg::I(c as i32),
-                Arg::I(CHUNK_ROWS as i32),
-            ],
-        )?;
-        self.sum_partials(dw, part, chunks, c)?;
-        if db != Buf::NULL {
-            self.sum_partials(db, part.at(chunks * c, 4), chunks, c)?;
-        }
-        Ok(())
-    }
-
-    /// `sum_partials` for many chunks over few columns (a block per 32 columns).
-    fn sum_partials_many(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
-        self.gpu.launch(
-            "sum_partials_2d",
-            (cols.div_ceil(32) as u32, 1),
-            512,
-            &[
-                Arg::P(out),
-                Arg::P(part),
-                Arg::I(chunks as i32),
-                Arg::I(cols as i32),
-            ],
-        )
+        let grads = NormGrads { dinp, dw, db };
+        let saved = NormSaved { inp, mean, rstd };
+        self.norms()
+            .backward(&self.gpu, self.s.partials, grads, dout, w, saved)
     }
 
     fn sum_partials(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
-        self.gpu.launch(
-            "sum_partials",
-            (cols.div_ceil(256) as u32, 1),
-            256,
-            &[
-                Arg::P(out),
-                Arg::P(part),
-                Arg::I(chunks as i32),
-                Arg::I(cols as i32),
-            ],
-        )
+        rows::sum_partials(&self.gpu, out, part, chunks, cols)
     }
 
     /// db[cols] += Σ_rows x[rows, cols]
@@ -1811,7 +1685,7 @@ mod tests {
 
 #[cfg(test)]
 mod host_tests {
-    use super::{norm_chunks, norm_packs, token_order};
+    use super::token_order;
 
     #[test]
     fn token_order_groups_positions_by_token_as_a_sort_would() {
@@ -1831,30 +1705,6 @@ mod host_tests {
                     assert_eq!(inputs[p as usize] as usize, row as usize + v0);
                 }
             }
-        }
-    }
-
-    #[test]
-    fn norm_rows_split_into_packs_a_thread_and_whole_warps() {
-        // bf16: 8 elements a pack. GPT-2's 768 is 96 packs, one a thread in 3 warps.
-        assert_eq!(norm_packs(768, 2), Some((1, 96)));
-        assert_eq!(norm_packs(2048, 2), Some((1, 256)));
-        assert_eq!(norm_packs(4096, 2), Some((2, 256)));
-        assert_eq!(norm_packs(8192, 2), Some((4, 256)));
-        // Too wide for 4 packs a thread, or not whole packs: the scalar kernels.
-        assert_eq!(norm_packs(16384, 2), None);
-        assert_eq!(norm_packs(100, 2), None);
-        // fp32: 4 elements a pack; 50 packs take 2 warps, the second partly.
-        assert_eq!(norm_packs(200, 4), Some((1, 64)));
-    }
-
-    #[test]
-    fn norm_backward_chunks_fill_the_gpu_with_bounded_partials() {
-        assert_eq!(norm_chunks(16384, 768), 1024);
-        assert_eq!(norm_chunks(8192, 8192), 256);
-        assert_eq!(norm_chunks(10, 768), 10);
-        for (rows, c) in [(16384, 768), (8192, 8192), (4096, 16384), (3, 4096)] {
-            assert!(2 * norm_chunks(rows, c) * c * 4 <= 16 << 20);
         }
     }
 }

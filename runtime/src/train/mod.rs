@@ -14,6 +14,7 @@ pub mod dist;
 pub mod engine;
 pub mod model;
 pub mod predict;
+pub mod rows;
 pub mod step;
 pub mod trail;
 

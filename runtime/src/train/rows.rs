@@ -1,0 +1,246 @@
+//! Reductions over rows: the norms (forward and backward, vectorised where a row is whole
+//! 16-byte packs) and the sums of per-chunk partials they and the bias gradients leave.
+//! One place launches them, so training and `planc calibrate`'s norm probe run the same
+//! kernels with the same grids.
+
+use super::cuda::{Arg, Buf, Gpu};
+use crate::RunError;
+
+type Res = Result<(), RunError>;
+
+/// Rows a chunk of the scalar row reductions takes (a block and a partial each).
+pub const CHUNK_ROWS: usize = 256;
+
+/// How the vectorised norm kernels take a row of `c` elements of `xsz` bytes: packs of 16
+/// bytes a thread (1, 2 or 4, the kernel's suffix) and threads a row (≤ 256, whole warps).
+/// None where the row is not whole packs or needs more than 4 a thread (c > 1024 packs):
+/// the scalar kernels take those.
+pub fn norm_packs(c: usize, xsz: usize) -> Option<(usize, u32)> {
+    let vec = 16 / xsz;
+    if !c.is_multiple_of(vec) {
+        return None;
+    }
+    let packs = c / vec;
+    let np = [1usize, 2, 4]
+        .into_iter()
+        .find(|np| packs.div_ceil(*np) <= 256)?;
+    let threads = packs.div_ceil(np).div_ceil(32) * 32;
+    Some((np, threads as u32))
+}
+
+/// Chunks of rows the vectorised norm backward splits `rows` into (a block each, with a
+/// partial weight gradient each): enough blocks to fill the GPU, partials of at most 16 MiB.
+pub fn norm_chunks(rows: usize, c: usize) -> usize {
+    rows.min(1024)
+        .min(((2usize << 20) / c.max(1)).max(1))
+        .max(1)
+}
+
+/// Floats of partials the norm backward of `rows` rows of `c` needs (weight and bias).
+pub fn norm_partials(rows: usize, c: usize) -> usize {
+    2 * c * norm_chunks(rows, c).max(rows.div_ceil(CHUNK_ROWS))
+}
+
+/// The norm of `rows` rows of `width` elements of `xsz` bytes (LayerNorm, or RMSNorm).
+#[derive(Clone, Copy, Debug)]
+pub struct Norms {
+    pub rows: usize,
+    pub width: usize,
+    pub xsz: usize,
+    pub eps: f32,
+    pub rms: bool,
+}
+
+/// What the norm's forward kept for its backward: the input and each row's statistics.
+#[derive(Clone, Copy, Debug)]
+pub struct NormSaved {
+    pub inp: Buf,
+    pub mean: Buf,
+    pub rstd: Buf,
+}
+
+/// Where the norm's backward adds its gradients (`db` may be `Buf::NULL`: no bias).
+#[derive(Clone, Copy, Debug)]
+pub struct NormGrads {
+    pub dinp: Buf,
+    pub dw: Buf,
+    pub db: Buf,
+}
+
+impl Norms {
+    /// out = norm(inp) · w (+ b), and each row's mean and 1/σ for the backward.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        out: Buf,
+        mean: Buf,
+        rstd: Buf,
+        inp: Buf,
+        w: Buf,
+        b: Buf,
+    ) -> Res {
+        let args = [
+            Arg::P(out),
+            Arg::P(mean),
+            Arg::P(rstd),
+            Arg::P(inp),
+            Arg::P(w),
+            Arg::P(b),
+            Arg::I(self.width as i32),
+            Arg::F(self.eps),
+            Arg::I(i32::from(self.rms)),
+        ];
+        let grid = (self.rows as u32, 1);
+        match norm_packs(self.width, self.xsz) {
+            Some((np, threads)) => gpu.launch(&format!("norm_fwd_v{np}"), grid, threads, &args),
+            None => gpu.launch("norm_fwd", grid, 256, &args),
+        }
+    }
+
+    /// grads.dinp += the input gradient for `dout`; grads.dw, grads.db += the weight
+    /// gradients, through `part` (at least [`norm_partials`] floats).
+    pub fn backward(
+        &self,
+        gpu: &Gpu,
+        part: Buf,
+        grads: NormGrads,
+        dout: Buf,
+        w: Buf,
+        saved: NormSaved,
+    ) -> Res {
+        let (rows, c, rms) = (self.rows, self.width, i32::from(self.rms));
+        let NormGrads { dinp, dw, db } = grads;
+        let NormSaved { inp, mean, rstd } = saved;
+        if let Some((np, threads)) = norm_packs(c, self.xsz) {
+            let chunks = norm_chunks(rows, c);
+            gpu.launch(
+                &format!("norm_bwd_v{np}"),
+                (chunks as u32, 1),
+                threads,
+                &[
+                    Arg::P(dinp),
+                    Arg::P(part),
+                    Arg::P(dout),
+                    Arg::P(inp),
+                    Arg::P(w),
+                    Arg::P(mean),
+                    Arg::P(rstd),
+                    Arg::L(rows as i64),
+                    Arg::I(c as i32),
+                    Arg::I(rows.div_ceil(chunks) as i32),
+                    Arg::I(rms),
+                ],
+            )?;
+            // The kernel's grid is `chunks` blocks, but the last may hold no rows when
+            // chunks does not divide them: its partials are zeros, summed all the same.
+            sum_partials_many(gpu, dw, part, chunks, c)?;
+            if db != Buf::NULL {
+                sum_partials_many(gpu, db, part.at(chunks * c, 4), chunks, c)?;
+            }
+            return Ok(());
+        }
+        gpu.launch(
+            "norm_bwd_input",
+            (rows as u32, 1),
+            256,
+            &[
+                Arg::P(dinp),
+                Arg::P(dout),
+                Arg::P(inp),
+                Arg::P(w),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::I(c as i32),
+                Arg::I(rms),
+            ],
+        )?;
+        let chunks = rows.div_ceil(CHUNK_ROWS);
+        gpu.launch(
+            "norm_bwd_params",
+            (c.div_ceil(256) as u32, chunks as u32),
+            256,
+            &[
+                Arg::P(part),
+                Arg::P(dout),
+                Arg::P(inp),
+                Arg::P(mean),
+                Arg::P(rstd),
+                Arg::L(rows as i64),
+                Arg::I(c as i32),
+                Arg::I(CHUNK_ROWS as i32),
+            ],
+        )?;
+        sum_partials(gpu, dw, part, chunks, c)?;
+        if db != Buf::NULL {
+            sum_partials(gpu, db, part.at(chunks * c, 4), chunks, c)?;
+        }
+        Ok(())
+    }
+}
+
+/// out[cols] += Σ over `chunks` of part[chunk][cols], in chunk order.
+pub fn sum_partials(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
+    gpu.launch(
+        "sum_partials",
+        (cols.div_ceil(256) as u32, 1),
+        256,
+        &[
+            Arg::P(out),
+            Arg::P(part),
+            Arg::I(chunks as i32),
+            Arg::I(cols as i32),
+        ],
+    )
+}
+
+/// `sum_partials` for many chunks over few columns (a block per 32 columns).
+fn sum_partials_many(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
+    gpu.launch(
+        "sum_partials_2d",
+        (cols.div_ceil(32) as u32, 1),
+        512,
+        &[
+            Arg::P(out),
+            Arg::P(part),
+            Arg::I(chunks as i32),
+            Arg::I(cols as i32),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{norm_chunks, norm_packs, norm_partials};
+
+    #[test]
+    fn norm_rows_split_into_packs_a_thread_and_whole_warps() {
+        // bf16: 8 elements a pack. GPT-2's 768 is 96 packs, one a thread in 3 warps.
+        assert_eq!(norm_packs(768, 2), Some((1, 96)));
+        assert_eq!(norm_packs(2048, 2), Some((1, 256)));
+        assert_eq!(norm_packs(4096, 2), Some((2, 256)));
+        assert_eq!(norm_packs(8192, 2), Some((4, 256)));
+        // Too wide for 4 packs a thread, or not whole packs: the scalar kernels.
+        assert_eq!(norm_packs(16384, 2), None);
+        assert_eq!(norm_packs(100, 2), None);
+        // fp32: 4 elements a pack; 50 packs take 2 warps, the second partly.
+        assert_eq!(norm_packs(200, 4), Some((1, 64)));
+    }
+
+    #[test]
+    fn norm_backward_chunks_fill_the_gpu_with_bounded_partials() {
+        assert_eq!(norm_chunks(16384, 768), 1024);
+        assert_eq!(norm_chunks(8192, 8192), 256);
+        assert_eq!(norm_chunks(10, 768), 10);
+        for (rows, c) in [(16384, 768), (8192, 8192), (4096, 16384), (3, 4096)] {
+            assert!(2 * norm_chunks(rows, c) * c * 4 <= 16 << 20);
+        }
+    }
+
+    #[test]
+    fn partials_hold_either_backward() {
+        // Vectorised: 1024 chunks of GPT-2's rows; scalar: a chunk per 256 rows.
+        assert_eq!(norm_partials(16384, 768), 2 * 768 * 1024);
+        assert_eq!(norm_partials(1 << 20, 100), 2 * 100 * 4096);
+    }
+}
