@@ -22,13 +22,15 @@ pub use planc_compiler::profile::{
     AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile, Provenance,
 };
 
-/// The shapes of training products: square-ish large ones, and the thin ones of
-/// tensor-parallel shards and small-hidden models (one side 256–1024).
+/// The shapes of training products: a layer's (qkv, output projection, MLP) at four
+/// hidden sizes, and the thin ones of tensor-parallel shards and small-hidden models (one
+/// side 256–1024).
 fn gemm_grid() -> Vec<(usize, usize, usize)> {
     let mut g = Vec::new();
     for &tokens in &[2048usize, 8192, 16384] {
         for &h in &[768usize, 2048, 4096, 8192] {
             g.push((tokens, 3 * h, h));
+            g.push((tokens, h, h));
             g.push((tokens, h, 4 * h));
         }
         for &thin in &[256usize, 512, 1024] {

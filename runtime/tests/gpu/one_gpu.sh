@@ -41,7 +41,7 @@ case "$gpu" in
 esac
 if want calibrate; then
     echo "== planc calibrate"
-    "$planc" calibrate -o "$out/profile.toml" --color never 2>&1 | tail -n 25
+    "$planc" calibrate -o "$out/profile.toml" 2>&1 | tr "\r" "\n" | tail -n 25
     [ -s "$out/profile.toml" ] && profile=$out/profile.toml
 fi
 profile=${PROFILE:-$profile}
