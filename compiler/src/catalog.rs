@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::plan::{Gpu, Link, LinkKind, Precision};
+use crate::plan::{FlashRates, Gpu, Link, LinkKind, Precision};
 
 const GPUS_TOML: &str = include_str!("../catalog/gpus.toml");
 const MODELS_TOML: &str = include_str!("../catalog/models.toml");
@@ -37,6 +37,8 @@ struct GpuEntry {
     intra_node_latency_us: f64,
     compute_capability: f64,
     pair_bus_bandwidth_gbs: Option<f64>,
+    flash_forward_tflops: Option<f64>,
+    flash_backward_tflops: Option<f64>,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -136,6 +138,12 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
         },
         compute_capability: Some(e.compute_capability),
         pair_bus_bandwidth: e.pair_bus_bandwidth_gbs.map(|b| b * 1e9),
+        flash_attention: e.flash_forward_tflops.zip(e.flash_backward_tflops).map(
+            |(forward, backward)| FlashRates {
+                forward: forward * T,
+                backward: backward * T,
+            },
+        ),
     };
     (names, gpu)
 }

@@ -101,6 +101,19 @@ pub struct Gpu {
     /// Bus bandwidth (bytes/s) a collective over two GPUs of one node reaches on large
     /// messages, where measured: small NVLink groups fall short of the eight-GPU figure.
     pub pair_bus_bandwidth: Option<f64>,
+    /// What the FlashAttention-class kernel the frameworks run reaches on this device at
+    /// 16-bit precision, where published: its rates are not a fixed fraction of the
+    /// products' (see `catalog/gpus.toml`).
+    pub flash_attention: Option<FlashRates>,
+}
+
+/// A fused attention kernel's FLOP/s at long sequences (head size 128), counted as
+/// FlashAttention's benchmarks count them: the causal forward's half of the square, and a
+/// backward of 2.5 times the forward's FLOPs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct FlashRates {
+    pub forward: f64,
+    pub backward: f64,
 }
 
 impl Gpu {

@@ -878,6 +878,7 @@ impl<'a> Resolver<'a> {
             intra_node,
             compute_capability: None,
             pair_bus_bandwidth: None,
+            flash_attention: None,
         })
     }
 

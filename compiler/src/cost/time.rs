@@ -33,7 +33,9 @@ const TILE: f64 = 128.0;
 /// about as long as 64 of its k steps (a 3-4 stage pipeline of 16-32 wide k slices). Thin
 /// products (k = hidden / tp, head_dim) lose that fraction: 4 % at k = 1536, 33 % at 128.
 const TILE_K_OVERHEAD: f64 = 64.0;
-/// Fused attention kernels reach this fraction of the device's matrix-product rate.
+/// Fused attention kernels reach this fraction of the device's matrix-product rate where
+/// the catalog has no published rate of the kernel on the device (`Gpu::flash_attention`):
+/// FlashAttention-2 on the Ampere parts it was written for.
 const FLASH_EFFICIENCY: f64 = 0.75;
 /// The fused backward's work relative to its forward: the scores recomputed (1) and four
 /// products where forward ran two, with the softmax's backward between (1.5).
@@ -118,10 +120,19 @@ impl Device<'_> {
         Some(s.max(KERNEL_FLOOR_S))
     }
 
+    /// The published rates of the frameworks' FlashAttention-class kernel on this device,
+    /// which were measured at 16-bit precision.
+    fn flash_rates(&self, planc_kernel: bool) -> Option<crate::plan::FlashRates> {
+        let sixteen_bit = matches!(self.precision, Precision::Bf16 | Precision::Fp16);
+        self.gpu
+            .flash_attention
+            .filter(|_| !planc_kernel && sixteen_bit)
+    }
+
     /// The fused attention's forward: at the profile's measured rate for the shape where
     /// the profile measured the kernel that runs (`planc_kernel`: planc's own, which is
-    /// what `planc calibrate` times), else a fraction of the product rate (a
-    /// FlashAttention-class kernel).
+    /// what `planc calibrate` times), else at the FlashAttention-class kernel's published
+    /// rate on the device where the catalog has it, else a fraction of the product rate.
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
         if let Some(s) = self
             .profile()
@@ -129,6 +140,9 @@ impl Device<'_> {
             .and_then(|p| p.attention_seconds("flash", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
+        }
+        if let Some(r) = self.flash_rates(planc_kernel) {
+            return (flops / r.forward).max(KERNEL_FLOOR_S);
         }
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
     }
@@ -157,7 +171,11 @@ impl Device<'_> {
     }
 
     /// The fused attention's backward: it recomputes the scores and runs four products
-    /// where forward ran two, 2.5× the forward work, unless the profile measured it.
+    /// where forward ran two, 2.5× the forward work, unless the profile measured it. Where
+    /// the catalog publishes the kernel's backward rate, that work runs at it: the
+    /// backward's extra products and its atomic accumulation of the query gradient keep it
+    /// below the forward's rate (322 against 370 TFLOP/s without a mask for
+    /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
     pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
         if let Some(s) = self
             .profile()
@@ -165,6 +183,9 @@ impl Device<'_> {
             .and_then(|p| p.attention_seconds("flash_backward", flops, seq, head_dim))
         {
             return s.max(KERNEL_FLOOR_S);
+        }
+        if let Some(r) = self.flash_rates(planc_kernel) {
+            return (FLASH_BACKWARD_WORK * flops / r.backward).max(KERNEL_FLOOR_S);
         }
         FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, planc_kernel)
     }
@@ -700,10 +721,45 @@ mod tests {
         let flops = 1e12;
         assert!((dev.flash(flops, 1024.0, 64.0, true) - flops / 150e12).abs() < 1e-12);
         assert!((dev.flash_backward(flops, 1024.0, 64.0, true) - flops / 60e12).abs() < 1e-12);
-        // Another framework runs a FlashAttention-class kernel: the constants' rate.
-        let fa = flops / (dev.matrix_rate() * FLASH_EFFICIENCY);
-        assert!((dev.flash(flops, 1024.0, 64.0, false) - fa).abs() < 1e-12);
-        assert!((dev.flash_backward(flops, 1024.0, 64.0, false) - 2.5 * fa).abs() < 1e-12);
+        // Another framework runs FlashAttention-2: its published H200 (H100) rates, the
+        // backward's 2.5× work at its own rate.
+        assert!((dev.flash(flops, 1024.0, 64.0, false) - flops / 335e12).abs() < 1e-12);
+        let bwd = dev.flash_backward(flops, 1024.0, 64.0, false);
+        assert!((bwd - 2.5 * flops / 322e12).abs() < 1e-12);
+    }
+
+    #[test]
+    fn flash_attention_without_published_rates_runs_at_a_fraction_of_the_products_rate() {
+        let d = a100();
+        assert!(d.gpu.flash_attention.is_none());
+        let flops = 1e12;
+        let fa = flops / (d.matrix_rate() * FLASH_EFFICIENCY);
+        assert!((d.flash(flops, 4096.0, 128.0, false) - fa).abs() < 1e-12);
+        assert!((d.flash_backward(flops, 4096.0, 128.0, false) - 2.5 * fa).abs() < 1e-12);
+        // The published H100 rates are 16-bit measurements: fp8 keeps the fraction.
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let fp8 = Device {
+            gpu: h100,
+            precision: Precision::Fp8,
+        };
+        let fa = flops / (fp8.matrix_rate() * FLASH_EFFICIENCY);
+        assert!((fp8.flash(flops, 4096.0, 128.0, false) - fa).abs() < 1e-12);
+    }
+
+    #[test]
+    fn flashattention_2_on_hopper_runs_at_its_published_rates_not_the_products() {
+        // Shah et al. 2024, Figs. 5-6: 335 TFLOP/s causal forward, 322 backward on an H100,
+        // well under the 0.79 × 989 TFLOP/s cuBLAS reaches.
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let d = Device {
+            gpu: h100,
+            precision: Precision::Bf16,
+        };
+        let flops = 4.4e12;
+        assert!((d.flash(flops, 131072.0, 128.0, false) - flops / 335e12).abs() < 1e-12);
+        let bwd = d.flash_backward(flops, 131072.0, 128.0, false);
+        assert!((bwd - 2.5 * flops / 322e12).abs() < 1e-12);
+        assert!(flops / d.flash(flops, 131072.0, 128.0, false) < 0.5 * d.matrix_rate());
     }
 
     #[test]
