@@ -208,7 +208,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 }
             }
-            OpKind::Memory { bytes } => Measured {
+            OpKind::Memory { bytes } | OpKind::Layout { bytes, .. } => Measured {
                 name: op.name,
                 kind: "memory",
                 shape: format!("{:.0} B", bytes),

@@ -51,7 +51,8 @@ impl WorkKind {
             (
                 OpKind::FlashAttention { .. }
                 | OpKind::StandardAttention { .. }
-                | OpKind::RingExchange { .. },
+                | OpKind::RingExchange { .. }
+                | OpKind::Layout { .. },
                 _,
             ) => WorkKind::Attention,
             (_, "attention_dropout") => WorkKind::Attention,
@@ -140,11 +141,16 @@ mod tests {
     use crate::plan::Recompute;
 
     fn plan(attention: &str) -> Plan {
+        plan_of(attention, "megatron")
+    }
+
+    fn plan_of(attention: &str, framework: &str) -> Plan {
         let text = format!(
             "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
              model m {{ preset = \"llama3-8b\" }}
              train {{ global_batch = 32, precision = bf16, attention = {attention} }}
-             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1 }}"
+             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1 }}
+             job j {{ framework = {framework} }}"
         );
         let checked = check_source("t.tp", &text);
         checked
@@ -154,8 +160,14 @@ mod tests {
 
     #[test]
     fn the_kinds_sum_to_the_layer_passes() {
-        for attention in ["flash", "standard"] {
-            let mut p = plan(attention);
+        // planc's own runtime adds the layout changes around its attention kernels.
+        for (attention, framework) in [
+            ("flash", "megatron"),
+            ("standard", "megatron"),
+            ("flash", "planc"),
+            ("standard", "planc"),
+        ] {
+            let mut p = plan_of(attention, framework);
             for recompute in [Recompute::None, Recompute::Selective, Recompute::Full] {
                 p.parallel.recompute = recompute;
                 let group = &p.cluster.groups[0];
@@ -166,7 +178,7 @@ mod tests {
                 let pl = placement(&p, group);
                 let pc = pieces(&p, &dev, &pl);
                 let kinds = layer_by_kind(&p, &dev, &pl);
-                let what = format!("{attention}, recompute {recompute:?}");
+                let what = format!("{attention}, {framework}, recompute {recompute:?}");
                 let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
                 let fwd: f64 = kinds.iter().map(|k| k.1.total()).sum();
                 let bwd: f64 = kinds.iter().map(|k| k.2.total()).sum();

@@ -49,6 +49,10 @@ pub enum OpKind {
         width: f64,
         planc_kernel: bool,
     },
+    /// A change of layout planc's runtime makes around its attention kernels, which take
+    /// q, k and v heads-major: `bytes` in forward, `backward_bytes` in backward (not
+    /// twice the forward's, as a kernel's backward usually is).
+    Layout { bytes: f64, backward_bytes: f64 },
     /// A collective over `bytes` (the full buffer the group exchanges).
     Collective {
         op: Collective,
@@ -123,7 +127,24 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
             k: h,
         },
     ));
-    if m.position == Position::Rope {
+    if planc_kernel {
+        // planc's split reads the fused projection and writes q, k and v [B, H, T, D]
+        // (keys and values repeated for each query head of a group, rope applied on the
+        // way); backward sums them back into the fused gradient, unless the fused
+        // attention wrote it there itself (every head its own key/value head, no rope).
+        let fused = tokens * (h + 2.0 * kv) / t * e;
+        let split = 3.0 * act / t;
+        let into_fused = plan.train.attention == Attention::Flash
+            && m.kv_heads == m.heads
+            && m.position != Position::Rope;
+        ops.push(op(
+            "qkv_split",
+            OpKind::Layout {
+                bytes: fused + split,
+                backward_bytes: if into_fused { 0.0 } else { fused + split },
+            },
+        ));
+    } else if m.position == Position::Rope {
         ops.push(op(
             "rope",
             OpKind::Memory {
@@ -171,6 +192,16 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
                     softmax_bytes: 4.0 * scores * e,
                 },
             ));
+            if planc_kernel {
+                // The weighted sum's heads back to rows, and the output gradient's to heads.
+                ops.push(op(
+                    "attention_heads_merge",
+                    OpKind::Layout {
+                        bytes: 2.0 * act / t,
+                        backward_bytes: 2.0 * act / t,
+                    },
+                ));
+            }
             if plan.train.dropout > 0.0 {
                 ops.push(op(
                     "attention_dropout",
@@ -395,4 +426,71 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
         ));
     }
     ops
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_source;
+
+    fn plan(model: &str, attention: &str, framework: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }}
+             model m {{ preset = \"{model}\" }}
+             train {{ global_batch = 8, precision = bf16, attention = {attention} }}
+             parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = 8 }}
+             job j {{ framework = {framework} }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    fn layouts(p: &Plan) -> Vec<(&'static str, f64, f64)> {
+        layer_forward(p)
+            .into_iter()
+            .filter_map(|o| match o.kind {
+                OpKind::Layout {
+                    bytes,
+                    backward_bytes,
+                } => Some((o.name, bytes, backward_bytes)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plancs_runtime_pays_for_its_heads_major_layout_and_the_frameworks_do_not() {
+        let gpt = plan("gpt2-124m", "flash", "planc");
+        let (act, e) = (8.0 * 1024.0 * 768.0 * 2.0, 2.0);
+        // Read the fused projection, write q, k, v; the fused attention's backward writes
+        // the fused gradient itself (no rope, a key/value head per query head).
+        assert_eq!(layouts(&gpt), vec![("qkv_split", 6.0 * act, 0.0)]);
+        // Standard attention: the gradients are summed back, and the output's heads moved.
+        let std = plan("gpt2-124m", "standard", "planc");
+        assert_eq!(
+            layouts(&std),
+            vec![
+                ("qkv_split", 6.0 * act, 6.0 * act),
+                ("attention_heads_merge", 2.0 * act, 2.0 * act)
+            ]
+        );
+        // Llama: grouped keys and values repeated per query head, rope in the split (no
+        // rope operation of its own), the gradients merged back.
+        let llama = plan("llama3.2-1b", "flash", "planc");
+        let m = &llama.model;
+        let tokens = 8.0 * m.seq_len as f64;
+        let fused = tokens * (m.hidden + 2 * m.kv_heads * m.head_dim()) as f64 * e;
+        let split = 3.0 * tokens * m.hidden as f64 * e;
+        assert_eq!(
+            layouts(&llama),
+            vec![("qkv_split", fused + split, fused + split)]
+        );
+        assert!(layer_forward(&llama).iter().all(|o| o.name != "rope"));
+        // Megatron-LM's layouts are views and its rope a kernel of its own.
+        let megatron = plan("llama3.2-1b", "flash", "megatron");
+        assert!(layouts(&megatron).is_empty());
+        assert!(layer_forward(&megatron).iter().any(|o| o.name == "rope"));
+    }
 }

@@ -308,7 +308,9 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 attention_compute += x;
                 t.flops += flops;
             }
-            OpKind::Memory { bytes } => t.compute += dev.memory(*bytes),
+            OpKind::Memory { bytes } | OpKind::Layout { bytes, .. } => {
+                t.compute += dev.memory(*bytes)
+            }
             OpKind::Norm {
                 bytes,
                 width,
@@ -401,8 +403,8 @@ pub(crate) fn layer_backward(
 }
 
 /// What the backwards of `ops` that are not twice their forward add to twice it: the
-/// fused attention's (2.5× the work, or what the profile measured) and the norms' where a
-/// profile measured them.
+/// fused attention's (2.5× the work, or what the profile measured), the norms' where a
+/// profile measured them, and the layout changes' own.
 fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     let mut extra = PassTime::default();
     for o in ops {
@@ -416,6 +418,17 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 let f = dev.flash(flops, seq, head_dim, planc_kernel);
                 extra.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
                 extra.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
+            }
+            OpKind::Layout {
+                bytes,
+                backward_bytes,
+            } => {
+                let backward = if backward_bytes > 0.0 {
+                    dev.memory(backward_bytes)
+                } else {
+                    0.0
+                };
+                extra.compute += backward - 2.0 * dev.memory(bytes);
             }
             OpKind::Norm {
                 bytes,

@@ -768,6 +768,7 @@ impl Engine {
         ];
         // The pack-a-thread split adds the bias as it reads; the per-element one needs it
         // added first.
+        self.mark(|| format!("L{l} attention qkv split"))?;
         if split == "qkv_split_v" {
             args.push(Arg::P(w(self, "qkv_b")));
         } else {

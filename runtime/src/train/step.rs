@@ -125,6 +125,7 @@ fn kind_of_span(name: &str) -> Option<WorkKind> {
         _ if op.starts_with("loss head") => WorkKind::Head,
         _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
         _ if op.starts_with("attention core")
+            || op.starts_with("attention qkv split")
             || op.starts_with("attention qkv gradient merge")
             || op.starts_with("attention probabilities") =>
         {
