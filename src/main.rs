@@ -242,8 +242,9 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         master: Option<String>,
         /// Instead of training, time one layer's operations (cuBLAS products at the plan's
-        /// per-GPU shapes, memory-bound kernels as copies, collectives with NCCL) next to
-        /// the model's predictions.
+        /// per-GPU shapes, the norms and the attention core with the training kernels,
+        /// other memory-bound kernels as copies, collectives with NCCL) next to the
+        /// model's predictions.
         #[arg(long)]
         ops: bool,
         /// With --ops: timed runs per operation (the median is reported).
