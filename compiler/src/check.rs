@@ -484,23 +484,6 @@ fn memory_advice(plan: &Plan, m: &crate::cost::memory::StageMemory) -> String {
     "the model's state does not fit: raise tp or pp (or use more GPUs)".into()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::source::FsLoader;
-
-    #[test]
-    fn the_gpt3_example_checks() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpt3-175b.tp");
-        let c = check_file(&root, &FsLoader).unwrap();
-        assert!(c.ok(), "{:?}", c.diagnostics);
-        let plan = c.plan.unwrap();
-        assert_eq!(plan.parallel.dp, 8);
-        let e = c.estimate.unwrap();
-        assert!(e.mfu > 0.2 && e.mfu < 0.7, "{}", e.mfu);
-    }
-}
-
 /// Loads `cluster.profile` (relative to the file that names it) onto the groups of the GPU
 /// it was measured on; an unreadable profile, or one of another GPU, is P0104.
 fn attach_profile(spec: &mut PlanSpec, sources: &SourceMap) -> Option<Diagnostic> {
@@ -542,4 +525,21 @@ fn attach_profile(spec: &mut PlanSpec, sources: &SourceMap) -> Option<Diagnostic
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::FsLoader;
+
+    #[test]
+    fn the_gpt3_example_checks() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpt3-175b.tp");
+        let c = check_file(&root, &FsLoader).unwrap();
+        assert!(c.ok(), "{:?}", c.diagnostics);
+        let plan = c.plan.unwrap();
+        assert_eq!(plan.parallel.dp, 8);
+        let e = c.estimate.unwrap();
+        assert!(e.mfu > 0.2 && e.mfu < 0.7, "{}", e.mfu);
+    }
 }

@@ -1672,7 +1672,7 @@ mod tests {
         for dp in [1, 2, 3, 8] {
             let shards: Vec<_> = (0..dp).map(|r| shape(dp, r, 1).shard(total)).collect();
             let padded = shape(dp, 0, 1).padded(total);
-            assert!(padded >= total && padded % (64 * dp) == 0);
+            assert!(padded >= total && padded.is_multiple_of(64 * dp));
             assert_eq!(shards[0].0, 0);
             assert_eq!(shards[dp - 1].1, padded);
             for w in shards.windows(2) {
