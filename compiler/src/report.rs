@@ -262,10 +262,13 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
 }
 
 /// What a profile prices, in the words of the report: "products, memory-bound kernels,
-/// fused attention and collectives". Its fused attention is planc's kernel, which prices
-/// only a plan that planc runs.
+/// norms, fused attention and collectives". Its norms and fused attention are planc's
+/// kernels, which price only a plan that planc runs.
 fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
     let mut parts = vec!["products", "memory-bound kernels"];
+    if planc_kernels && !p.norms.is_empty() {
+        parts.push("norms");
+    }
     if planc_kernels && p.attention.iter().any(|a| a.kind.starts_with("flash")) {
         parts.push("fused attention");
     }
@@ -291,7 +294,41 @@ fn date(unix_s: u64) -> String {
 }
 
 #[cfg(test)]
-mod date_tests {
+mod tests {
+    use crate::profile::{AttentionPoint, NormPoint, Profile};
+
+    #[test]
+    fn the_report_names_planc_kernels_from_a_profile_only_for_plans_planc_runs() {
+        let mut p = Profile::empty_for_tests();
+        assert_eq!(
+            super::measured_parts(&p, true),
+            "products and memory-bound kernels"
+        );
+        p.norms.push(NormPoint {
+            pass: "forward".into(),
+            rows: 8192,
+            width: 768,
+            seconds: 1e-5,
+            gb_per_s: 2000.0,
+        });
+        p.attention.push(AttentionPoint {
+            kind: "flash".into(),
+            batch_heads: 64,
+            seq: 1024,
+            head_dim: 64,
+            seconds: 1e-4,
+            tflops: 150.0,
+        });
+        assert_eq!(
+            super::measured_parts(&p, true),
+            "products, memory-bound kernels, norms and fused attention"
+        );
+        assert_eq!(
+            super::measured_parts(&p, false),
+            "products and memory-bound kernels"
+        );
+    }
+
     #[test]
     fn dates_of_unix_times() {
         assert_eq!(super::date(0), "1970-01-01");
