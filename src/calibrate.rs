@@ -101,6 +101,20 @@ fn summary(p: &Profile) -> String {
             m.efficiency * 100.0
         );
     }
+    if !p.norms.is_empty() {
+        s += "norms    rows × width       forward GB/s  backward GB/s (the bytes the model counts)\n";
+        for f in p.norms.iter().filter(|n| n.pass == "forward") {
+            let bwd = p
+                .norms
+                .iter()
+                .find(|b| b.pass == "backward" && b.rows == f.rows && b.width == f.width)
+                .map_or("-".to_string(), |b| format!("{:.0}", b.gb_per_s));
+            s += &format!(
+                "         {:>6} × {:<6} {:>14.0} {:>14}\n",
+                f.rows, f.width, f.gb_per_s, bwd
+            );
+        }
+    }
     s += "attention (causal; rate = the forward's FLOPs over the pass's time)\n";
     for a in &p.attention {
         let pass = match a.kind.as_str() {
@@ -127,4 +141,24 @@ fn summary(p: &Profile) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::summary;
+    use planc_compiler::profile::Profile;
+    use std::path::Path;
+
+    #[test]
+    fn the_summary_shows_every_part_the_shipped_profile_measured() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("compiler/catalog/profiles/h200_sxm_141gb.bf16.toml");
+        let s = summary(&Profile::load(&path).unwrap());
+        for part in ["products", "memory", "norms", "attention", "collectives"] {
+            assert!(s.contains(part), "no {part} in\n{s}");
+        }
+        // A norm shape's line carries both passes.
+        let line = s.lines().find(|l| l.contains("32768 × 768")).unwrap();
+        assert_eq!(line.split_whitespace().count(), 5, "{line}");
+    }
 }
