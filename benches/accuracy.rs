@@ -8,6 +8,10 @@
 //! `attention = standard`; they trained with Megatron-LM's default dropout of 0.1, so the
 //! plans say `dropout = 0.1` (planc's default is 0). Megatron-LM of 2022 waited for its
 //! pipeline transfers (overlapping them came in 2023), so the plans say `overlap_p2p = false`.
+//! Its weight-gradient products did not accumulate into the gradient buffer with fp16
+//! (`arguments.py` at 739cb43dae turns `gradient_accumulation_fusion` off without
+//! `--accumulate-allreduce-grads-in-fp32`; fused for fp16 since 07916bf245, 2022-09), so
+//! the plans say `grad_accumulation_fusion = false`.
 
 use planc_compiler::check::check_source;
 
@@ -109,6 +113,7 @@ parallel {{
     micro_batch = {mb}
     schedule = {schedule}
     overlap_p2p = false
+    grad_accumulation_fusion = false
     sequence_parallel = {sp}
     zero = 0
     recompute = {recompute}

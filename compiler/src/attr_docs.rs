@@ -88,6 +88,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "overlap_p2p") => {
             "overlap pipeline sends and receives with the passes (Megatron-LM, interleaved schedule only); default: on when interleaved (planc extension)"
         }
+        ("parallel", "grad_accumulation_fusion") => {
+            "weight-gradient products accumulate straight into the fp32 gradient buffer (Megatron-LM's --gradient-accumulation-fusion); false: a pass over the gradients per micro-batch adds them in (Megatron-LM before 2022-09); default true (planc extension)"
+        }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
             "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`); \

@@ -240,6 +240,7 @@ fn choose_layout(
         last_stage_layers: ps.last_stage_layers,
         overlap_grad_reduce: ps.overlap_grad_reduce,
         overlap_p2p: ps.overlap_p2p,
+        grad_accumulation_fusion: ps.grad_accumulation_fusion,
     })
 }
 

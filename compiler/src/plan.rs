@@ -301,6 +301,13 @@ pub struct Parallel {
     /// default, on with the interleaved schedule and off otherwise. See
     /// [`Parallel::overlaps_p2p`].
     pub overlap_p2p: Option<bool>,
+    /// Extension: each micro-batch's weight-gradient products accumulate straight into the
+    /// fp32 gradient buffer (Megatron-LM's `--gradient-accumulation-fusion`, on by default
+    /// for every precision since 07916bf245, 2022-09); `false`: they write a 16-bit
+    /// gradient that a hook then adds into the buffer, one pass over the local gradients
+    /// per micro-batch (Megatron-LM before that commit, unless gradients accumulated in
+    /// fp32). Default true.
+    pub grad_accumulation_fusion: bool,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -340,6 +347,7 @@ impl Parallel {
             last_stage_layers: None,
             overlap_grad_reduce: true,
             overlap_p2p: None,
+            grad_accumulation_fusion: true,
         }
     }
 
@@ -511,6 +519,7 @@ pub struct ParallelSpec {
     /// Never holes: what the framework overlaps is a fact about it, not a layout choice.
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,
+    pub grad_accumulation_fusion: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

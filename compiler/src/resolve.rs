@@ -1420,6 +1420,7 @@ impl<'a> Resolver<'a> {
         let last_stage_layers = self.stage_layers(n, "last_stage_layers");
         let overlap_grad_reduce = self.fixed_bool(n, "overlap_grad_reduce");
         let overlap_p2p = self.fixed_bool(n, "overlap_p2p");
+        let grad_accumulation_fusion = self.fixed_bool(n, "grad_accumulation_fusion");
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1437,11 +1438,13 @@ impl<'a> Resolver<'a> {
             last_stage_layers: last_stage_layers?,
             overlap_grad_reduce: overlap_grad_reduce?.unwrap_or(true),
             overlap_p2p: overlap_p2p?,
+            grad_accumulation_fusion: grad_accumulation_fusion?.unwrap_or(true),
         })
     }
 
-    /// A `parallel` boolean that is never a hole (`overlap_grad_reduce`, `overlap_p2p`):
-    /// what a framework overlaps describes the framework, so it is written, not searched.
+    /// A `parallel` boolean that is never a hole (`overlap_grad_reduce`, `overlap_p2p`,
+    /// `grad_accumulation_fusion`): what a framework overlaps or fuses describes the
+    /// framework, so it is written, not searched.
     /// `Some(None)` when absent, `None` when written wrongly (reported).
     fn fixed_bool(&mut self, n: usize, name: &str) -> Option<Option<bool>> {
         if self.find_attr(n, name).is_none() {

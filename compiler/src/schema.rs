@@ -131,6 +131,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "last_stage_layers",
             "overlap_grad_reduce",
             "overlap_p2p",
+            "grad_accumulation_fusion",
         ],
         &[],
     ),

@@ -204,6 +204,9 @@ pub fn megatron(
             parallel.push(Arg::text("--ckpt-format", "fsdp_dtensor"));
         }
     }
+    if !p.grad_accumulation_fusion {
+        parallel.push(Arg::switch("--no-gradient-accumulation-fusion"));
+    }
     if p.dp > 1 && p.zero <= 1 && p.overlap_grad_reduce {
         parallel.push(Arg::switch("--overlap-grad-reduce"));
         if p.zero == 1 {
@@ -615,5 +618,13 @@ mod tests {
         // Megatron-LM's interleaved schedule without overlap needs pp > 2.
         p.parallel.pp = 2;
         assert!(megatron(&p, None, &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn unfused_gradient_accumulation_is_asked_for() {
+        let mut p = plan("first_stage_layers = 7, last_stage_layers = 7");
+        assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_none());
+        p.parallel.grad_accumulation_fusion = false;
+        assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_some());
     }
 }

@@ -10,10 +10,12 @@
 use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
+use super::memory::{layer_params_per_gpu, stage_params};
 use super::ops::{
     embedding_forward, head_backward, head_forward, layer_bias_gradients, layer_forward, Group, Op,
     OpKind,
 };
+use super::params::embedding_params;
 use crate::plan::{
     Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
 };
@@ -449,19 +451,68 @@ fn is_core(o: &Op) -> bool {
     matches!(o.kind, OpKind::StandardAttention { .. }) || o.name == "attention_dropout"
 }
 
+/// The pass that adds one micro-batch's gradients of `params` local parameters into the
+/// fp32 gradient buffer, where the weight-gradient products do not accumulate into it
+/// themselves (`parallel.grad_accumulation_fusion = false`).
+///
+/// Megatron-LM before 07916bf245 (2022-09-27) fused the accumulation into the product
+/// (`fused_weight_gradient_mlp_cuda`) only with `--accumulate-allreduce-grads-in-fp32`
+/// (`arguments.py` at 739cb43dae turns `gradient_accumulation_fusion` off otherwise); the
+/// product then writes a 16-bit `param.grad`, and the hook that
+/// `DistributedDataParallel._make_param_hook` (`megatron/model/distributed.py`) registers
+/// on each parameter's gradient accumulator runs `param.main_grad.add_(param.grad.data)`
+/// in the backward pass of every micro-batch: one elementwise kernel reading the gradient
+/// and the buffer and writing the buffer back. The buffer holds the parameters' own type
+/// unless gradients accumulate in fp32, which bf16 forces (`_get_buffer_type` in
+/// `DistributedDataParallel.__init__`; `arguments.py` sets
+/// `accumulate_allreduce_grads_in_fp32` for bf16): 6 bytes a parameter with fp16.
+fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
+    if plan.parallel.grad_accumulation_fusion || params <= 0.0 {
+        return 0.0;
+    }
+    let grad = plan.train.precision.bytes();
+    let buffer = if plan.train.precision == Precision::Bf16 {
+        4.0
+    } else {
+        grad
+    };
+    dev.memory(params * (grad + 2.0 * buffer))
+}
+
 pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let p = &plan.parallel;
     let layer_ops = layer_forward(plan);
     let layer_fwd = time_ops(&layer_ops, dev, pl);
-    let layer_bwd = layer_backward(plan, &layer_ops, layer_fwd, dev, pl);
+    let mut layer_bwd = layer_backward(plan, &layer_ops, layer_fwd, dev, pl);
+    let layer_accumulation = grad_accumulation(plan, layer_params_per_gpu(plan), dev);
+    layer_bwd.compute += layer_accumulation;
     // A weight gradient is one product of the same size as the forward product.
     let weight_products: Vec<Op> = layer_ops
         .iter()
         .filter(|o| matches!(o.kind, OpKind::Gemm { .. }) && !is_core(o))
         .cloned()
         .collect();
-    let layer_wgrad = time_ops(&weight_products, dev, pl).compute;
+    // The accumulation follows the weight gradients it adds.
+    let layer_wgrad = time_ops(&weight_products, dev, pl).compute + layer_accumulation;
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
+    let mut embedding_bwd = embedding_fwd;
+    // The stages' parameters beyond their layers: the embedding on the first, the output
+    // layer (and the final norm) on the last.
+    let first_extra =
+        stage_params(plan, 0) - layer_params_per_gpu(plan) * plan.stage_layers(0) as f64;
+    let last = p.pp - 1;
+    let last_extra =
+        stage_params(plan, last) - layer_params_per_gpu(plan) * plan.stage_layers(last) as f64;
+    let (embedding_accumulation, head_accumulation) = if p.pp > 1 {
+        (first_extra, last_extra)
+    } else {
+        // One stage holds both ends; its extra parameters split as the ends own them.
+        let embedding = embedding_params(&plan.model)
+            - (plan.model.vocab * plan.model.hidden) as f64
+            + (plan.model.vocab * plan.model.hidden) as f64 / p.tp as f64;
+        (embedding, first_extra - embedding)
+    };
+    embedding_bwd.compute += grad_accumulation(plan, embedding_accumulation, dev);
     let head_fwd = time_ops(&head_forward(plan), dev, pl);
     let head_bwd_ops = head_backward(plan);
     let head_bwd = time_ops(&head_bwd_ops, dev, pl);
@@ -472,6 +523,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         flops: 2.0 * head_bwd.flops,
     };
     head_bwd.add(own_backwards(&head_bwd_ops, dev));
+    head_bwd.compute += grad_accumulation(plan, head_accumulation, dev);
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         let sp = if p.sequence_parallel { p.tp } else { 1 };
@@ -489,7 +541,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         layer_bwd,
         layer_wgrad,
         embedding_fwd,
-        embedding_bwd: embedding_fwd,
+        embedding_bwd,
         head_fwd,
         head_bwd,
         p2p,
@@ -892,6 +944,41 @@ mod tests {
              parallel {{ tp = 8, pp = 1, dp = {dp}, micro_batch = 1, zero = {zero}, recompute = none }}",
             nodes = dp
         ))
+    }
+
+    fn tp8_plan(sp: bool, framework: &str) -> Plan {
+        checked(&format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = A100_SXM_80GB }}
+             model m {{ layers = 8, hidden = 6144, heads = 64, vocab = 51200, seq_len = 2048 }}
+             train {{ global_batch = 4, precision = fp16, optimizer = adam, attention = standard }}
+             parallel {{ tp = 8, pp = 1, dp = 1, micro_batch = 4, sequence_parallel = {sp}, recompute = none }}
+             job j {{ framework = {framework} }}"
+        ))
+    }
+
+    #[test]
+    fn unfused_accumulation_streams_each_micro_batchs_gradients_into_the_buffer() {
+        let mut plan = tp8_plan(false, "megatron");
+        let group = &plan.cluster.groups[0].clone();
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let pl = placement(&plan, group);
+        let fused = pieces(&plan, &dev, &pl);
+        plan.parallel.grad_accumulation_fusion = false;
+        let unfused = pieces(&plan, &dev, &pl);
+        // fp16: read the gradient, read and write the fp16 buffer.
+        let layer = dev.memory(6.0 * layer_params_per_gpu(&plan));
+        assert!((unfused.layer_bwd.compute - fused.layer_bwd.compute - layer).abs() < 1e-12);
+        assert!((unfused.layer_wgrad - fused.layer_wgrad - layer).abs() < 1e-12);
+        // One stage: the embedding's shard, and the final norm at the head.
+        let embedding = dev.memory(6.0 * (2048.0 * 6144.0 + 51200.0 * 6144.0 / 8.0));
+        assert!(
+            (unfused.embedding_bwd.compute - fused.embedding_bwd.compute - embedding).abs() < 1e-12
+        );
+        assert!(unfused.head_bwd.compute > fused.head_bwd.compute);
+        assert_eq!(unfused.layer_fwd, fused.layer_fwd);
     }
 
     #[test]

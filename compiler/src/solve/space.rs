@@ -8,7 +8,7 @@
 //!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
 //!   two are never holes: every layout keeps what the plan writes, and with interleaving
 //!   the layers rule also asks the middle stages' share to split into vpp equal chunks;
-//! - overlap_grad_reduce, overlap_p2p: never holes (they describe the framework), copied
+//! - overlap_grad_reduce, overlap_p2p, grad_accumulation_fusion: never holes (they describe the framework), copied
 //!   into every layout;
 //! - cp: 1, 2, 4, 8; ep: the divisors of `experts`;
 //! - vpp: 1, or 2–8 dividing the layers per stage (interleaved schedule only);
@@ -48,6 +48,7 @@ pub struct Space {
     pub last_stage_layers: Option<u64>,
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,
+    pub grad_accumulation_fusion: bool,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -121,6 +122,7 @@ impl Space {
             last_stage_layers: ps.last_stage_layers,
             overlap_grad_reduce: ps.overlap_grad_reduce,
             overlap_p2p: ps.overlap_p2p,
+            grad_accumulation_fusion: ps.grad_accumulation_fusion,
         }
     }
 
@@ -215,6 +217,7 @@ impl Space {
                                             last_stage_layers: self.last_stage_layers,
                                             overlap_grad_reduce: self.overlap_grad_reduce,
                                             overlap_p2p: self.overlap_p2p,
+                                            grad_accumulation_fusion: self.grad_accumulation_fusion,
                                         });
                                     }
                                 }
