@@ -11,7 +11,10 @@
 //! Its weight-gradient products did not accumulate into the gradient buffer with fp16
 //! (`arguments.py` at 739cb43dae turns `gradient_accumulation_fusion` off without
 //! `--accumulate-allreduce-grads-in-fp32`; fused for fp16 since 07916bf245, 2022-09), so
-//! the plans say `grad_accumulation_fusion = false`.
+//! the plans say `grad_accumulation_fusion = false`. Without sequence parallelism it split
+//! each pipeline transfer over the tensor-parallel ranks and all-gathered it on arrival
+//! (`scatter_gather_tensors_in_pipeline`, default on; `megatron/p2p_communication.py` at
+//! 739cb43dae), so the plans say `scatter_gather_p2p = true`.
 
 use planc_compiler::check::check_source;
 
@@ -114,6 +117,7 @@ parallel {{
     schedule = {schedule}
     overlap_p2p = false
     grad_accumulation_fusion = false
+    scatter_gather_p2p = true
     sequence_parallel = {sp}
     zero = 0
     recompute = {recompute}

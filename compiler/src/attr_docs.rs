@@ -91,6 +91,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "grad_accumulation_fusion") => {
             "weight-gradient products accumulate straight into the fp32 gradient buffer (Megatron-LM's --gradient-accumulation-fusion); false: a pass over the gradients per micro-batch adds them in (Megatron-LM before 2022-09); default true (planc extension)"
         }
+        ("parallel", "scatter_gather_p2p") => {
+            "without sequence parallelism, each tensor-parallel rank sends 1/tp of a pipeline transfer and the receivers all-gather it (Megatron-LM before Megatron-core); default false (planc extension)"
+        }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
             "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`); \

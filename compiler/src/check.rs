@@ -241,6 +241,7 @@ fn choose_layout(
         overlap_grad_reduce: ps.overlap_grad_reduce,
         overlap_p2p: ps.overlap_p2p,
         grad_accumulation_fusion: ps.grad_accumulation_fusion,
+        scatter_gather_p2p: ps.scatter_gather_p2p,
     })
 }
 

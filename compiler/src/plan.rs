@@ -308,6 +308,12 @@ pub struct Parallel {
     /// per micro-batch (Megatron-LM before that commit, unless gradients accumulated in
     /// fp32). Default true.
     pub grad_accumulation_fusion: bool,
+    /// Extension: without sequence parallelism, each tensor-parallel rank sends its 1/tp
+    /// slice of a pipeline transfer and the receivers all-gather the slices over the node's
+    /// links (Megatron-LM's `scatter_gather_tensors_in_pipeline`, its default before
+    /// Megatron-core's `p2p_communication.py` dropped it); `false`: every rank sends the
+    /// whole activation it holds. Default false.
+    pub scatter_gather_p2p: bool,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -348,6 +354,7 @@ impl Parallel {
             overlap_grad_reduce: true,
             overlap_p2p: None,
             grad_accumulation_fusion: true,
+            scatter_gather_p2p: false,
         }
     }
 
@@ -520,6 +527,7 @@ pub struct ParallelSpec {
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,
     pub grad_accumulation_fusion: bool,
+    pub scatter_gather_p2p: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

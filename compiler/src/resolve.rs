@@ -1421,6 +1421,7 @@ impl<'a> Resolver<'a> {
         let overlap_grad_reduce = self.fixed_bool(n, "overlap_grad_reduce");
         let overlap_p2p = self.fixed_bool(n, "overlap_p2p");
         let grad_accumulation_fusion = self.fixed_bool(n, "grad_accumulation_fusion");
+        let scatter_gather_p2p = self.fixed_bool(n, "scatter_gather_p2p");
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1439,11 +1440,12 @@ impl<'a> Resolver<'a> {
             overlap_grad_reduce: overlap_grad_reduce?.unwrap_or(true),
             overlap_p2p: overlap_p2p?,
             grad_accumulation_fusion: grad_accumulation_fusion?.unwrap_or(true),
+            scatter_gather_p2p: scatter_gather_p2p?.unwrap_or(false),
         })
     }
 
     /// A `parallel` boolean that is never a hole (`overlap_grad_reduce`, `overlap_p2p`,
-    /// `grad_accumulation_fusion`): what a framework overlaps or fuses describes the
+    /// `grad_accumulation_fusion`, `scatter_gather_p2p`): what a framework overlaps or fuses describes the
     /// framework, so it is written, not searched.
     /// `Some(None)` when absent, `None` when written wrongly (reported).
     fn fixed_bool(&mut self, n: usize, name: &str) -> Option<Option<bool>> {

@@ -132,6 +132,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "overlap_grad_reduce",
             "overlap_p2p",
             "grad_accumulation_fusion",
+            "scatter_gather_p2p",
         ],
         &[],
     ),

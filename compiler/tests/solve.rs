@@ -74,6 +74,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             grad_accumulation_fusion: s
                                                 .parallel
                                                 .grad_accumulation_fusion,
+                                            scatter_gather_p2p: s.parallel.scatter_gather_p2p,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;

@@ -204,6 +204,14 @@ pub fn megatron(
             parallel.push(Arg::text("--ckpt-format", "fsdp_dtensor"));
         }
     }
+    if p.scatter_gather_p2p && !p.sequence_parallel && p.tp > 1 && p.pp > 1 {
+        notes.push(
+            "Megatron-LM no longer splits pipeline transfers over the tensor-parallel ranks \
+             (Megatron-core's p2p_communication.py sends whole activations): \
+             `scatter_gather_p2p = true` prices Megatron-LM of 2022, not the run emitted"
+                .into(),
+        );
+    }
     if !p.grad_accumulation_fusion {
         parallel.push(Arg::switch("--no-gradient-accumulation-fusion"));
     }

@@ -526,13 +526,26 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     head_bwd.compute += grad_accumulation(plan, head_accumulation, dev);
     let p2p = if p.pp > 1 {
         let m = &plan.model;
-        let sp = if p.sequence_parallel { p.tp } else { 1 };
         // In 128 bits: three counts of up to 2^24 overflow 64.
-        let bytes = (u128::from(p.micro_batch) * u128::from(m.seq_len) / u128::from(p.cp)
-            * u128::from(m.hidden)
-            / u128::from(sp)) as f64
+        let activation = (u128::from(p.micro_batch) * u128::from(m.seq_len) / u128::from(p.cp)
+            * u128::from(m.hidden)) as f64
             * plan.train.precision.bytes();
-        p2p_time(bytes, pl.pp_crosses_nodes, &pl.fabric)
+        if p.sequence_parallel {
+            // Each tensor-parallel rank holds, and sends, its own 1/tp of the tokens.
+            p2p_time(activation / p.tp as f64, pl.pp_crosses_nodes, &pl.fabric)
+        } else if p.scatter_gather_p2p && p.tp > 1 {
+            // Megatron-LM before Megatron-core (`megatron/p2p_communication.py`,
+            // `_communicate`, at 739cb43dae): without sequence parallelism each rank sends
+            // `split_tensor_into_1d_equal_chunks` of the replicated activation over its own
+            // link, and the receiver waits for `gather_split_1d_tensor`, an all-gather over
+            // the tensor-parallel group, before the pass that needs it.
+            p2p_time(activation / p.tp as f64, pl.pp_crosses_nodes, &pl.fabric)
+                + collective_time(Collective::AllGather, activation, pl.tp, &pl.fabric)
+        } else {
+            // Every rank sends the whole activation it holds, each over its own link
+            // (Megatron-core's `p2p_communication.py`).
+            p2p_time(activation, pl.pp_crosses_nodes, &pl.fabric)
+        }
     } else {
         0.0
     };
@@ -979,6 +992,41 @@ mod tests {
         );
         assert!(unfused.head_bwd.compute > fused.head_bwd.compute);
         assert_eq!(unfused.layer_fwd, fused.layer_fwd);
+    }
+
+    #[test]
+    fn scattered_pipeline_transfers_send_a_slice_and_gather_it_on_arrival() {
+        let text = |sp: bool, sg: bool| {
+            format!(
+                "cluster c {{ nodes = 2, gpus_per_node = 8, gpu = A100_SXM_80GB
+                     inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s }} }}
+                 model m {{ layers = 8, hidden = 6144, heads = 64, vocab = 51200, seq_len = 2048 }}
+                 train {{ global_batch = 8, precision = fp16, optimizer = adam, attention = standard }}
+                 parallel {{ tp = 8, pp = 2, dp = 1, micro_batch = 1, sequence_parallel = {sp},
+                             scatter_gather_p2p = {sg}, recompute = none }}"
+            )
+        };
+        let p2p = |plan: &Plan| {
+            let group = &plan.cluster.groups[0];
+            let dev = Device {
+                gpu: &group.gpu,
+                precision: plan.train.precision,
+            };
+            let pl = placement(plan, group);
+            (pieces(plan, &dev, &pl).p2p, pl)
+        };
+        let activation = 2048.0 * 6144.0 * 2.0;
+        let (whole, pl) = p2p(&checked(&text(false, false)));
+        assert!((whole - p2p_time(activation, true, &pl.fabric)).abs() < 1e-12);
+        let (scattered, _) = p2p(&checked(&text(false, true)));
+        let gather = collective_time(Collective::AllGather, activation, pl.tp, &pl.fabric);
+        let slice = p2p_time(activation / 8.0, true, &pl.fabric);
+        assert!((scattered - slice - gather).abs() < 1e-12);
+        assert!(scattered < whole);
+        // Sequence parallelism already sends each rank's own tokens, whichever the attribute.
+        let (sp, _) = p2p(&checked(&text(true, true)));
+        assert_eq!(sp, slice);
+        assert_eq!(p2p(&checked(&text(true, false))).0, slice);
     }
 
     #[test]

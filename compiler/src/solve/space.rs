@@ -8,7 +8,8 @@
 //!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
 //!   two are never holes: every layout keeps what the plan writes, and with interleaving
 //!   the layers rule also asks the middle stages' share to split into vpp equal chunks;
-//! - overlap_grad_reduce, overlap_p2p, grad_accumulation_fusion: never holes (they describe the framework), copied
+//! - overlap_grad_reduce, overlap_p2p, grad_accumulation_fusion, scatter_gather_p2p: never
+//!   holes (they describe the framework), copied
 //!   into every layout;
 //! - cp: 1, 2, 4, 8; ep: the divisors of `experts`;
 //! - vpp: 1, or 2–8 dividing the layers per stage (interleaved schedule only);
@@ -49,6 +50,7 @@ pub struct Space {
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,
     pub grad_accumulation_fusion: bool,
+    pub scatter_gather_p2p: bool,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -123,6 +125,7 @@ impl Space {
             overlap_grad_reduce: ps.overlap_grad_reduce,
             overlap_p2p: ps.overlap_p2p,
             grad_accumulation_fusion: ps.grad_accumulation_fusion,
+            scatter_gather_p2p: ps.scatter_gather_p2p,
         }
     }
 
@@ -218,6 +221,7 @@ impl Space {
                                             overlap_grad_reduce: self.overlap_grad_reduce,
                                             overlap_p2p: self.overlap_p2p,
                                             grad_accumulation_fusion: self.grad_accumulation_fusion,
+                                            scatter_gather_p2p: self.scatter_gather_p2p,
                                         });
                                     }
                                 }
