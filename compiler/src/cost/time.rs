@@ -777,6 +777,51 @@ mod tests {
     }
 
     #[test]
+    fn a_profiles_norms_price_plancs_kernels_only_and_their_own_backward() {
+        use crate::profile::NormPoint;
+        let mut gpu = h200_with_standard_attention();
+        let mut p = (**gpu.profile.as_ref().unwrap()).clone();
+        let bytes = 2.0 * 16384.0 * 768.0 * 2.0;
+        for (pass, moved, gb_per_s) in [
+            ("forward", bytes, 2000.0),
+            ("backward", 2.0 * bytes, 2500.0),
+        ] {
+            p.norms.push(NormPoint {
+                pass: pass.into(),
+                rows: 16384,
+                width: 768,
+                seconds: moved / (gb_per_s * 1e9),
+                gb_per_s,
+            });
+        }
+        gpu.profile = Some(std::sync::Arc::new(p));
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        assert!((dev.norm(bytes, 768.0, true) - bytes / 2000e9).abs() < 1e-12);
+        assert!((dev.norm_backward(bytes, 768.0, true) - 2.0 * bytes / 2500e9).abs() < 1e-12);
+        // Another framework's norm: a memory-bound kernel of those bytes, backward twice it.
+        assert_eq!(dev.norm(bytes, 768.0, false), dev.memory(bytes));
+        assert_eq!(
+            dev.norm_backward(bytes, 768.0, false),
+            2.0 * dev.memory(bytes)
+        );
+        // A layer's backward takes the measured backward, not twice the measured forward.
+        let op = |planc_kernel| Op {
+            name: "input_norm",
+            kind: OpKind::Norm {
+                bytes,
+                width: 768.0,
+                planc_kernel,
+            },
+        };
+        let extra = own_backwards(&[op(true)], &dev).compute;
+        assert!((extra - (2.0 * bytes / 2500e9 - 2.0 * bytes / 2000e9)).abs() < 1e-12);
+        assert_eq!(own_backwards(&[op(false)], &dev).compute, 0.0);
+    }
+
+    #[test]
     fn a_profiles_fused_attention_prices_plancs_kernel_only() {
         use crate::profile::AttentionPoint;
         let mut gpu = h200_with_standard_attention();
