@@ -316,6 +316,23 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             .help("Megatron-LM overlaps pipeline transfers only in the interleaved schedule (vpp > 1): use `schedule = interleaved`, or remove `overlap_p2p`"),
         );
     }
+    if p.scatter_gather_p2p && (p.pp <= 1 || p.tp <= 1 || p.sequence_parallel) {
+        let why = if p.pp <= 1 {
+            "with one pipeline stage there are no pipeline transfers"
+        } else if p.tp <= 1 {
+            "with one tensor-parallel rank there is nothing to split over"
+        } else {
+            "under sequence parallelism each rank already sends 1/tp of the tokens"
+        };
+        v.push(
+            codes::P0326,
+            "`scatter_gather_p2p = true` has no effect here".into(),
+            "parallel",
+            "scatter_gather_p2p",
+            why,
+            "remove `scatter_gather_p2p`, or use it where tp > 1 and pp > 1 without sequence parallelism".into(),
+        );
+    }
     match p.offload {
         Offload::Optimizer if p.zero == 0 => v.push(
             codes::P0318,

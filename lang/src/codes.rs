@@ -188,6 +188,11 @@ codes! {
          FlashAttention and cuDNN's fused attention do not run on V100 or T4. A plan that asks for \
          `attention = flash` there is priced, and launched, with standard attention, which stores the \
          s×s scores (more memory, more time). Write `attention = standard`, or use newer GPUs.";
+    P0326 Warning "pipeline scatter-gather without effect"
+        "`scatter_gather_p2p = true` splits a pipeline transfer over the tensor-parallel ranks and \
+         all-gathers it on arrival. There is nothing to split with one pipeline stage or one \
+         tensor-parallel rank, and under sequence parallelism each rank already holds and sends \
+         1/tp of the tokens. The plan is priced as if the attribute were absent.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";
