@@ -6,7 +6,8 @@
 #
 #   runtime/tests/gpu/one_gpu.sh OUTDIR
 #
-# PARTS picks the parts (default: all of "kernels numerics calibrate speed torch").
+# PARTS picks the parts (default: all of "kernels numerics calibrate speed ops torch"; ops
+# times one layer's operations of each speed plan, `planc run --ops`, after the runs).
 # `calibrate` writes OUTDIR/profile.toml and the speed runs are priced from it; without
 # it they are priced from the shipped profile of this GPU (PROFILE=file overrides both).
 set -u
@@ -14,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out"
-parts=" ${PARTS:-kernels numerics calibrate speed torch} "
+parts=" ${PARTS:-kernels numerics calibrate speed ops torch} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 S=$(python3 -c 'import site; print(site.getsitepackages()[0])')
@@ -59,6 +60,10 @@ if want speed; then
             echo "== planc run $ex ($attn attention)"
             "$planc" run "$f" --steps 30 --color never >"$out/run-$ex-$attn.log" 2>&1
             sed -n '/^time/p;/^memory/p;/^speed/p;/^by kind/,$p' "$out/run-$ex-$attn.log"
+            if want ops; then
+                "$planc" run "$f" --ops --color never >"$out/ops-$ex-$attn.log" 2>&1
+                sed -n '/operation/,$p' "$out/ops-$ex-$attn.log"
+            fi
         done
     done
 fi
