@@ -1,13 +1,15 @@
 //! On a GPU: the vectorised norm kernels (a row's 16-byte packs held in registers, 1, 2 or
-//! 4 a thread) forward and backward, LayerNorm and RMSNorm, against a float64 reference on
-//! the CPU, with a row count that leaves the backward's last chunk short. Without a GPU it
+//! 4 a thread) forward and backward, LayerNorm and RMSNorm, launched as training launches
+//! them (`rows::Norms`), against a float64 reference on the CPU, with a row count that
+//! leaves the backward's last chunk short. Without a GPU it
 //! prints SKIPPED and passes.
 
 mod common;
 
 use common::{gpu_or_skip, up, values};
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{Arg, Buf, Gpu};
+use planc_runtime::train::cuda::{Buf, Gpu};
+use planc_runtime::train::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 
 fn max_rel(got: &[f32], want: &[f64]) -> f64 {
     let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(1e-30);
@@ -18,7 +20,8 @@ fn max_rel(got: &[f32], want: &[f64]) -> f64 {
 }
 
 /// One shape through forward and backward; fp32 storage, so VEC is 4 elements a pack.
-fn check(gpu: &mut Gpu, rows: usize, c: usize, np: usize, threads: u32, rms: bool) {
+fn check(gpu: &mut Gpu, rows: usize, c: usize, rms: bool) {
+    let np = norm_packs(c, 4).map_or(0, |(np, _)| np);
     let eps = 1e-5f32;
     let x = values(rows * c, 3 + c as u64, 2.0, 0.5);
     let w = values(c, 5, 0.5, 1.0);
@@ -57,61 +60,29 @@ fn check(gpu: &mut Gpu, rows: usize, c: usize, np: usize, threads: u32, rms: boo
     let bb = if rms { Buf::NULL } else { up(gpu, &b) };
     let out = gpu.alloc(rows * c * 4).unwrap();
     let (mean, rstd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
-    gpu.launch(
-        &format!("norm_fwd_v{np}"),
-        (rows as u32, 1),
-        threads,
-        &[
-            Arg::P(out),
-            Arg::P(mean),
-            Arg::P(rstd),
-            Arg::P(xb),
-            Arg::P(wb),
-            Arg::P(bb),
-            Arg::I(c as i32),
-            Arg::F(eps),
-            Arg::I(i32::from(rms)),
-        ],
-    )
-    .unwrap();
-    let chunks = 8usize;
-    let per = rows.div_ceil(chunks);
-    let part = gpu.alloc(2 * chunks * c * 4).unwrap();
-    gpu.launch(
-        &format!("norm_bwd_v{np}"),
-        (chunks as u32, 1),
-        threads,
-        &[
-            Arg::P(dinp),
-            Arg::P(part),
-            Arg::P(dyb),
-            Arg::P(xb),
-            Arg::P(wb),
-            Arg::P(mean),
-            Arg::P(rstd),
-            Arg::L(rows as i64),
-            Arg::I(c as i32),
-            Arg::I(per as i32),
-            Arg::I(i32::from(rms)),
-        ],
-    )
-    .unwrap();
+    // Through the launcher training uses, so the test runs training's grids.
+    let norm = Norms {
+        rows,
+        width: c,
+        xsz: 4,
+        eps,
+        rms,
+    };
+    norm.forward(gpu, out, mean, rstd, xb, wb, bb).unwrap();
+    let part = gpu.alloc(norm_partials(rows, c) * 4).unwrap();
     // The sums add into what the gradients held: start them at 1.
     let (gw, gb) = (up(gpu, &vec![1.0; c]), up(gpu, &vec![1.0; c]));
-    for (out, at) in [(gw, 0), (gb, chunks * c)] {
-        gpu.launch(
-            "sum_partials_2d",
-            (c.div_ceil(32) as u32, 1),
-            512,
-            &[
-                Arg::P(out),
-                Arg::P(part.at(at, 4)),
-                Arg::I(chunks as i32),
-                Arg::I(c as i32),
-            ],
-        )
-        .unwrap();
-    }
+    let grads = NormGrads {
+        dinp,
+        dw: gw,
+        db: gb,
+    };
+    let saved = NormSaved {
+        inp: xb,
+        mean,
+        rstd,
+    };
+    norm.backward(gpu, part, grads, dyb, wb, saved).unwrap();
     let got_y: Vec<f32> = gpu.download(out, rows * c).unwrap();
     let got_dx: Vec<f32> = gpu.download(dinp, rows * c).unwrap();
     let got_dw: Vec<f32> = gpu.download(gw, c).unwrap();
@@ -135,10 +106,15 @@ fn vectorised_norms_match_float64() {
         return;
     };
     // fp32 packs are 4 elements: C 256 is 64 packs (1 a thread, 64 threads), 2048 is 512
-    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256); 37 rows in 8 chunks of 5.
-    for (c, np, threads) in [(256, 1, 64), (2048, 2, 256), (4096, 4, 256), (200, 1, 64)] {
+    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256); 2500 rows make 1024 chunks of 3:
+    // rows loaded a row ahead, a last chunk of one row, and chunks with none.
+    for c in [256, 2048, 4096, 200] {
+        assert!(
+            norm_packs(c, 4).is_some(),
+            "C {c} takes the vectorised kernels"
+        );
         for rms in [false, true] {
-            check(&mut gpu, 37, c, np, threads, rms);
+            check(&mut gpu, 2500, c, rms);
         }
     }
 }

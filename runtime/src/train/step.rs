@@ -124,9 +124,10 @@ fn kind_of_span(name: &str) -> Option<WorkKind> {
         _ if op.starts_with("embedding") => WorkKind::Embedding,
         _ if op.starts_with("loss head") => WorkKind::Head,
         _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
+        // The core, its probabilities' recompute, and the heads-major layout around it
+        // (the qkv split, the gradients' merge).
         _ if op.starts_with("attention core")
-            || op.starts_with("attention qkv split")
-            || op.starts_with("attention qkv gradient merge")
+            || op.starts_with("attention qkv")
             || op.starts_with("attention probabilities") =>
         {
             WorkKind::Attention
@@ -1212,6 +1213,7 @@ mod tests {
             ("L4 attention core", Some(K::Attention)),
             ("L4 attention core backward products", Some(K::Attention)),
             ("L4 attention probabilities recompute", Some(K::Attention)),
+            ("L4 attention qkv split", Some(K::Attention)),
             ("L4 attention qkv gradient merge", Some(K::Attention)),
             ("L7 mlp activation backward", Some(K::Activation)),
             ("L7 qkv", Some(K::Linear)),

@@ -2,6 +2,7 @@
 # numerics.sh: planc's training against an independent PyTorch replay, on a GPU machine.
 #
 #   PLANC=target/release/planc runtime/tests/gpu/numerics.sh OUTDIR
+#   CASES="gpt-bf16 llama-bf16" VARIANTS="" PLANC=… numerics.sh OUTDIR   # a subset
 #
 # For each test plan here and its variants (flash attention, full recompute, gradient
 # accumulation in 4 micro-batches) it runs `planc run` for $STEPS steps, then reference.py
@@ -118,18 +119,23 @@ resume_case() {
     fi
 }
 
-for p in gpt-fp32 llama-fp32 gpt-bf16 llama-bf16; do
+# CASES and VARIANTS narrow a run (a short check after a small change); the default is
+# every case: 4 plans × (base + 3 variants) + 2 resumes.
+cases=${CASES:-gpt-fp32 llama-fp32 gpt-bf16 llama-bf16}
+variants=" ${VARIANTS-flash recompute accum} "
+has() { [[ "$variants" == *" $1 "* ]]; }
+for p in $cases; do
     cp "$here/$p.tp" "$plans/$p.tp"
     run_case "$p"
-    variant "$p" "$p-flash" 's/^\([[:space:]]*attention[[:space:]]*=[[:space:]]*\)standard/\1flash/' &&
+    has flash && variant "$p" "$p-flash" 's/^\([[:space:]]*attention[[:space:]]*=[[:space:]]*\)standard/\1flash/' &&
         run_case "$p-flash"
-    variant "$p" "$p-recompute" 's/^\([[:space:]]*recompute[[:space:]]*=[[:space:]]*\)none/\1full/' &&
+    has recompute && variant "$p" "$p-recompute" 's/^\([[:space:]]*recompute[[:space:]]*=[[:space:]]*\)none/\1full/' &&
         run_case "$p-recompute"
-    variant "$p" "$p-accum" 's/^\([[:space:]]*micro_batch[[:space:]]*=[[:space:]]*\)8/\12/' &&
+    has accum && variant "$p" "$p-accum" 's/^\([[:space:]]*micro_batch[[:space:]]*=[[:space:]]*\)8/\12/' &&
         run_case "$p-accum"
 done
-for p in gpt-fp32 llama-fp32; do
-    resume_case "$p"
+for p in $cases; do
+    case $p in *fp32) resume_case "$p" ;; esac
 done
 
 echo
