@@ -106,8 +106,9 @@ fn vectorised_norms_match_float64() {
         return;
     };
     // fp32 packs are 4 elements: C 256 is 64 packs (1 a thread, 64 threads), 2048 is 512
-    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256); 2500 rows make 1024 chunks of 3:
-    // rows loaded a row ahead, a last chunk of one row, and chunks with none.
+    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256). 2500 rows make 1024 chunks of 3
+    // (512 of 5 at C 4096): rows loaded a row ahead, a last chunk of one row (C ≤ 2048),
+    // and chunks with none.
     for c in [256, 2048, 4096, 200] {
         assert!(
             norm_packs(c, 4).is_some(),
