@@ -164,10 +164,7 @@ impl Profile {
         head_dim: f64,
     ) -> Option<f64> {
         let pts: Vec<&AttentionPoint> = self.attention.iter().filter(|a| a.kind == kind).collect();
-        let d = pts.iter().map(|a| a.head_dim).min_by(|a, b| {
-            let dist = |x: usize| ((x as f64).ln() - head_dim.max(1.0).ln()).abs();
-            dist(*a).total_cmp(&dist(*b))
-        })?;
+        let d = nearest_in_log(pts.iter().map(|a| a.head_dim), head_dim)?;
         let rate = interpolate(
             pts.iter()
                 .filter(|a| a.head_dim == d)
@@ -183,10 +180,7 @@ impl Profile {
     /// log bytes (small tensors do not fill the GPU).
     pub fn norm_seconds(&self, pass: &str, width: f64, bytes: f64) -> Option<f64> {
         let pts: Vec<&NormPoint> = self.norms.iter().filter(|n| n.pass == pass).collect();
-        let w = pts.iter().map(|n| n.width).min_by(|a, b| {
-            let dist = |x: usize| ((x as f64).ln() - width.max(1.0).ln()).abs();
-            dist(*a).total_cmp(&dist(*b))
-        })?;
+        let w = nearest_in_log(pts.iter().map(|n| n.width), width)?;
         let rate = interpolate(
             pts.iter()
                 .filter(|n| n.width == w)
@@ -219,6 +213,13 @@ impl Profile {
             bytes,
         )
     }
+}
+
+/// The value nearest `x` in log space (a head size or width between two measured ones
+/// takes the one it is nearer in ratio).
+fn nearest_in_log(values: impl Iterator<Item = usize>, x: f64) -> Option<usize> {
+    let dist = |v: usize| ((v as f64).ln() - x.max(1.0).ln()).abs();
+    values.min_by(|a, b| dist(*a).total_cmp(&dist(*b)))
 }
 
 /// Linear interpolation of `y` over `ln x`, clamped to the end points.
