@@ -479,6 +479,33 @@ fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
     dev.memory(params * (grad + 2.0 * buffer))
 }
 
+/// `grad_accumulation` of the parameters beyond the layers: the embedding's (first stage)
+/// and the output layer's with the final norm (last stage). Nothing to price, and nothing
+/// computed, where the products accumulate themselves.
+fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
+    let p = &plan.parallel;
+    if p.grad_accumulation_fusion {
+        return (0.0, 0.0);
+    }
+    let layer = layer_params_per_gpu(plan);
+    let first_extra = stage_params(plan, 0) - layer * plan.stage_layers(0) as f64;
+    let last = p.pp - 1;
+    let last_extra = stage_params(plan, last) - layer * plan.stage_layers(last) as f64;
+    let (embedding, head) = if p.pp > 1 {
+        (first_extra, last_extra)
+    } else {
+        // One stage holds both ends; its extra parameters split as the ends own them.
+        let embedding = embedding_params(&plan.model)
+            - (plan.model.vocab * plan.model.hidden) as f64
+            + (plan.model.vocab * plan.model.hidden) as f64 / p.tp as f64;
+        (embedding, first_extra - embedding)
+    };
+    (
+        grad_accumulation(plan, embedding, dev),
+        grad_accumulation(plan, head, dev),
+    )
+}
+
 pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let p = &plan.parallel;
     let layer_ops = layer_forward(plan);
@@ -496,23 +523,8 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let layer_wgrad = time_ops(&weight_products, dev, pl).compute + layer_accumulation;
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
     let mut embedding_bwd = embedding_fwd;
-    // The stages' parameters beyond their layers: the embedding on the first, the output
-    // layer (and the final norm) on the last.
-    let first_extra =
-        stage_params(plan, 0) - layer_params_per_gpu(plan) * plan.stage_layers(0) as f64;
-    let last = p.pp - 1;
-    let last_extra =
-        stage_params(plan, last) - layer_params_per_gpu(plan) * plan.stage_layers(last) as f64;
-    let (embedding_accumulation, head_accumulation) = if p.pp > 1 {
-        (first_extra, last_extra)
-    } else {
-        // One stage holds both ends; its extra parameters split as the ends own them.
-        let embedding = embedding_params(&plan.model)
-            - (plan.model.vocab * plan.model.hidden) as f64
-            + (plan.model.vocab * plan.model.hidden) as f64 / p.tp as f64;
-        (embedding, first_extra - embedding)
-    };
-    embedding_bwd.compute += grad_accumulation(plan, embedding_accumulation, dev);
+    let (embedding_accumulation, head_accumulation) = ends_accumulation(plan, dev);
+    embedding_bwd.compute += embedding_accumulation;
     let head_fwd = time_ops(&head_forward(plan), dev, pl);
     let head_bwd_ops = head_backward(plan);
     let head_bwd = time_ops(&head_bwd_ops, dev, pl);
@@ -523,7 +535,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         flops: 2.0 * head_bwd.flops,
     };
     head_bwd.add(own_backwards(&head_bwd_ops, dev));
-    head_bwd.compute += grad_accumulation(plan, head_accumulation, dev);
+    head_bwd.compute += head_accumulation;
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         // In 128 bits: three counts of up to 2^24 overflow 64.
