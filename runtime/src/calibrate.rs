@@ -14,6 +14,7 @@ use crate::gpu::Runner;
 use crate::train::attention::{self, Grads, Heads};
 use crate::train::blas::Blas;
 use crate::train::cuda::{Arg, Buf, Gpu};
+use crate::train::engine::softmax_causal_fwd;
 use crate::train::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::RunError;
 use planc_compiler::cost::comm::Collective;
@@ -249,17 +250,7 @@ pub(crate) fn standard_point(
     let rows = bh * t;
     let s = time(gpu, 10, || {
         blas.scores(p, q, k, bh, t, d)?;
-        gpu.launch(
-            "softmax_causal_fwd",
-            (rows.div_ceil(8) as u32, 1),
-            256,
-            &[
-                Arg::P(p),
-                Arg::L(rows as i64),
-                Arg::I(t as i32),
-                Arg::F(1.0 / (d as f32).sqrt()),
-            ],
-        )?;
+        softmax_causal_fwd(gpu, p, rows, t, d)?;
         blas.attend(o, p, v, bh, t, d)
     })?;
     for buf in [q, k, v, o, p] {

@@ -712,18 +712,7 @@ impl Engine {
 
     fn softmax_fwd(&self, p: Buf) -> Res {
         let (b, t, h, _, dd) = self.attn_args();
-        let rows = b * h * t;
-        self.gpu.launch(
-            "softmax_causal_fwd",
-            (rows.div_ceil(8) as u32, 1),
-            256,
-            &[
-                Arg::P(p),
-                Arg::L(rows as i64),
-                Arg::I(t as i32),
-                Arg::F(1.0 / (dd as f32).sqrt()),
-            ],
-        )
+        softmax_causal_fwd(&self.gpu, p, b * h * t, t, dd)
     }
 
     /// One layer forward: `x_out` = layer(`x_in`), keeping what `a` holds. Under tensor
@@ -1567,6 +1556,22 @@ impl Engine {
             &[Arg::P(out), Arg::P(self.s.partials), Arg::L(blocks as i64)],
         )
     }
+}
+
+/// The causal softmax of the scores `p` (`rows` rows of `t`, head size `head_dim`), in
+/// place, as training and `planc calibrate`'s standard-attention probe launch it.
+pub fn softmax_causal_fwd(gpu: &Gpu, p: Buf, rows: usize, t: usize, head_dim: usize) -> Res {
+    gpu.launch(
+        "softmax_causal_fwd",
+        (rows.div_ceil(8) as u32, 1),
+        256,
+        &[
+            Arg::P(p),
+            Arg::L(rows as i64),
+            Arg::I(t as i32),
+            Arg::F(1.0 / (head_dim as f32).sqrt()),
+        ],
+    )
 }
 
 /// A micro-batch prepared on the host for `Engine::forward` (`Engine::host_batch`): the
