@@ -114,6 +114,22 @@ impl Device<'_> {
             .unwrap_or_else(|| 2.0 * self.memory(bytes))
     }
 
+    /// A pass of planc's fused attention as the profile measured it (planc's kernel only).
+    fn measured_fused(
+        &self,
+        pass: &str,
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        planc: bool,
+    ) -> Option<f64> {
+        let s = self
+            .profile()
+            .filter(|_| planc)?
+            .attention_seconds(pass, flops, seq, head_dim)?;
+        Some(s.max(KERNEL_FLOOR_S))
+    }
+
     fn measured_norm(&self, pass: &str, bytes: f64, width: f64, planc: bool) -> Option<f64> {
         let s = self
             .profile()
@@ -136,12 +152,8 @@ impl Device<'_> {
     /// what `planc calibrate` times), else at the FlashAttention-class kernel's published
     /// rate on the device where the catalog has it, else a fraction of the product rate.
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
-        if let Some(s) = self
-            .profile()
-            .filter(|_| planc_kernel)
-            .and_then(|p| p.attention_seconds("flash", flops, seq, head_dim))
-        {
-            return s.max(KERNEL_FLOOR_S);
+        if let Some(s) = self.measured_fused("flash", flops, seq, head_dim, planc_kernel) {
+            return s;
         }
         if let Some(r) = self.flash_rates(planc_kernel) {
             return (flops / r.forward).max(KERNEL_FLOOR_S);
@@ -179,12 +191,8 @@ impl Device<'_> {
     /// below the forward's rate (322 against 370 TFLOP/s without a mask for
     /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
     pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
-        if let Some(s) = self
-            .profile()
-            .filter(|_| planc_kernel)
-            .and_then(|p| p.attention_seconds("flash_backward", flops, seq, head_dim))
-        {
-            return s.max(KERNEL_FLOOR_S);
+        if let Some(s) = self.measured_fused("flash_backward", flops, seq, head_dim, planc_kernel) {
+            return s;
         }
         if let Some(r) = self.flash_rates(planc_kernel) {
             return (FLASH_BACKWARD_WORK * flops / r.backward).max(KERNEL_FLOOR_S);
