@@ -179,7 +179,7 @@ pub fn check_source(name: &str, text: &str) -> Checked {
 /// Checks plan bytes held in memory, which need not be UTF-8 (hostile input, fuzzing).
 pub fn check_bytes(name: &str, bytes: &[u8]) -> Checked {
     let mut loader = MemoryLoader::default();
-    loader.files.insert(PathBuf::from(name), bytes.to_vec());
+    loader.insert(Path::new(name), bytes.to_vec());
     check_file(Path::new(name), &loader).expect("the in-memory file exists")
 }
 
@@ -533,6 +533,16 @@ fn attach_profile(spec: &mut PlanSpec, sources: &SourceMap) -> Option<Diagnostic
 mod tests {
     use super::*;
     use crate::source::FsLoader;
+
+    #[test]
+    fn text_in_memory_may_be_named_by_any_spelling_of_a_path() {
+        // Editors hand over paths such as `dir/../plan.tp`; the loader used to look the
+        // file up under its cleaned spelling and panic when it was stored under another.
+        for name in ["dir/../t.tp", "./t.tp", "a/b/../../t.tp"] {
+            let c = check_source(name, "model m { preset = \"gpt2-124m\" }\n");
+            assert_eq!(c.sources.files.len(), 1, "{name}: {:?}", c.diagnostics);
+        }
+    }
 
     #[test]
     fn the_gpt3_example_checks() {

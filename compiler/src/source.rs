@@ -66,6 +66,14 @@ pub struct MemoryLoader {
     pub files: HashMap<PathBuf, Vec<u8>>,
 }
 
+impl MemoryLoader {
+    /// Holds `bytes` as the file at `path`, under the spelling `load` looks up (a name
+    /// such as `dir/../plan.tp`, as an editor may hand over, is found again).
+    pub fn insert(&mut self, path: &Path, bytes: Vec<u8>) {
+        self.files.insert(normalize(path), bytes);
+    }
+}
+
 impl FileLoader for MemoryLoader {
     fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         self.files
