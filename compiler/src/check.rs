@@ -3,7 +3,7 @@
 //! The command line, tests, benchmarks and (later) the LSP all go through [`check_file`] /
 //! [`check_source`], so that every front end reports exactly the same thing.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use planc_lang::codes;
 use planc_lang::units::{format_quantity, Dimension};

@@ -654,19 +654,32 @@ pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Pla
         // that pass and behind the forward passes that follow backward passes in the
         // schedule's steady state, not behind the warm-up's forwards, which run before any
         // gradient exists (with vpp chunks and few micro-batches, all of them).
-        let compute =
-            st.backward.compute + st.forward.compute * steady_forwards(plan, stage, m as u64);
-        let per_micro_batch = (link - compute).max(link / buckets);
+        let hidden = hiding(&st.backward, pl)
+            + hiding(&st.forward, pl) * steady_forwards(plan, stage, m as u64);
+        let per_micro_batch = (link - hidden).max(link / buckets);
         let final_gather = if p.zero >= 3 {
             0.0
         } else {
-            (gather - st.forward.compute).max(gather / buckets)
+            (gather - hiding(&st.forward, pl)).max(gather / buckets)
         };
         return m * per_micro_batch + final_gather;
     }
-    let exposed_reduce = (reduce - st.backward.compute).max(reduce / buckets);
-    let exposed_gather = (gather - st.forward.compute).max(gather / buckets);
+    let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / buckets);
+    let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / buckets);
     exposed_reduce + exposed_gather
+}
+
+/// How long a pass keeps the data-parallel link's traffic hidden: its compute, and also its
+/// own collectives when they run on other links (tensor- and context-parallel groups inside
+/// a node, on NVLink, while the data-parallel group crosses nodes on the NICs). Where they
+/// share the link, the reduction waits while they run.
+fn hiding(pass: &PassTime, pl: &Placement) -> f64 {
+    let crosses = |g: &GroupShape| g.per_node < g.size;
+    if crosses(&pl.dp) && !crosses(&pl.tp) && !crosses(&pl.cp) {
+        pass.total()
+    } else {
+        pass.compute
+    }
 }
 
 /// The fraction of stage `stage`'s forward passes that run after its first backward pass
@@ -1022,6 +1035,40 @@ mod tests {
              parallel {{ tp = 8, pp = 1, dp = {dp}, micro_batch = 1, zero = {zero}, recompute = none }}",
             nodes = dp
         ))
+    }
+
+    #[test]
+    fn zero2_reductions_hide_behind_the_tensor_parallel_collectives_on_other_links() {
+        // tp 8 inside each node on NVLink, dp 4 across nodes on the NICs, link-bound: the
+        // reduce-scatters run while the passes compute and while their NVLink collectives
+        // run; only where those share the NICs (tp across nodes) do they hide behind
+        // compute alone.
+        let plan = a100_plan("bf16", 2, 4);
+        let group = &plan.cluster.groups[0];
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let mut pl = placement(&plan, group);
+        let st = stage_time(&plan, 0, &dev, &pl);
+        assert!(st.forward.comm > 0.0 && st.backward.comm > 0.0);
+        let params = stage_params(&plan, 0);
+        let mut bare = st;
+        bare.forward.comm = 0.0;
+        bare.backward.comm = 0.0;
+        let beside = dp_exposed(&plan, 0, params, &st, &pl);
+        let compute_only = dp_exposed(&plan, 0, params, &bare, &pl);
+        let m = plan.parallel.grad_accum(plan.train.global_batch) as f64;
+        // Each micro-batch's reduction, and the parameter gather after the last one.
+        let hidden_more = m
+            * (st.backward.comm + st.forward.comm * steady_forwards(&plan, 0, m as u64))
+            + st.forward.comm;
+        assert!(
+            (compute_only - beside - hidden_more).abs() < 1e-12,
+            "{compute_only} - {beside} != {hidden_more}"
+        );
+        pl.tp.per_node = 4;
+        assert_eq!(dp_exposed(&plan, 0, params, &st, &pl), compute_only);
     }
 
     fn tp8_plan(sp: bool, framework: &str) -> Plan {
