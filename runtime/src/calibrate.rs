@@ -225,6 +225,7 @@ pub fn calibrate(
         memory,
         attention,
         norms,
+        activations: Vec::new(),
         collectives,
     })
 }
