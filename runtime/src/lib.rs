@@ -217,6 +217,18 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 measured_s: Some(runner.copy(bytes as usize, repeats)?),
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
+            OpKind::Activation {
+                bytes, width, mlp, ..
+            } => Measured {
+                name: op.name,
+                kind: "memory",
+                shape: format!("{:.0} B", bytes),
+                // Priced as planc's kernel (what `planc run` runs), timed as a copy for now.
+                predicted_s: Some(dev.activation(bytes, width, mlp, true)),
+                predicted_constants_s: before(constants.activation(bytes, width, mlp, true)),
+                measured_s: Some(runner.copy(bytes as usize, repeats)?),
+                note: Some("timed as a device-to-device copy of the same bytes".into()),
+            },
             OpKind::Norm { bytes, width, .. } => {
                 // Timed below, on the training kernels' own context.
                 norms_at.push(ops.len());
