@@ -115,6 +115,28 @@ fn summary(p: &Profile) -> String {
             );
         }
     }
+    if !p.activations.is_empty() {
+        s += &format!(
+            "activation {:<6} {:>6} × {:<6} {:>12} {:>14} (the bytes the model counts)\n",
+            "kind", "rows", "width", "forward GB/s", "backward GB/s"
+        );
+        for f in p.activations.iter().filter(|a| a.pass == "forward") {
+            let bwd = p
+                .activations
+                .iter()
+                .find(|b| {
+                    b.pass == "backward"
+                        && b.kind == f.kind
+                        && b.rows == f.rows
+                        && b.width == f.width
+                })
+                .map_or("-".to_string(), |b| format!("{:.0}", b.gb_per_s));
+            s += &format!(
+                "           {:<6} {:>6} × {:<6} {:>12.0} {:>14}\n",
+                f.kind, f.rows, f.width, f.gb_per_s, bwd
+            );
+        }
+    }
     s += "attention (causal; rate = the forward's FLOPs over the pass's time)\n";
     for a in &p.attention {
         let pass = match a.kind.as_str() {
@@ -146,7 +168,7 @@ fn summary(p: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::summary;
-    use planc_compiler::profile::Profile;
+    use planc_compiler::profile::{ActivationPoint, Profile};
     use std::path::Path;
 
     #[test]
@@ -160,5 +182,48 @@ mod tests {
         // A norm shape's line carries both passes.
         let line = s.lines().find(|l| l.contains("32768 × 768")).unwrap();
         assert_eq!(line.split_whitespace().count(), 5, "{line}");
+    }
+
+    #[test]
+    fn the_summary_lists_the_activations_by_kind_and_shape_with_both_passes() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("compiler/catalog/profiles/h200_sxm_141gb.bf16.toml");
+        let mut p = Profile::load(&path).unwrap();
+        p.activations.clear();
+        assert!(
+            !summary(&p).contains("activation"),
+            "a profile without them"
+        );
+        let point = |kind: &str, pass: &str, gb_per_s: f64| ActivationPoint {
+            kind: kind.into(),
+            pass: pass.into(),
+            rows: 8192,
+            width: 3072,
+            seconds: 1e-4,
+            gb_per_s,
+        };
+        p.activations = vec![
+            point("gelu", "forward", 2411.0),
+            point("gelu", "backward", 3207.0),
+            point("swiglu", "forward", 2650.0),
+        ];
+        let s = summary(&p);
+        let lines: Vec<&str> = s.lines().filter(|l| l.contains("8192 × 3072")).collect();
+        assert_eq!(lines.len(), 2, "{s}");
+        fn words(l: &str) -> Vec<&str> {
+            l.split_whitespace().collect()
+        }
+        assert_eq!(
+            words(lines[0]),
+            ["gelu", "8192", "×", "3072", "2411", "3207"]
+        );
+        // A forward without its backward says so.
+        assert_eq!(
+            words(lines[1]),
+            ["swiglu", "8192", "×", "3072", "2650", "-"]
+        );
+        // Between the norms and the attention, as calibrate measures them.
+        let at = |part: &str| s.find(part).unwrap();
+        assert!(at("norms") < at("activation") && at("activation") < at("attention"));
     }
 }

@@ -52,7 +52,7 @@ fn human(r: &RunReport) -> String {
         r.device, r.catalog_gpu, r.repeats
     );
     out += &format!(
-        "  {:<18} {:<9} {:>22} {:>12} {:>12} {:>7}\n",
+        "  {:<18} {:<10} {:>22} {:>12} {:>12} {:>7}\n",
         "operation", "kind", "shape", "predicted", "measured", "ratio"
     );
     for o in &r.ops {
@@ -62,7 +62,7 @@ fn human(r: &RunReport) -> String {
             (None, _) => ("-".into(), String::new()),
         };
         out += &format!(
-            "  {:<18} {:<9} {:>22} {:>12} {:>12} {:>7}{}\n",
+            "  {:<18} {:<10} {:>22} {:>12} {:>12} {:>7}{}\n",
             o.name,
             o.kind,
             o.shape,

@@ -1,7 +1,8 @@
 //! Device profiles: what `planc calibrate` measured on a machine (products over a grid of
-//! shapes, memory-bound kernels by size, attention, collectives by message and group
-//! size), as TOML, and the curves the cost model reads from them in place of the catalog's
-//! constants: interpolated in log space, clamped at the measured ends.
+//! shapes, memory-bound kernels by size, planc's norms and MLP activations by width and
+//! size, attention, collectives by message and group size), as TOML, and the curves the
+//! cost model reads from them in place of the catalog's constants: interpolated in log
+//! space, clamped at the measured ends.
 
 use std::path::Path;
 
@@ -70,6 +71,24 @@ pub struct NormPoint {
     pub gb_per_s: f64,
 }
 
+/// One pass of planc's MLP activation kernels (`kind` `gelu` or `swiglu`, `pass`
+/// `forward` or `backward`) over `rows` rows of the MLP's width `width` (F: GELU reads and
+/// writes F a row, SwiGLU reads its gate and up halves, 2F, and writes F). Elementwise,
+/// but not a copy: a tanh or an exponential an element, SwiGLU's row and column of each
+/// element, and a backward that moves 1.5× (GELU) or 5/3× (SwiGLU) the forward's bytes,
+/// not twice; priced from the streaming curve they ran 1.16–1.20× that on an H200 and
+/// 0.87–0.90× on an H100. `gb_per_s` is the bytes the cost model counts for the pass
+/// (forward: `cost::ops::activation_bytes`; backward: twice that) over the time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ActivationPoint {
+    pub kind: String,
+    pub pass: String,
+    pub rows: usize,
+    pub width: usize,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CollectivePoint {
     pub op: String,
@@ -89,6 +108,9 @@ pub struct Profile {
     /// Absent from profiles measured before planc timed its norms.
     #[serde(default)]
     pub norms: Vec<NormPoint>,
+    /// Absent from profiles measured before planc timed its activations.
+    #[serde(default)]
+    pub activations: Vec<ActivationPoint>,
     pub collectives: Vec<CollectivePoint>,
 }
 
@@ -112,6 +134,7 @@ impl Profile {
             memory: vec![],
             attention: vec![],
             norms: vec![],
+            activations: vec![],
             collectives: vec![],
         }
     }
@@ -179,16 +202,32 @@ impl Profile {
     /// `bytes`: the rate of the measured points of the nearest width, interpolated over
     /// log bytes (small tensors do not fill the GPU).
     pub fn norm_seconds(&self, pass: &str, width: f64, bytes: f64) -> Option<f64> {
-        let pts: Vec<&NormPoint> = self.norms.iter().filter(|n| n.pass == pass).collect();
-        let w = nearest_in_log(pts.iter().map(|n| n.width), width)?;
-        let rate = interpolate(
-            pts.iter()
-                .filter(|n| n.width == w)
-                .map(|n| (n.gb_per_s * 1e9 * n.seconds, n.gb_per_s * 1e9))
-                .collect(),
-            bytes,
-        )?;
-        (rate > 0.0).then(|| bytes / rate)
+        let pts: Vec<(usize, f64, f64)> = self
+            .norms
+            .iter()
+            .filter(|n| n.pass == pass)
+            .map(|n| (n.width, n.seconds, n.gb_per_s))
+            .collect();
+        seconds_by_width_and_size(&pts, width, bytes)
+    }
+
+    /// Seconds of the MLP activation `kind` (`gelu`, `swiglu`) in `pass` (`forward`,
+    /// `backward`) over rows of `width` (F) counted as `bytes`: as [`Self::norm_seconds`],
+    /// from the points of that activation and pass.
+    pub fn activation_seconds(
+        &self,
+        kind: &str,
+        pass: &str,
+        width: f64,
+        bytes: f64,
+    ) -> Option<f64> {
+        let pts: Vec<(usize, f64, f64)> = self
+            .activations
+            .iter()
+            .filter(|a| a.kind == kind && a.pass == pass)
+            .map(|a| (a.width, a.seconds, a.gb_per_s))
+            .collect();
+        seconds_by_width_and_size(&pts, width, bytes)
     }
 
     /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`) over
@@ -220,6 +259,21 @@ impl Profile {
 fn nearest_in_log(values: impl Iterator<Item = usize>, x: f64) -> Option<usize> {
     let dist = |v: usize| ((v as f64).ln() - x.max(1.0).ln()).abs();
     values.min_by(|a, b| dist(*a).total_cmp(&dist(*b)))
+}
+
+/// Seconds to move `bytes` at the rate of the points `(width, seconds, GB/s)` of the
+/// measured width nearest `width`, interpolated over the points' log bytes (small tensors
+/// do not fill the GPU).
+fn seconds_by_width_and_size(pts: &[(usize, f64, f64)], width: f64, bytes: f64) -> Option<f64> {
+    let w = nearest_in_log(pts.iter().map(|p| p.0), width)?;
+    let rate = interpolate(
+        pts.iter()
+            .filter(|p| p.0 == w)
+            .map(|&(_, seconds, gb_per_s)| (gb_per_s * 1e9 * seconds, gb_per_s * 1e9))
+            .collect(),
+        bytes,
+    )?;
+    (rate > 0.0).then(|| bytes / rate)
 }
 
 /// Linear interpolation of `y` over `ln x`, clamped to the end points.
@@ -388,6 +442,60 @@ mod tests {
     }
 
     #[test]
+    fn an_activation_takes_the_rate_of_its_kind_pass_and_nearest_width_by_size() {
+        let mut p = profile();
+        assert_eq!(p.activation_seconds("gelu", "forward", 3072.0, 1e8), None);
+        let point =
+            |kind: &str, pass: &str, width: usize, bytes: f64, gb_per_s: f64| ActivationPoint {
+                kind: kind.into(),
+                pass: pass.into(),
+                rows: 0,
+                width,
+                seconds: bytes / (gb_per_s * 1e9),
+                gb_per_s,
+            };
+        p.activations = vec![
+            point("gelu", "forward", 3072, 1e7, 1000.0),
+            point("gelu", "forward", 3072, 1e9, 3000.0),
+            point("gelu", "forward", 28672, 1e9, 2000.0),
+            point("gelu", "backward", 3072, 1e9, 2500.0),
+            point("swiglu", "forward", 8192, 1e9, 4000.0),
+        ];
+        // 1e8 bytes is halfway in log space: 2000 GB/s.
+        let s = p
+            .activation_seconds("gelu", "forward", 3072.0, 1e8)
+            .unwrap();
+        assert!((s - 1e8 / 2000e9).abs() < 1e-15, "{s}");
+        // Clamped at the smallest measured size; 14336 is nearer 28672 than 3072 in log
+        // space, 8192 nearer 3072.
+        assert_eq!(
+            p.activation_seconds("gelu", "forward", 3072.0, 1e6),
+            Some(1e6 / 1000e9)
+        );
+        assert_eq!(
+            p.activation_seconds("gelu", "forward", 14336.0, 1e9),
+            Some(1e9 / 2000e9)
+        );
+        assert_eq!(
+            p.activation_seconds("gelu", "forward", 8192.0, 1e9),
+            Some(1e9 / 3000e9)
+        );
+        // Each kind and pass from its own points only.
+        assert_eq!(
+            p.activation_seconds("gelu", "backward", 28672.0, 1e9),
+            Some(1e9 / 2500e9)
+        );
+        assert_eq!(
+            p.activation_seconds("swiglu", "forward", 3072.0, 1e9),
+            Some(1e9 / 4000e9)
+        );
+        assert_eq!(
+            p.activation_seconds("swiglu", "backward", 8192.0, 1e9),
+            None
+        );
+    }
+
+    #[test]
     fn a_measured_collective_replaces_the_model_for_its_group_size_only() {
         use crate::cost::comm::{collective_time, Collective, Fabric, GroupShape};
         use crate::plan::{Link, LinkKind};
@@ -441,9 +549,33 @@ mod tests {
 
     #[test]
     fn a_profile_round_trips_through_toml() {
+        let mut p = profile();
+        p.activations.push(ActivationPoint {
+            kind: "swiglu".into(),
+            pass: "backward".into(),
+            rows: 8192,
+            width: 8192,
+            seconds: 2e-4,
+            gb_per_s: 4026.5,
+        });
+        let text = toml::to_string(&p).unwrap();
+        assert!(text.contains("[[activations]]"), "{text}");
+        assert_eq!(toml::from_str::<Profile>(&text).unwrap(), p);
+    }
+
+    #[test]
+    fn a_profile_measured_before_the_norms_and_activations_loads_without_them() {
         let p = profile();
         let text = toml::to_string(&p).unwrap();
-        assert_eq!(toml::from_str::<Profile>(&text).unwrap(), p);
+        let old: String = text
+            .lines()
+            .filter(|l| !l.starts_with("norms") && !l.starts_with("activations"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_ne!(old, text);
+        let loaded = toml::from_str::<Profile>(&old).unwrap();
+        assert!(loaded.norms.is_empty() && loaded.activations.is_empty());
+        assert_eq!(loaded, p);
     }
 }
 
@@ -459,5 +591,18 @@ mod shipped {
         assert_eq!(p.provenance.catalog_gpu, "H200_SXM_141GB");
         let e = p.gemm_efficiency(16384.0, 2304.0, 768.0).unwrap();
         assert!(e > 0.3 && e < 1.0, "{e}");
+    }
+
+    #[test]
+    fn every_shipped_profile_loads() {
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/catalog/profiles"));
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let p = super::Profile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!p.gemm.is_empty(), "{}", path.display());
+            n += 1;
+        }
+        assert!(n >= 2, "{n} profiles");
     }
 }

@@ -262,12 +262,15 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
 }
 
 /// What a profile prices, in the words of the report: "products, memory-bound kernels,
-/// norms, fused attention and collectives". Its norms and fused attention are planc's
-/// kernels, which price only a plan that planc runs.
+/// norms, activations, fused attention and collectives". Its norms, activations and fused
+/// attention are planc's kernels, which price only a plan that planc runs.
 fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
     let mut parts = vec!["products", "memory-bound kernels"];
     if planc_kernels && !p.norms.is_empty() {
         parts.push("norms");
+    }
+    if planc_kernels && !p.activations.is_empty() {
+        parts.push("activations");
     }
     if planc_kernels && p.attention.iter().any(|a| a.kind.starts_with("flash")) {
         parts.push("fused attention");
@@ -295,7 +298,7 @@ fn date(unix_s: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::profile::{AttentionPoint, NormPoint, Profile};
+    use crate::profile::{ActivationPoint, AttentionPoint, NormPoint, Profile};
 
     #[test]
     fn the_report_names_planc_kernels_from_a_profile_only_for_plans_planc_runs() {
@@ -322,6 +325,18 @@ mod tests {
         assert_eq!(
             super::measured_parts(&p, true),
             "products, memory-bound kernels, norms and fused attention"
+        );
+        p.activations.push(ActivationPoint {
+            kind: "gelu".into(),
+            pass: "forward".into(),
+            rows: 8192,
+            width: 3072,
+            seconds: 2e-5,
+            gb_per_s: 2500.0,
+        });
+        assert_eq!(
+            super::measured_parts(&p, true),
+            "products, memory-bound kernels, norms, activations and fused attention"
         );
         assert_eq!(
             super::measured_parts(&p, false),

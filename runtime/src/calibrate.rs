@@ -1,16 +1,19 @@
 //! `planc calibrate`: measures the machine it runs on with the runtime's own code paths —
 //! matrix products through cuBLAS as training calls them, memory-bound training kernels by
-//! size, the attention core, and NCCL collectives by message and group size — and returns a
-//! device profile: the curves the cost model's constants stand in for, with provenance.
+//! size, the norms and the MLP activations by width and size, the attention core, and NCCL
+//! collectives by message and group size — and returns a device profile: the curves the
+//! cost model's constants stand in for, with provenance.
 //!
 //! Each figure is the median of timed repeats after warm-up, on random data.
 
 use std::time::Instant;
 
-use planc_compiler::plan::{Gpu as CatalogGpu, Precision};
+use planc_compiler::cost::ops::activation_bytes;
+use planc_compiler::plan::{Gpu as CatalogGpu, Mlp, Precision};
 
 use crate::collectives::Collectives;
 use crate::gpu::Runner;
+use crate::train::activation::Activation;
 use crate::train::attention::{self, Grads, Heads};
 use crate::train::blas::Blas;
 use crate::train::cuda::{Arg, Buf, Gpu};
@@ -20,7 +23,8 @@ use crate::RunError;
 use planc_compiler::cost::comm::Collective;
 
 pub use planc_compiler::profile::{
-    AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile, Provenance,
+    ActivationPoint, AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile,
+    Provenance,
 };
 
 /// The shapes of training products: a layer's (qkv, output projection, MLP) at four
@@ -50,6 +54,26 @@ fn norm_grid() -> Vec<(usize, usize)> {
     for &width in &[768usize, 1024, 2048, 4096, 8192] {
         for &rows in &[2048usize, 8192, 32768] {
             g.push((rows, width));
+        }
+    }
+    g
+}
+
+/// The most elements (rows × F) an activation probe takes: 2^28, 32K rows of 8192. Larger
+/// ones stream at the rate those reach (a GiB and more of traffic), and would hold
+/// gigabytes more.
+const ACTIVATION_ELEMENTS: usize = 1 << 28;
+
+/// MLP widths F (GPT-2's 3072, Llama 3.2 1B's 8192, Llama 3 8B's 14336 and 70B's 28672;
+/// their tensor-parallel shares fall between) and row counts (a micro-batch's tokens, 2K
+/// to 32K), up to [`ACTIVATION_ELEMENTS`].
+fn activation_grid() -> Vec<(usize, usize)> {
+    let mut g = Vec::new();
+    for &width in &[3072usize, 8192, 14336, 28672] {
+        for &rows in &[2048usize, 8192, 32768] {
+            if rows * width <= ACTIVATION_ELEMENTS {
+                g.push((rows, width));
+            }
         }
     }
     g
@@ -98,9 +122,12 @@ pub fn calibrate(
     ];
     let groups: Vec<usize> = (2..=n_gpus).filter(|g| g.is_power_of_two()).collect();
     let norm_shapes = norm_grid();
+    let activation_shapes = activation_grid();
+    let mlps = [Mlp::Gelu, Mlp::Swiglu];
     let total = grid.len()
         + sizes.len()
         + norm_shapes.len()
+        + activation_shapes.len() * mlps.len()
         + attn.len()
         + flash_shapes.len()
         + groups.len() * coll_ops.len() * coll_sizes.len();
@@ -166,6 +193,17 @@ pub fn calibrate(
         done += 1;
     }
 
+    let probe = ActivationProbe::new(&mut gpu, precision, ACTIVATION_ELEMENTS)?;
+    let mut activations = Vec::new();
+    for &(rows, width) in &activation_shapes {
+        for mlp in mlps {
+            progress(done, total, &format!("activation {mlp} {rows}×{width}"));
+            activations.extend(probe.points(&gpu, mlp, rows, width)?);
+            done += 1;
+        }
+    }
+    probe.free(&mut gpu)?;
+
     let blas = Blas::new(&gpu, precision)?;
     let mut attention = Vec::new();
     for &(bh, t, d) in &attn {
@@ -225,6 +263,7 @@ pub fn calibrate(
         memory,
         attention,
         norms,
+        activations,
         collectives,
     })
 }
@@ -319,6 +358,80 @@ pub(crate) fn norm_points(
         .collect())
 }
 
+/// Device buffers for timing the MLP activations of up to `elements` rows × F: the input
+/// and its gradient (2F a row, SwiGLU's gate and up halves; GELU uses the first half) and
+/// the output and its gradient (F a row). Allocated once and filled with random data once
+/// for every shape.
+pub(crate) struct ActivationProbe {
+    precision: Precision,
+    elements: usize,
+    h: Buf,
+    dh: Buf,
+    out: Buf,
+    dout: Buf,
+}
+
+impl ActivationProbe {
+    pub(crate) fn new(
+        gpu: &mut Gpu,
+        precision: Precision,
+        elements: usize,
+    ) -> Result<ActivationProbe, RunError> {
+        let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+        Ok(ActivationProbe {
+            precision,
+            elements,
+            h: random_tiled(gpu, precision, 2 * elements)?,
+            dh: gpu.alloc(2 * elements * xsz)?,
+            out: gpu.alloc(elements * xsz)?,
+            dout: random_tiled(gpu, precision, elements)?,
+        })
+    }
+
+    /// Times planc's activation `mlp`, forward and backward, as training launches it over
+    /// `rows` rows of `width`, and returns a point for each pass in the bytes the cost model
+    /// counts.
+    pub(crate) fn points(
+        &self,
+        gpu: &Gpu,
+        mlp: Mlp,
+        rows: usize,
+        width: usize,
+    ) -> Result<Vec<ActivationPoint>, RunError> {
+        assert!(
+            rows * width <= self.elements,
+            "{rows}×{width} overflows the probe"
+        );
+        let act = Activation { mlp, rows, width };
+        let fwd = time(gpu, 20, || act.forward(gpu, self.out, self.h))?;
+        let bwd = time(gpu, 20, || act.backward(gpu, self.dh, self.h, self.dout))?;
+        let xsz = if self.precision == Precision::Fp32 {
+            4.0
+        } else {
+            2.0
+        };
+        let bytes = activation_bytes(mlp, rows as f64, width as f64, xsz);
+        Ok([("forward", fwd, bytes), ("backward", bwd, 2.0 * bytes)]
+            .into_iter()
+            .map(|(pass, s, moved)| ActivationPoint {
+                kind: mlp.as_str().into(),
+                pass: pass.into(),
+                rows,
+                width,
+                seconds: s,
+                gb_per_s: moved / s / 1e9,
+            })
+            .collect())
+    }
+
+    pub(crate) fn free(self, gpu: &mut Gpu) -> Result<(), RunError> {
+        for buf in [self.h, self.dh, self.out, self.dout] {
+            gpu.free(buf)?;
+        }
+        Ok(())
+    }
+}
+
 /// Batch × heads for a fused-attention probe of sequence `t`: q, k and v of 32M elements
 /// (a training micro-batch's worth) where that gives 16 to 256 heads.
 fn flash_batch_heads(t: usize, d: usize) -> usize {
@@ -408,6 +521,22 @@ fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunErr
     Ok(buf)
 }
 
+/// `n` elements of [`random_x`]'s data: one block of at most 16M elements drawn on the host,
+/// repeated on the device (drawing the activation probe's 800M elements on the host would
+/// take seconds; the kernels' time does not depend on where values repeat).
+fn random_tiled(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
+    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let block_n = n.clamp(1, 1 << 24);
+    let block = random_x(gpu, precision, block_n)?;
+    let buf = gpu.alloc(n * xsz)?;
+    for at in (0..n).step_by(block_n) {
+        let k = block_n.min(n - at);
+        gpu.copy(buf.at(at, xsz), block, k * xsz)?;
+    }
+    gpu.free(block)?;
+    Ok(buf)
+}
+
 /// Median seconds of `f` over `repeats` after two warm-up calls, by CUDA events.
 fn time(
     gpu: &Gpu,
@@ -450,4 +579,32 @@ fn nvrtc_version() -> String {
         let _ = cudarc::nvrtc::sys::nvrtcVersion(&mut a, &mut b);
     }
     format!("{a}.{b}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{activation_grid, ACTIVATION_ELEMENTS};
+
+    #[test]
+    fn the_activation_probe_spans_the_mlp_widths_within_its_time() {
+        let grid = activation_grid();
+        let mut widths: Vec<usize> = grid.iter().map(|s| s.1).collect();
+        widths.dedup();
+        assert_eq!(widths, [3072, 8192, 14336, 28672]);
+        for w in widths {
+            assert!(grid.iter().filter(|s| s.1 == w).count() >= 2, "{w}");
+        }
+        for &(rows, width) in &grid {
+            assert!((2048..=32768).contains(&rows) && rows * width <= ACTIVATION_ELEMENTS);
+        }
+        // What the kernels move over 22 launches a pass (2 warm-up, 20 timed), in bf16:
+        // GELU reads and writes 2 elements forward and 3 backward, SwiGLU 3 and 5. Under a
+        // TB keeps the probe under a second on a GPU of 1 TB/s (an H200 streams it in
+        // about 0.15 s).
+        let bytes: usize = grid
+            .iter()
+            .map(|&(r, w)| 22 * (2 + 3 + 3 + 5) * 2 * r * w)
+            .sum();
+        assert!(bytes < 1_000_000_000_000, "{bytes}");
+    }
 }

@@ -4,10 +4,11 @@
 //! The operations are the compiler's per-layer list (`cost::ops::layer_forward`): the same
 //! matrix products, at the same per-GPU shapes after tensor/sequence/context sharding, that
 //! the closed form and the simulator price. Matrix products run through cuBLAS in the
-//! plan's precision; memory-bound kernels are stood in for by a device-to-device copy of the
-//! same bytes; collectives run with NCCL across the local GPUs (see `collectives`); the
-//! fused attention core is listed but not run yet (it needs a flash-attention kernel). The measured/predicted ratios give the
-//! device's achievable efficiencies, the two constants the catalog takes from datasheets.
+//! plan's precision; the norms, the MLP activation and the attention core run on the
+//! training kernels; other memory-bound kernels are stood in for by a device-to-device copy
+//! of the same bytes; collectives run with NCCL across the local GPUs (see `collectives`).
+//! The measured/predicted ratios give the device's achievable efficiencies, the two
+//! constants the catalog takes from datasheets.
 //!
 //! CUDA is loaded when a run starts (cudarc's dynamic loading), so planc builds and runs
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
@@ -194,6 +195,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let mut ops = Vec::new();
     let mut attention_at = None;
     let mut norms_at = Vec::new();
+    let mut activation_at = None;
     for op in layer_forward(plan) {
         let m = match op.kind {
             OpKind::Gemm { m, n, k } => {
@@ -227,6 +229,22 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     // What runs here is planc's kernel, whatever the plan's framework.
                     predicted_s: Some(dev.norm(bytes, width, true)),
                     predicted_constants_s: before(constants.norm(bytes, width, true)),
+                    measured_s: None,
+                    note: None,
+                }
+            }
+            OpKind::Activation {
+                bytes, width, mlp, ..
+            } => {
+                // Timed below, on the training kernels' own context.
+                activation_at = Some((ops.len(), mlp));
+                Measured {
+                    name: op.name,
+                    kind: "activation",
+                    shape: format!("{:.0} B", bytes),
+                    // What runs here is planc's kernel, whatever the plan's framework.
+                    predicted_s: Some(dev.activation(bytes, width, mlp, true)),
+                    predicted_constants_s: before(constants.activation(bytes, width, mlp, true)),
                     measured_s: None,
                     note: None,
                 }
@@ -336,9 +354,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         ops.push(m);
     }
     let device = runner.device_name.clone();
-    // The attention core's and the norms' forwards at the plan's per-GPU shape, as
-    // training launches them (their own context: the products' runner and the
-    // communicators go first).
+    // The attention core's, the norms' and the activation's forwards at the plan's
+    // per-GPU shape, as training launches them (their own context: the products' runner
+    // and the communicators go first).
     drop(nccl);
     drop(runner);
     let p = &plan.parallel;
@@ -355,6 +373,17 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             ops[i].measured_s = fwd.as_ref().map(|n| n.seconds);
             ops[i].shape = format!("{rows} rows × {width}");
         }
+    }
+    if let Some((i, mlp)) = activation_at {
+        // Every token of the micro-batch (gathered under sequence parallelism), this
+        // rank's share of F.
+        let rows = (p.micro_batch * m.seq_len / p.cp) as usize;
+        let width = (m.ffn_hidden / p.tp) as usize;
+        let probe = calibrate::ActivationProbe::new(&mut gpu, precision, rows * width)?;
+        let fwd = probe.points(&gpu, mlp, rows, width)?.into_iter().next();
+        probe.free(&mut gpu)?;
+        ops[i].measured_s = fwd.map(|a| a.seconds);
+        ops[i].shape = format!("{rows} rows × {width}");
     }
     if let Some(i) = attention_at {
         let (bh, t, d) = (

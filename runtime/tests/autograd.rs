@@ -14,7 +14,8 @@ mod common;
 
 use common::{up, Rng};
 use half::bf16;
-use planc_compiler::plan::Precision;
+use planc_compiler::plan::{Mlp, Precision};
+use planc_runtime::train::activation::Activation;
 use planc_runtime::train::attention::{self, Grads, Heads};
 use planc_runtime::train::cuda::{Arg, Buf, Gpu};
 use safetensors::tensor::TensorView;
@@ -221,14 +222,13 @@ fn activations(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     let d = rng.vec(n, 1.0, 0.0);
     let (hb, db) = (up(gpu, &h), up(gpu, &d));
     let (act, dh) = (gpu.alloc(n * 4).unwrap(), gpu.alloc(n * 4).unwrap());
-    gpu.launch_v("gelu_fwd", n, &[Arg::P(act), Arg::P(hb), Arg::L(n as i64)])
-        .unwrap();
-    gpu.launch_v(
-        "gelu_bwd",
-        n,
-        &[Arg::P(dh), Arg::P(hb), Arg::P(db), Arg::L(n as i64)],
-    )
-    .unwrap();
+    let activation = |mlp| Activation {
+        mlp,
+        rows,
+        width: f,
+    };
+    activation(Mlp::Gelu).forward(gpu, act, hb).unwrap();
+    activation(Mlp::Gelu).backward(gpu, dh, hb, db).unwrap();
     let mut k = Case::default();
     k.put("h", &h, &[rows, f]);
     k.put("dout", &d, &[rows, f]);
@@ -239,21 +239,8 @@ fn activations(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     let h2 = rng.vec(2 * n, 3.0, 0.0);
     let hb = up(gpu, &h2);
     let dh2 = gpu.alloc(2 * n * 4).unwrap();
-    let args = [
-        Arg::P(act),
-        Arg::P(hb),
-        Arg::L(rows as i64),
-        Arg::I(f as i32),
-    ];
-    gpu.launch_v("swiglu_fwd", n, &args).unwrap();
-    let args = [
-        Arg::P(dh2),
-        Arg::P(hb),
-        Arg::P(db),
-        Arg::L(rows as i64),
-        Arg::I(f as i32),
-    ];
-    gpu.launch_v("swiglu_bwd", n, &args).unwrap();
+    activation(Mlp::Swiglu).forward(gpu, act, hb).unwrap();
+    activation(Mlp::Swiglu).backward(gpu, dh2, hb, db).unwrap();
     let mut k = Case::default();
     k.put("h", &h2, &[rows, 2 * f]);
     k.put("dout", &d, &[rows, f]);

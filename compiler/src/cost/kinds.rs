@@ -208,4 +208,67 @@ mod tests {
             assert_eq!(kinds.iter().filter(|x| x.0 == k).count(), 1, "{k:?}");
         }
     }
+
+    #[test]
+    fn a_profiles_activations_price_a_planc_plans_activation_and_no_other_frameworks() {
+        use crate::profile::{ActivationPoint, Profile};
+        use std::sync::Arc;
+        // llama3-8b at tp 2, one sequence of 8192: 8192 rows of SwiGLU over 7168.
+        let (rows, width) = (8192usize, 14336usize / 2);
+        let bytes = super::super::ops::activation_bytes(
+            crate::plan::Mlp::Swiglu,
+            rows as f64,
+            width as f64,
+            2.0,
+        );
+        let mut measured = Profile::empty_for_tests();
+        for (pass, moved, gb_per_s) in [
+            ("forward", bytes, 1500.0),
+            ("backward", 2.0 * bytes, 1800.0),
+        ] {
+            measured.activations.push(ActivationPoint {
+                kind: "swiglu".into(),
+                pass: pass.into(),
+                rows,
+                width,
+                seconds: moved / (gb_per_s * 1e9),
+                gb_per_s,
+            });
+        }
+        let unmeasured = Profile::empty_for_tests();
+        let by_kind = |framework: &str, profile: &Profile| {
+            let mut p = plan_of("flash", framework);
+            p.parallel.recompute = Recompute::None;
+            p.cluster.groups[0].gpu.profile = Some(Arc::new(profile.clone()));
+            let group = &p.cluster.groups[0];
+            let dev = Device {
+                gpu: &group.gpu,
+                precision: p.train.precision,
+            };
+            let pl = placement(&p, group);
+            let memory = dev.memory(bytes);
+            (layer_by_kind(&p, &dev, &pl), memory)
+        };
+        let activation = |kinds: &[(WorkKind, PassTime, PassTime)]| {
+            let k = kinds.iter().find(|k| k.0 == WorkKind::Activation).unwrap();
+            (k.1.compute, k.2.compute)
+        };
+        let (planc, _) = by_kind("planc", &measured);
+        let (fwd, bwd) = activation(&planc);
+        assert!((fwd - bytes / 1500e9).abs() < 1e-12, "{fwd}");
+        assert!((bwd - 2.0 * bytes / 1800e9).abs() < 1e-12, "{bwd}");
+        // The other kinds are as without the activation points.
+        let (without, memory) = by_kind("planc", &unmeasured);
+        assert_eq!(activation(&without), (memory, 2.0 * memory));
+        for (with, without) in planc.iter().zip(&without) {
+            if with.0 != WorkKind::Activation {
+                assert_eq!(with, without, "{:?}", with.0);
+            }
+        }
+        // Megatron-LM runs its own activation: a streaming kernel of its bytes, as without
+        // the points.
+        let (megatron, memory) = by_kind("megatron", &measured);
+        assert_eq!(activation(&megatron), (memory, 2.0 * memory));
+        assert_eq!(megatron, by_kind("megatron", &unmeasured).0);
+    }
 }

@@ -39,7 +39,7 @@ pub enum OpKind {
         head_dim: f64,
         softmax_bytes: f64,
     },
-    /// A memory-bound kernel moving `bytes` through HBM (activations, softmax, additions).
+    /// A memory-bound kernel moving `bytes` through HBM (additions, rope, dropout, the loss).
     Memory { bytes: f64 },
     /// A norm over rows of `width`, moving `bytes` in forward (the rows read and written):
     /// a row reduction, priced as a profile measured the kernel where it measured the one
@@ -47,6 +47,16 @@ pub enum OpKind {
     Norm {
         bytes: f64,
         width: f64,
+        planc_kernel: bool,
+    },
+    /// The MLP's activation `mlp` over rows of `width` (F on this GPU), moving `bytes` in
+    /// forward ([`activation_bytes`]): priced as a profile measured the kernel where it
+    /// measured the one that runs (`planc_kernel`: planc's own), else as a memory-bound
+    /// kernel.
+    Activation {
+        bytes: f64,
+        width: f64,
+        mlp: Mlp,
         planc_kernel: bool,
     },
     /// A change of layout planc's runtime makes around its attention kernels, which take
@@ -272,11 +282,15 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
             k: h,
         },
     ));
-    let act_bytes = match m.mlp {
-        Mlp::Gelu => 2.0 * routed * f / t * e,
-        Mlp::Swiglu => 3.0 * routed * f / t * e,
-    };
-    ops.push(op("mlp_activation", OpKind::Memory { bytes: act_bytes }));
+    ops.push(op(
+        "mlp_activation",
+        OpKind::Activation {
+            bytes: activation_bytes(m.mlp, routed, f / t, e),
+            width: f / t,
+            mlp: m.mlp,
+            planc_kernel,
+        },
+    ));
     ops.push(op(
         "mlp_down_proj",
         OpKind::Gemm {
@@ -303,6 +317,17 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
         },
     ));
     ops
+}
+
+/// Bytes the MLP's activation moves in forward over `rows` rows of `width` (F) elements of
+/// `e` bytes: GELU reads and writes F a row; SwiGLU reads its gate and up halves (2F) and
+/// writes F. `planc calibrate` counts its activation points' bytes with this.
+pub fn activation_bytes(mlp: Mlp, rows: f64, width: f64, e: f64) -> f64 {
+    let per_element = match mlp {
+        Mlp::Gelu => 2.0,
+        Mlp::Swiglu => 3.0,
+    };
+    per_element * rows * width * e
 }
 
 /// The output layer and loss of the last stage, forward, for one micro-batch.

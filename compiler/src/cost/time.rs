@@ -17,7 +17,7 @@ use super::ops::{
 };
 use super::params::embedding_params;
 use crate::plan::{
-    Attention, Gpu, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
+    Attention, Gpu, Mlp, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
 };
 
 /// A GPU cannot finish kernels faster than the host launches them.
@@ -114,6 +114,36 @@ impl Device<'_> {
             .unwrap_or_else(|| 2.0 * self.memory(bytes))
     }
 
+    /// The MLP activation's forward over rows of `width` (`bytes` read and written): as
+    /// the profile measured `mlp` where it measured the kernel that runs (`planc_kernel`),
+    /// else as a memory-bound kernel of those bytes.
+    pub fn activation(&self, bytes: f64, width: f64, mlp: Mlp, planc_kernel: bool) -> f64 {
+        self.measured(planc_kernel, |p| {
+            p.activation_seconds(mlp.as_str(), "forward", width, bytes)
+        })
+        .unwrap_or_else(|| self.memory(bytes))
+    }
+
+    /// The MLP activation's backward: twice the forward's traffic, at the measured backward
+    /// rate where there is one.
+    pub fn activation_backward(&self, bytes: f64, width: f64, mlp: Mlp, planc_kernel: bool) -> f64 {
+        self.measured(planc_kernel, |p| {
+            p.activation_seconds(mlp.as_str(), "backward", width, 2.0 * bytes)
+        })
+        .unwrap_or_else(|| 2.0 * self.memory(bytes))
+    }
+
+    /// What the profile measured of one of planc's kernels (`seconds`), where the kernel
+    /// that runs is planc's (`planc`): other frameworks run other kernels.
+    fn measured(
+        &self,
+        planc: bool,
+        seconds: impl FnOnce(&crate::profile::Profile) -> Option<f64>,
+    ) -> Option<f64> {
+        let s = seconds(self.profile().filter(|_| planc)?)?;
+        Some(s.max(KERNEL_FLOOR_S))
+    }
+
     /// A pass of planc's fused attention as the profile measured it (planc's kernel only).
     fn measured_fused(
         &self,
@@ -123,19 +153,11 @@ impl Device<'_> {
         head_dim: f64,
         planc: bool,
     ) -> Option<f64> {
-        let s = self
-            .profile()
-            .filter(|_| planc)?
-            .attention_seconds(pass, flops, seq, head_dim)?;
-        Some(s.max(KERNEL_FLOOR_S))
+        self.measured(planc, |p| p.attention_seconds(pass, flops, seq, head_dim))
     }
 
     fn measured_norm(&self, pass: &str, bytes: f64, width: f64, planc: bool) -> Option<f64> {
-        let s = self
-            .profile()
-            .filter(|_| planc)?
-            .norm_seconds(pass, width, bytes)?;
-        Some(s.max(KERNEL_FLOOR_S))
+        self.measured(planc, |p| p.norm_seconds(pass, width, bytes))
     }
 
     /// The published rates of the frameworks' FlashAttention-class kernel on this device,
@@ -326,6 +348,12 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 width,
                 planc_kernel,
             } => t.compute += dev.norm(*bytes, *width, *planc_kernel),
+            OpKind::Activation {
+                bytes,
+                width,
+                mlp,
+                planc_kernel,
+            } => t.compute += dev.activation(*bytes, *width, *mlp, *planc_kernel),
             OpKind::Collective { op, bytes, group } => {
                 let g = match group {
                     Group::Tp => pl.tp,
@@ -413,8 +441,8 @@ pub(crate) fn layer_backward(
 }
 
 /// What the backwards of `ops` that are not twice their forward add to twice it: the
-/// fused attention's (2.5× the work, or what the profile measured), the norms' where a
-/// profile measured them, and the layout changes' own.
+/// fused attention's (2.5× the work, or what the profile measured), the norms' and the
+/// MLP activation's where a profile measured them, and the layout changes' own.
 fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     let mut extra = PassTime::default();
     for o in ops {
@@ -447,6 +475,15 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
             } => {
                 extra.compute += dev.norm_backward(bytes, width, planc_kernel)
                     - 2.0 * dev.norm(bytes, width, planc_kernel);
+            }
+            OpKind::Activation {
+                bytes,
+                width,
+                mlp,
+                planc_kernel,
+            } => {
+                extra.compute += dev.activation_backward(bytes, width, mlp, planc_kernel)
+                    - 2.0 * dev.activation(bytes, width, mlp, planc_kernel);
             }
             _ => {}
         }
@@ -851,6 +888,58 @@ mod tests {
         };
         let extra = own_backwards(&[op(true)], &dev).compute;
         assert!((extra - (2.0 * bytes / 2500e9 - 2.0 * bytes / 2000e9)).abs() < 1e-12);
+        assert_eq!(own_backwards(&[op(false)], &dev).compute, 0.0);
+    }
+
+    #[test]
+    fn a_profiles_activations_price_plancs_kernels_only_and_their_own_backward() {
+        use crate::profile::ActivationPoint;
+        let mut gpu = h200_with_standard_attention();
+        let mut p = (**gpu.profile.as_ref().unwrap()).clone();
+        let bytes = super::super::ops::activation_bytes(Mlp::Gelu, 16384.0, 3072.0, 2.0);
+        for (pass, moved, gb_per_s) in [
+            ("forward", bytes, 2400.0),
+            ("backward", 2.0 * bytes, 3000.0),
+        ] {
+            p.activations.push(ActivationPoint {
+                kind: "gelu".into(),
+                pass: pass.into(),
+                rows: 16384,
+                width: 3072,
+                seconds: moved / (gb_per_s * 1e9),
+                gb_per_s,
+            });
+        }
+        gpu.profile = Some(std::sync::Arc::new(p));
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        let gelu = Mlp::Gelu;
+        assert!((dev.activation(bytes, 3072.0, gelu, true) - bytes / 2400e9).abs() < 1e-12);
+        let bwd = dev.activation_backward(bytes, 3072.0, gelu, true);
+        assert!((bwd - 2.0 * bytes / 3000e9).abs() < 1e-12);
+        // Another framework's activation, or one the profile did not measure: a memory-bound
+        // kernel of those bytes, backward twice it.
+        for (mlp, planc) in [(gelu, false), (Mlp::Swiglu, true)] {
+            assert_eq!(dev.activation(bytes, 3072.0, mlp, planc), dev.memory(bytes));
+            assert_eq!(
+                dev.activation_backward(bytes, 3072.0, mlp, planc),
+                2.0 * dev.memory(bytes)
+            );
+        }
+        // A layer's backward takes the measured backward, not twice the measured forward.
+        let op = |planc_kernel| Op {
+            name: "mlp_activation",
+            kind: OpKind::Activation {
+                bytes,
+                width: 3072.0,
+                mlp: gelu,
+                planc_kernel,
+            },
+        };
+        let extra = own_backwards(&[op(true)], &dev).compute;
+        assert!((extra - (2.0 * bytes / 3000e9 - 2.0 * bytes / 2400e9)).abs() < 1e-12);
         assert_eq!(own_backwards(&[op(false)], &dev).compute, 0.0);
     }
 

@@ -14,8 +14,9 @@
 //! of a micro-batch's forward pass: its logits are the largest tensor of the step and are
 //! never kept, only the gradient they send into the last layer.
 
-use planc_compiler::plan::{Attention, Mlp, Norm, Optimizer, Position, Precision, Recompute};
+use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Recompute};
 
+use super::activation::Activation;
 use super::attention::{self, Grads, Heads};
 use super::blas::Blas;
 use super::cuda::{Arg, Buf, Gpu};
@@ -710,6 +711,16 @@ impl Engine {
         }
     }
 
+    /// The MLP's activation over a micro-batch's tokens (gathered under sequence
+    /// parallelism) and this rank's share of F.
+    fn activation(&self) -> Activation {
+        Activation {
+            mlp: self.shape.dims.mlp,
+            rows: self.rows(),
+            width: self.shape.dims.ffn,
+        }
+    }
+
     fn softmax_fwd(&self, p: Buf) -> Res {
         let (b, t, h, _, dd) = self.attn_args();
         softmax_causal_fwd(&self.gpu, p, b * h * t, t, dd)
@@ -813,23 +824,7 @@ impl Engine {
         self.blas.linear(a.h, ln2, w(self, "fc_w"), n, c, fr)?;
         self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
         self.mark(|| format!("L{l} mlp activation"))?;
-        match d.mlp {
-            Mlp::Gelu => self.gpu.launch_v(
-                "gelu_fwd",
-                n * f,
-                &[Arg::P(a.act), Arg::P(a.h), Arg::L((n * f) as i64)],
-            )?,
-            Mlp::Swiglu => self.gpu.launch_v(
-                "swiglu_fwd",
-                n * f,
-                &[
-                    Arg::P(a.act),
-                    Arg::P(a.h),
-                    Arg::L(n as i64),
-                    Arg::I(f as i32),
-                ],
-            )?,
-        }
+        self.activation().forward(&self.gpu, a.act, a.h)?;
         self.mark(|| format!("L{l} mlp down"))?;
         self.blas
             .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
@@ -884,29 +879,7 @@ impl Engine {
             .linear_dw(gr(self, "fc2_w"), dfull, a.act, n, f, c)?;
         self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
         self.mark(|| format!("L{l} mlp activation backward"))?;
-        match d.mlp {
-            Mlp::Gelu => self.gpu.launch_v(
-                "gelu_bwd",
-                n * f,
-                &[
-                    Arg::P(dh),
-                    Arg::P(a.h),
-                    Arg::P(dact),
-                    Arg::L((n * f) as i64),
-                ],
-            )?,
-            Mlp::Swiglu => self.gpu.launch_v(
-                "swiglu_bwd",
-                n * f,
-                &[
-                    Arg::P(dh),
-                    Arg::P(a.h),
-                    Arg::P(dact),
-                    Arg::L(n as i64),
-                    Arg::I(f as i32),
-                ],
-            )?,
-        }
+        self.activation().backward(&self.gpu, dh, a.h, dact)?;
         self.mark(|| format!("L{l} mlp up backward"))?;
         self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
         let ln2 = self.tp_gather_rows(a.ln2)?;

@@ -1,10 +1,11 @@
 //! `planc run`: trains the plan's model on the local GPU. `model` is the parameter table,
 //! `data` the token stream, `checkpoint` the Hugging Face checkpoints, `cuda` and `blas`
 //! the device (kernels from `kernels.cu`, compiled with NVRTC, and cuBLAS products),
-//! `attention` the fused (flash) attention's launches,
-//! `engine` the memory plan and the passes, `step` the loop that executes the step's
-//! program, `predict` what planc expects of the run.
+//! `attention` the fused (flash) attention's launches, `rows` the norms' and `activation`
+//! the MLP activation's, `engine` the memory plan and the passes, `step` the loop that
+//! executes the step's program, `predict` what planc expects of the run.
 
+pub mod activation;
 pub mod attention;
 pub mod blas;
 pub mod checkpoint;
