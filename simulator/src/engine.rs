@@ -12,10 +12,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use petgraph::graph::NodeIndex;
+use petgraph::graph::{DiGraph, NodeIndex};
 use petgraph::Direction;
 
-use crate::graph::StepGraph;
+use crate::graph::{StepGraph, Task};
 
 /// Seconds, totally ordered (durations are never NaN; `total_cmp` keeps the heap sound
 /// even if one were).
@@ -57,10 +57,80 @@ impl Run {
     }
 }
 
-/// A transfer under way: its task, and the seconds it would still take alone.
+/// A transfer under way: its task, the seconds it would still take alone (as of
+/// [`Flows::synced`]), and the share of its most contended link it now gets.
 struct Flow {
     task: u32,
     remaining: f64,
+    share: f64,
+}
+
+/// The transfers under way and how many each link carries. Shares change only when a
+/// transfer starts or ends, so the transfers' progress and the next to finish are brought
+/// up to date then, not at every event (a step has far more passes than transfers).
+struct Flows {
+    list: Vec<Flow>,
+    on_link: Vec<u32>,
+    /// When every `remaining` was last brought up to date.
+    synced: f64,
+    /// The next transfer to finish at the current shares: when, and its index.
+    next: Option<(f64, usize)>,
+}
+
+impl Flows {
+    fn advance(&mut self, now: f64) {
+        let dt = now - self.synced;
+        if dt > 0.0 {
+            for f in &mut self.list {
+                f.remaining -= dt * f.share;
+            }
+        }
+        self.synced = self.synced.max(now);
+    }
+
+    fn reshare(&mut self, g: &DiGraph<Task, ()>) {
+        for f in &mut self.list {
+            let busiest = g[NodeIndex::new(f.task as usize)]
+                .links()
+                .iter()
+                .map(|&l| self.on_link[l as usize])
+                .max()
+                .unwrap_or(1)
+                .max(1);
+            f.share = 1.0 / busiest as f64;
+        }
+        let synced = self.synced;
+        self.next = self
+            .list
+            .iter()
+            .enumerate()
+            .map(|(k, f)| (synced + f.remaining / f.share, k))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    }
+
+    fn start(&mut self, g: &DiGraph<Task, ()>, task: u32, seconds: f64, now: f64) {
+        self.advance(now);
+        for &l in g[NodeIndex::new(task as usize)].links() {
+            self.on_link[l as usize] += 1;
+        }
+        self.list.push(Flow {
+            task,
+            remaining: seconds,
+            share: 1.0,
+        });
+        self.reshare(g);
+    }
+
+    /// Ends transfer `k` at `now`; returns its task.
+    fn finish(&mut self, g: &DiGraph<Task, ()>, k: usize, now: f64) -> u32 {
+        self.advance(now);
+        let f = self.list.swap_remove(k);
+        for &l in g[NodeIndex::new(f.task as usize)].links() {
+            self.on_link[l as usize] -= 1;
+        }
+        self.reshare(g);
+        f.task
+    }
 }
 
 pub fn execute(sg: &StepGraph) -> Run {
@@ -80,18 +150,11 @@ pub fn execute(sg: &StepGraph) -> Run {
             heap.push(Reverse((Time(0.0), i as u32)));
         }
     }
-    // Transfers under way, and how many of them each link carries.
-    let mut flows: Vec<Flow> = Vec::new();
-    let mut on_link = vec![0u32; sg.links.len()];
-    let rate = |task: u32, on_link: &[u32]| -> f64 {
-        let busiest = g[NodeIndex::new(task as usize)]
-            .links()
-            .iter()
-            .map(|&l| on_link[l as usize])
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        1.0 / busiest as f64
+    let mut flows = Flows {
+        list: Vec::new(),
+        on_link: vec![0u32; sg.links.len()],
+        synced: 0.0,
+        next: None,
     };
     let mut now = 0.0f64;
     let mut step: f64 = 0.0;
@@ -114,35 +177,18 @@ pub fn execute(sg: &StepGraph) -> Run {
         }
     };
     loop {
-        // The next transfer to finish at the current shares, and the next task to start.
-        let shares: Vec<f64> = flows.iter().map(|f| rate(f.task, &on_link)).collect();
-        let next_end = flows
-            .iter()
-            .zip(&shares)
-            .enumerate()
-            .map(|(k, (f, r))| (now + f.remaining / r, k))
-            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // The next transfer to finish at the current shares, or the next task to start.
         let next_ready = heap.peek().map(|Reverse((Time(t), _))| *t);
-        let (t, finishing) = match (next_end, next_ready) {
+        let (t, finishing) = match (flows.next, next_ready) {
             (None, None) => break,
             (Some((te, k)), Some(tr)) if te <= tr => (te, Some(k)),
             (Some((te, k)), None) => (te, Some(k)),
             (_, Some(tr)) => (tr, None),
         };
-        // Every transfer progresses at its share until then.
-        let dt = t - now;
-        if dt > 0.0 {
-            for (f, r) in flows.iter_mut().zip(shares) {
-                f.remaining -= dt * r;
-            }
-        }
         now = now.max(t);
         if let Some(k) = finishing {
-            let f = flows.swap_remove(k);
-            for &l in g[NodeIndex::new(f.task as usize)].links() {
-                on_link[l as usize] -= 1;
-            }
-            done(f.task, now, &mut heap, &mut end, &mut finished);
+            let task = flows.finish(g, k, now);
+            done(task, now, &mut heap, &mut end, &mut finished);
             continue;
         }
         let Some(Reverse((Time(ready), i))) = heap.pop() else {
@@ -153,13 +199,7 @@ pub fn execute(sg: &StepGraph) -> Run {
         if task.links().is_empty() || task.duration <= 0.0 {
             done(i, ready + task.duration, &mut heap, &mut end, &mut finished);
         } else {
-            for &l in task.links() {
-                on_link[l as usize] += 1;
-            }
-            flows.push(Flow {
-                task: i,
-                remaining: task.duration,
-            });
+            flows.start(g, i, task.duration, ready);
         }
     }
     Run {
