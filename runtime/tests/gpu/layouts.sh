@@ -23,9 +23,11 @@ export NCCL_NVLS_ENABLE=0
 results=()
 record() { results+=("$1: $2"); echo "== $1: $2"; }
 
-# two_gpus BASE NAME ZERO: BASE with the cluster widened to 2 GPUs and dp 2.
+# two_gpus BASE NAME ZERO: BASE with the cluster widened to 2 GPUs and dp 2, each rank a
+# micro-batch of half the global batch (the same 8 sequences a step as one GPU's).
 two_gpus() {
     sed -e 's/gpus_per_node = 1/gpus_per_node = 2/' -e 's/^\([[:space:]]*dp[[:space:]]*=[[:space:]]*\)1/\12/' \
+        -e 's/micro_batch = 8/micro_batch = 4/' \
         -e "s/^\([[:space:]]*tp[[:space:]]*=.*\)/\1\n    zero = $3/" "$here/$1.tp" >"$plans/$2.tp"
 }
 
