@@ -376,13 +376,6 @@ pub fn train(
     // run regrouped by the order of a run in which sends never wait (`regroup`).
     let interleaved = matches!(program.schedule, ScheduleKind::Interleaved { .. });
     let instrs = if interleaved {
-        if world.rank == 0 {
-            eprintln!(
-                "note: the interleaved schedule runs with its transfers regrouped; it has been \
-                 checked on the CPU (no deadlock, every pass's inputs before it), not yet \
-                 against the one-GPU run on GPUs (runtime/tests/gpu/layouts.sh)"
-            );
-        }
         regroup(&program.ranks).swap_remove(pp_rank)
     } else {
         program.ranks[pp_rank].clone()
