@@ -210,6 +210,7 @@ fn human(s: &Summary) -> String {
     if let Some(r) = &s.resumed_from {
         out += &format!("resumed  from {}\n", r.display());
     }
+    out += &startup_line(&s.startup);
     out += &format!(
         "time     step {:.1} ms measured (median after the first step), {:.1} ms predicted: {}\n",
         s.measured_step_s * 1e3,
@@ -256,6 +257,22 @@ fn human(s: &Summary) -> String {
 
 /// The traced step by kind of work: measured, predicted, and (with a profile) what the
 /// catalog's constants predicted, each with its measured/predicted ratio.
+/// `start    4.2 s to the first step: GPU … 1.1 s, NCCL communicators 2.3 s, …`
+fn startup_line(phases: &[planc_runtime::train::step::StartPhase]) -> String {
+    if phases.is_empty() {
+        return String::new();
+    }
+    let total: f64 = phases.iter().map(|p| p.seconds).sum();
+    let parts: Vec<String> = phases
+        .iter()
+        .map(|p| format!("{} {:.1} s", p.phase, p.seconds))
+        .collect();
+    format!(
+        "start    {total:.1} s to the first step (rank 0): {}\n",
+        parts.join(", ")
+    )
+}
+
 fn by_kind(s: &Summary) -> String {
     if s.by_kind.is_empty() {
         return String::new();
@@ -398,7 +415,27 @@ fn chrome_trace(s: &Summary, plan: &Path) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planc_runtime::train::step::Span;
+    use planc_runtime::train::step::{Span, StartPhase};
+
+    #[test]
+    fn the_start_is_named_phase_by_phase() {
+        let phases = [
+            StartPhase {
+                phase: "GPU (CUDA context, kernels, cuBLAS)",
+                seconds: 1.14,
+            },
+            StartPhase {
+                phase: "NCCL communicators",
+                seconds: 2.31,
+            },
+        ];
+        assert_eq!(
+            startup_line(&phases),
+            "start    3.5 s to the first step (rank 0): GPU (CUDA context, kernels, cuBLAS) \
+             1.1 s, NCCL communicators 2.3 s\n"
+        );
+        assert_eq!(startup_line(&[]), "");
+    }
 
     #[test]
     fn operation_spans_merge_into_the_passes_the_simulator_draws() {

@@ -101,6 +101,40 @@ pub struct Summary {
     /// The last step by kind of work, measured next to predicted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub by_kind: Vec<KindRow>,
+    /// Seconds from the start of the run to its first step, by phase.
+    pub startup: Vec<StartPhase>,
+}
+
+/// A phase of a rank's start: a slow start (a cold CUDA context, NCCL finding the
+/// topology, reading a large checkpoint) is then named, not just waited out.
+#[derive(Clone, Debug, Serialize)]
+pub struct StartPhase {
+    pub phase: &'static str,
+    pub seconds: f64,
+}
+
+/// Splits the time since the last mark into named phases.
+struct Phases {
+    last: std::time::Instant,
+    done: Vec<StartPhase>,
+}
+
+impl Phases {
+    fn start() -> Phases {
+        Phases {
+            last: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        let now = std::time::Instant::now();
+        self.done.push(StartPhase {
+            phase,
+            seconds: (now - self.last).as_secs_f64(),
+        });
+        self.last = now;
+    }
 }
 
 /// One kind of work in the last traced step.
@@ -261,6 +295,7 @@ pub fn train(
     world: &World,
     mut on_step: impl FnMut(&StepMetrics),
 ) -> Result<Summary, RunError> {
+    let mut phases = Phases::start();
     let dims = Dims::of(plan, opts.layers).map_err(RunError::Plan)?;
     let settings = &plan.train.run;
     let precision = plan.train.precision;
@@ -302,6 +337,7 @@ pub fn train(
     let tp_map = TpMap::of_stage(&dims, tp, tp_rank, &stage).map_err(RunError::Plan)?;
     let tied_copy = stage.holds_tied_copy(&dims);
     let gpu = Gpu::open(world.local_rank, precision)?;
+    phases.mark("GPU (CUDA context, kernels, cuBLAS)");
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     if tp > 1 {
         for g in dist::tensor_parallel_groups(world.size, tp) {
@@ -333,6 +369,9 @@ pub fn train(
     } else {
         Vec::new()
     };
+    if world.size > 1 {
+        phases.mark("NCCL communicators");
+    }
     // One communicator of each kind this rank is in, in the order of `groups`.
     let mut kinds = comms.iter().cloned();
     let tpc = if tp > 1 { kinds.next() } else { None };
@@ -402,6 +441,7 @@ pub fn train(
     };
     let mut eng = Engine::new(gpu, shape, micro_batches)?;
     eng.tpc = tpc.clone();
+    phases.mark("buffers");
     // This rank's table (its share under tensor parallelism) and the whole model's, which
     // checkpoints and the initialisation are written in.
     let params = eng.params.clone();
@@ -462,6 +502,11 @@ pub fn train(
     };
     eng.set_weights(&weights)?;
     drop(weights);
+    phases.mark(if resumed_from.is_some() {
+        "data and the checkpoint"
+    } else {
+        "data and initial weights"
+    });
 
     let steps = opts.steps.unwrap_or(settings.steps);
     let g = plan.train.global_batch;
@@ -943,6 +988,7 @@ pub fn train(
         resumed_from,
         by_kind: by_kind(&spans, &prediction),
         spans,
+        startup: phases.done,
     })
 }
 

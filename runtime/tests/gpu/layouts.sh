@@ -56,7 +56,7 @@ run() { # NAME PLAN [ARGS...]: planc run for 20 steps into OUTDIR/NAME
 
 compare() { # NAME BASE TOL
     if "$PY" "$ref" same-losses "$out/$2/m.jsonl" "$out/$1/m.jsonl" --first 1 --last 20 --tol "$3" >"$out/$1/cmp" 2>&1; then
-        record "$1" "ok ($(tail -n 1 "$out/$1/cmp"))"
+        record "$1" "ok ($(tail -n 1 "$out/$1/cmp")) $(grep -m 1 '^start' "$out/$1/log")"
     else
         record "$1" "FAIL ($(tail -n 3 "$out/$1/cmp" | tr '\n' ' '))"
     fi

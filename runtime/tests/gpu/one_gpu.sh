@@ -59,7 +59,7 @@ if want speed; then
             fi
             echo "== planc run $ex ($attn attention)"
             "$planc" run "$f" --steps 30 --color never >"$out/run-$ex-$attn.log" 2>&1
-            sed -n '/^time/p;/^memory/p;/^speed/p;/^by kind/,$p' "$out/run-$ex-$attn.log"
+            sed -n '/^start/p;/^time/p;/^memory/p;/^speed/p;/^by kind/,$p' "$out/run-$ex-$attn.log"
             if want ops; then
                 "$planc" run "$f" --ops --color never >"$out/ops-$ex-$attn.log" 2>&1
                 sed -n '/operation/,$p' "$out/ops-$ex-$attn.log"
