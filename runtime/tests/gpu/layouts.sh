@@ -51,12 +51,16 @@ run() { # NAME PLAN [ARGS...]: planc run for 20 steps into OUTDIR/NAME
     local name=$1 plan=$2
     shift 2
     mkdir -p "$out/$name"
-    "$PLANC" run "$plan" --steps 20 --metrics "$out/$name/m.jsonl" "$@" >"$out/$name/log" 2>&1
+    local t0=$SECONDS rc=0
+    "$PLANC" run "$plan" --steps 20 --metrics "$out/$name/m.jsonl" "$@" >"$out/$name/log" 2>&1 || rc=$?
+    # The whole command, start and teardown included (the `start` line covers the start).
+    echo "wall     $((SECONDS - t0)) s for the whole command" >>"$out/$name/log"
+    return $rc
 }
 
 compare() { # NAME BASE TOL
     if "$PY" "$ref" same-losses "$out/$2/m.jsonl" "$out/$1/m.jsonl" --first 1 --last 20 --tol "$3" >"$out/$1/cmp" 2>&1; then
-        record "$1" "ok ($(tail -n 1 "$out/$1/cmp")) $(grep -m 1 '^start' "$out/$1/log")"
+        record "$1" "ok ($(tail -n 1 "$out/$1/cmp")) $(grep -m 1 '^wall' "$out/$1/log"); $(grep -m 1 '^start' "$out/$1/log")"
     else
         record "$1" "FAIL ($(tail -n 3 "$out/$1/cmp" | tr '\n' ' '))"
     fi
