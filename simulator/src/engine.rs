@@ -12,7 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use petgraph::graph::{DiGraph, NodeIndex};
+use petgraph::graph::NodeIndex;
 use petgraph::Direction;
 
 use crate::graph::{StepGraph, Task};
@@ -57,78 +57,88 @@ impl Run {
     }
 }
 
-/// A transfer under way: its task, the seconds it would still take alone (as of
-/// [`Flows::synced`]), and the share of its most contended link it now gets.
+/// A transfer under way: its task and links, the seconds it would still take alone as of
+/// `since`, the share of its most contended link it has had since then, and so when it
+/// ends if nothing changes.
 struct Flow {
     task: u32,
+    links: [u32; 4],
+    link_count: u8,
     remaining: f64,
+    since: f64,
     share: f64,
+    ends: f64,
 }
 
-/// The transfers under way and how many each link carries. Shares change only when a
-/// transfer starts or ends, so the transfers' progress and the next to finish are brought
-/// up to date then, not at every event (a step has far more passes than transfers).
+impl Flow {
+    fn links(&self) -> &[u32] {
+        &self.links[..self.link_count as usize]
+    }
+}
+
+/// The transfers under way and how many each link carries. A transfer's share changes only
+/// when one on a link of its starts or ends, so only those are brought up to date then
+/// (a step has far more passes than transfers, and a transfer few neighbours).
 struct Flows {
     list: Vec<Flow>,
     on_link: Vec<u32>,
-    /// When every `remaining` was last brought up to date.
-    synced: f64,
     /// The next transfer to finish at the current shares: when, and its index.
     next: Option<(f64, usize)>,
 }
 
 impl Flows {
-    fn advance(&mut self, now: f64) {
-        let dt = now - self.synced;
-        if dt > 0.0 {
-            for f in &mut self.list {
-                f.remaining -= dt * f.share;
-            }
-        }
-        self.synced = self.synced.max(now);
-    }
-
-    fn reshare(&mut self, g: &DiGraph<Task, ()>) {
+    /// Gives every transfer that shares a link with `links` its share as of `now`.
+    fn reshare(&mut self, links: &[u32], now: f64) {
         for f in &mut self.list {
-            let busiest = g[NodeIndex::new(f.task as usize)]
+            if !f.links().iter().any(|l| links.contains(l)) {
+                continue;
+            }
+            let busiest = f
                 .links()
                 .iter()
                 .map(|&l| self.on_link[l as usize])
                 .max()
                 .unwrap_or(1)
                 .max(1);
-            f.share = 1.0 / busiest as f64;
+            let share = 1.0 / busiest as f64;
+            if share != f.share {
+                f.remaining -= (now - f.since) * f.share;
+                f.since = now;
+                f.share = share;
+                f.ends = now + f.remaining / share;
+            }
         }
-        let synced = self.synced;
         self.next = self
             .list
             .iter()
             .enumerate()
-            .map(|(k, f)| (synced + f.remaining / f.share, k))
+            .map(|(k, f)| (f.ends, k))
             .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     }
 
-    fn start(&mut self, g: &DiGraph<Task, ()>, task: u32, seconds: f64, now: f64) {
-        self.advance(now);
-        for &l in g[NodeIndex::new(task as usize)].links() {
+    fn start(&mut self, task: &Task, id: u32, now: f64) {
+        for &l in task.links() {
             self.on_link[l as usize] += 1;
         }
         self.list.push(Flow {
-            task,
-            remaining: seconds,
+            task: id,
+            links: task.links,
+            link_count: task.link_count,
+            remaining: task.duration,
+            since: now,
             share: 1.0,
+            ends: now + task.duration,
         });
-        self.reshare(g);
+        self.reshare(task.links(), now);
     }
 
     /// Ends transfer `k` at `now`; returns its task.
-    fn finish(&mut self, g: &DiGraph<Task, ()>, k: usize, now: f64) -> u32 {
-        self.advance(now);
+    fn finish(&mut self, k: usize, now: f64) -> u32 {
         let f = self.list.swap_remove(k);
-        for &l in g[NodeIndex::new(f.task as usize)].links() {
+        for &l in f.links() {
             self.on_link[l as usize] -= 1;
         }
-        self.reshare(g);
+        self.reshare(f.links(), now);
         f.task
     }
 }
@@ -153,7 +163,6 @@ pub fn execute(sg: &StepGraph) -> Run {
     let mut flows = Flows {
         list: Vec::new(),
         on_link: vec![0u32; sg.links.len()],
-        synced: 0.0,
         next: None,
     };
     let mut now = 0.0f64;
@@ -187,7 +196,7 @@ pub fn execute(sg: &StepGraph) -> Run {
         };
         now = now.max(t);
         if let Some(k) = finishing {
-            let task = flows.finish(g, k, now);
+            let task = flows.finish(k, now);
             done(task, now, &mut heap, &mut end, &mut finished);
             continue;
         }
@@ -199,7 +208,7 @@ pub fn execute(sg: &StepGraph) -> Run {
         if task.links().is_empty() || task.duration <= 0.0 {
             done(i, ready + task.duration, &mut heap, &mut end, &mut finished);
         } else {
-            flows.start(g, i, task.duration, ready);
+            flows.start(task, i, ready);
         }
     }
     Run {
