@@ -53,7 +53,7 @@ if want speed; then
             sed -i -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" -e "s#^\(cluster [a-z0-9_]* {\)#\1\n    profile = \"$profile\"#" "$f"
         fi
         echo "== planc run $name"
-        "$planc" check "$f" --color never 2>/dev/null | sed -n '/^plan/p;/^time/p'
+        "$planc" check "$f" --color never 2>/dev/null | sed -n '/^plan/p'  # run prices planc's own kernels
         "$planc" simulate "$f" --trace "$out/simulated-$name.json" >/dev/null 2>&1
         "$planc" run "$f" --steps 30 --trace "$out/measured-$name.json" --color never >"$out/run-$name.log" 2>&1 ||
             { echo "planc run failed:"; tail -n 5 "$out/run-$name.log"; continue; }
