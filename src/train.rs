@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 use planc_runtime::train::dist::World;
-use planc_runtime::train::step::{refuse, train, Options, StepMetrics, Summary};
+use planc_runtime::train::step::{refuse, train, Event, Options, StepMetrics, Summary};
 use planc_runtime::RunError;
 use serde_json::json;
 
@@ -118,10 +118,23 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     };
     let total = args.steps.unwrap_or(plan.train.run.steps);
     let mut metrics_error = None;
-    let result = train(plan, &opts, &world, |m: &StepMetrics| {
+    let mut started = 0.0;
+    let result = train(plan, &opts, &world, |event: Event| {
         if !lead {
             return;
         }
+        let m = match event {
+            Event::Started(p) => {
+                // Only a slow phase is worth a line before the first step; the summary
+                // has them all.
+                started += p.seconds;
+                if let Some(line) = slow_phase_line(p, started) {
+                    eprintln!("{line}");
+                }
+                return;
+            }
+            Event::Step(m) => m,
+        };
         eprintln!("{}", step_line(m, total));
         if let Some(f) = metrics.as_mut() {
             let line = serde_json::to_string(m).expect("metrics serialise");
@@ -257,6 +270,19 @@ fn human(s: &Summary) -> String {
 
 /// The traced step by kind of work: measured, predicted, and (with a profile) what the
 /// catalog's constants predicted, each with its measured/predicted ratio.
+/// A start phase this long gets its line as it ends, not only in the summary.
+const SLOW_START_S: f64 = 2.0;
+
+/// A line for a start phase as it ends, when it was slow (`so_far`: the start until then).
+fn slow_phase_line(p: &planc_runtime::train::step::StartPhase, so_far: f64) -> Option<String> {
+    (p.seconds >= SLOW_START_S).then(|| {
+        format!(
+            "start    {}: {:.1} s ({so_far:.1} s so far)",
+            p.phase, p.seconds
+        )
+    })
+}
+
 /// `start    4.2 s to the first step: GPU … 1.1 s, NCCL communicators 2.3 s, …`
 fn startup_line(phases: &[planc_runtime::train::step::StartPhase]) -> String {
     if phases.is_empty() {
@@ -435,6 +461,12 @@ mod tests {
              1.1 s, NCCL communicators 2.3 s\n"
         );
         assert_eq!(startup_line(&[]), "");
+        // Only a slow phase is shown as it ends.
+        assert_eq!(slow_phase_line(&phases[0], 1.14), None);
+        assert_eq!(
+            slow_phase_line(&phases[1], 3.45).as_deref(),
+            Some("start    NCCL communicators: 2.3 s (3.5 s so far)")
+        );
     }
 
     #[test]

@@ -113,6 +113,13 @@ pub struct StartPhase {
     pub seconds: f64,
 }
 
+/// What a run reports as it goes: each phase of its start as it ends (a start can take
+/// half a minute), then each step.
+pub enum Event<'a> {
+    Started(&'a StartPhase),
+    Step(&'a StepMetrics),
+}
+
 /// Splits the time since the last mark into named phases.
 struct Phases {
     last: std::time::Instant,
@@ -127,13 +134,14 @@ impl Phases {
         }
     }
 
-    fn mark(&mut self, phase: &'static str) {
+    fn mark(&mut self, phase: &'static str) -> &StartPhase {
         let now = std::time::Instant::now();
         self.done.push(StartPhase {
             phase,
             seconds: (now - self.last).as_secs_f64(),
         });
         self.last = now;
+        self.done.last().expect("just pushed")
     }
 }
 
@@ -293,7 +301,7 @@ pub fn train(
     plan: &Plan,
     opts: &Options,
     world: &World,
-    mut on_step: impl FnMut(&StepMetrics),
+    mut on_event: impl FnMut(Event<'_>),
 ) -> Result<Summary, RunError> {
     let mut phases = Phases::start();
     let dims = Dims::of(plan, opts.layers).map_err(RunError::Plan)?;
@@ -337,7 +345,9 @@ pub fn train(
     let tp_map = TpMap::of_stage(&dims, tp, tp_rank, &stage).map_err(RunError::Plan)?;
     let tied_copy = stage.holds_tied_copy(&dims);
     let gpu = Gpu::open(world.local_rank, precision)?;
-    phases.mark("GPU (CUDA context, kernels, cuBLAS)");
+    on_event(Event::Started(
+        phases.mark("GPU (CUDA context, kernels, cuBLAS)"),
+    ));
     let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
     if tp > 1 {
         for g in dist::tensor_parallel_groups(world.size, tp) {
@@ -370,7 +380,7 @@ pub fn train(
         Vec::new()
     };
     if world.size > 1 {
-        phases.mark("NCCL communicators");
+        on_event(Event::Started(phases.mark("NCCL communicators")));
     }
     // One communicator of each kind this rank is in, in the order of `groups`.
     let mut kinds = comms.iter().cloned();
@@ -441,7 +451,7 @@ pub fn train(
     };
     let mut eng = Engine::new(gpu, shape, micro_batches)?;
     eng.tpc = tpc.clone();
-    phases.mark("buffers");
+    on_event(Event::Started(phases.mark("buffers")));
     // This rank's table (its share under tensor parallelism) and the whole model's, which
     // checkpoints and the initialisation are written in.
     let params = eng.params.clone();
@@ -502,11 +512,11 @@ pub fn train(
     };
     eng.set_weights(&weights)?;
     drop(weights);
-    phases.mark(if resumed_from.is_some() {
+    on_event(Event::Started(phases.mark(if resumed_from.is_some() {
         "data and the checkpoint"
     } else {
         "data and initial weights"
-    });
+    })));
 
     let steps = opts.steps.unwrap_or(settings.steps);
     let g = plan.train.global_batch;
@@ -951,7 +961,7 @@ pub fn train(
             predicted_peak_bytes: (step + 1 == start_step + steps)
                 .then_some(prediction.peak_bytes as u64),
         };
-        on_step(&m);
+        on_event(Event::Step(&m));
         summary_steps.push(m);
         let done = step + 1;
         if let (Some(_), Some(k)) = (&opts.save, opts.save_every) {
