@@ -8,6 +8,10 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+/// The `op` of a profile's pipeline send/receive points (every GPU of the group sends to the
+/// next and receives from the one before, as nccl-tests' sendrecv).
+pub const SEND_RECV: &str = "SendRecv";
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Provenance {
     pub device: String,
@@ -493,6 +497,43 @@ mod tests {
             p.activation_seconds("swiglu", "backward", 8192.0, 1e9),
             None
         );
+    }
+
+    #[test]
+    fn a_measured_send_receive_prices_a_pipeline_transfer_inside_a_node_only() {
+        use crate::cost::comm::{p2p_time, Fabric};
+        use crate::plan::{Link, LinkKind};
+        let mut p = profile();
+        let point = |bytes: usize, gb: f64| CollectivePoint {
+            op: SEND_RECV.into(),
+            gpus: 2,
+            bytes,
+            seconds: bytes as f64 / (gb * 1e9),
+            bus_gb_per_s: gb,
+        };
+        p.collectives = vec![point(1 << 20, 20.0), point(1 << 28, 300.0)];
+        let link = |bandwidth: f64| Link {
+            kind: LinkKind::Nvlink,
+            bandwidth,
+            latency: 2e-6,
+        };
+        let mut fabric = Fabric {
+            intra: link(450e9),
+            inter: Some(link(50e9)),
+            inter_per_gpu: 50e9,
+            pair_bus_bandwidth: None,
+            pre_ampere: false,
+            profile: None,
+        };
+        let bytes = (1u64 << 28) as f64;
+        let modelled = p2p_time(bytes, false, &fabric);
+        let across = p2p_time(bytes, true, &fabric);
+        fabric.profile = Some(std::sync::Arc::new(p));
+        // Inside the node: the measured 300 GB/s, latency included in the measurement.
+        assert!((p2p_time(bytes, false, &fabric) - bytes / 300e9).abs() < 1e-12);
+        assert!(p2p_time(bytes, false, &fabric) != modelled);
+        // Across nodes the NIC's model stays: the profile measured one node.
+        assert_eq!(p2p_time(bytes, true, &fabric), across);
     }
 
     #[test]

@@ -21,6 +21,7 @@ use crate::train::engine::softmax_causal_fwd;
 use crate::train::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::RunError;
 use planc_compiler::cost::comm::Collective;
+use planc_compiler::profile::SEND_RECV;
 
 pub use planc_compiler::profile::{
     ActivationPoint, AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile,
@@ -130,7 +131,7 @@ pub fn calibrate(
         + activation_shapes.len() * mlps.len()
         + attn.len()
         + flash_shapes.len()
-        + groups.len() * coll_ops.len() * coll_sizes.len();
+        + groups.len() * (coll_ops.len() + 1) * coll_sizes.len();
     let mut done = 0;
 
     let mut gemm = Vec::new();
@@ -262,6 +263,24 @@ pub fn calibrate(
                 });
                 done += 1;
             }
+        }
+        // Pipeline transfers: each GPU sends to the next and receives from the one before,
+        // as nccl-tests' sendrecv; the bus bandwidth is what one transfer moves a second.
+        for &bytes in &coll_sizes {
+            progress(
+                done,
+                total,
+                &format!("send/receive over {g} GPUs, {bytes} bytes"),
+            );
+            let s = comm.time_send_recv(bytes as f64, 10)?;
+            collectives.push(CollectivePoint {
+                op: SEND_RECV.into(),
+                gpus: g,
+                bytes,
+                seconds: s,
+                bus_gb_per_s: bytes as f64 / s / 1e9,
+            });
+            done += 1;
         }
     }
     progress(total, total, "done");

@@ -1,5 +1,6 @@
 //! The plan's in-layer collectives (tensor- and context-parallel all-gathers,
-//! reduce-scatters, all-reduces) run with NCCL across the local GPUs, one thread driving
+//! reduce-scatters, all-reduces) and pipeline send/receive run with NCCL across the local
+//! GPUs, one thread driving
 //! every GPU through a NCCL group call, timed with CUDA events on each GPU's stream (the
 //! slowest rank's time is the collective's).
 //!
@@ -58,16 +59,8 @@ impl Collectives {
             Collective::AllGather => (full / n, full),
             Collective::ReduceScatter => (full, full / n),
         };
-        let host: Vec<bf16> = (0..send_len)
-            .map(|i| bf16::from_f32(((i % 251) as f32 - 125.0) / 125.0))
-            .collect();
-        let mut bufs: Vec<(CudaSlice<bf16>, CudaSlice<bf16>)> = Vec::new();
-        for s in &self.streams {
-            let send = s.memcpy_stod(&host).map_err(cuda)?;
-            let recv = s.alloc_zeros::<bf16>(recv_len).map_err(cuda)?;
-            bufs.push((send, recv));
-        }
-        let launch = |bufs: &mut Vec<(CudaSlice<bf16>, CudaSlice<bf16>)>| {
+        let mut bufs = self.buffers(send_len, recv_len)?;
+        self.timed(repeats, || {
             group_start().map_err(cuda)?;
             for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
                 match op {
@@ -80,11 +73,53 @@ impl Collectives {
                         .map_err(cuda)?,
                 };
             }
-            group_end().map_err(cuda)?;
-            Ok::<(), RunError>(())
-        };
+            group_end().map(|_| ()).map_err(cuda)
+        })
+    }
+
+    /// Median seconds for every GPU to send `bytes` to the next and receive as much from the
+    /// one before (nccl-tests' sendrecv): a pipeline transfer between neighbouring stages.
+    pub fn time_send_recv(&self, bytes: f64, repeats: usize) -> Result<f64, RunError> {
+        let n = self.size();
+        let len = ((bytes / 2.0) as usize).max(1);
+        let mut bufs = self.buffers(len, len)?;
+        self.timed(repeats, || {
+            group_start().map_err(cuda)?;
+            for (r, (comm, (send, recv))) in self.comms.iter().zip(bufs.iter_mut()).enumerate() {
+                comm.send(send, ((r + 1) % n) as i32).map_err(cuda)?;
+                comm.recv(recv, ((r + n - 1) % n) as i32).map_err(cuda)?;
+            }
+            group_end().map(|_| ()).map_err(cuda)
+        })
+    }
+
+    /// A send and a receive buffer of bf16 on every GPU.
+    fn buffers(
+        &self,
+        send_len: usize,
+        recv_len: usize,
+    ) -> Result<Vec<(CudaSlice<bf16>, CudaSlice<bf16>)>, RunError> {
+        let host: Vec<bf16> = (0..send_len)
+            .map(|i| bf16::from_f32(((i % 251) as f32 - 125.0) / 125.0))
+            .collect();
+        let mut bufs = Vec::new();
+        for s in &self.streams {
+            let send = s.memcpy_stod(&host).map_err(cuda)?;
+            let recv = s.alloc_zeros::<bf16>(recv_len).map_err(cuda)?;
+            bufs.push((send, recv));
+        }
+        Ok(bufs)
+    }
+
+    /// Median seconds of `launch` (one operation queued on every GPU's stream) after two
+    /// warm-up launches; a repeat takes the slowest GPU's time.
+    fn timed(
+        &self,
+        repeats: usize,
+        mut launch: impl FnMut() -> Result<(), RunError>,
+    ) -> Result<f64, RunError> {
         for _ in 0..2 {
-            launch(&mut bufs)?;
+            launch()?;
         }
         for s in &self.streams {
             s.synchronize().map_err(cuda)?;
@@ -100,7 +135,7 @@ impl Collectives {
                 start.record(s).map_err(cuda)?;
                 marks.push(start);
             }
-            launch(&mut bufs)?;
+            launch()?;
             let mut slowest = 0.0f64;
             for (s, start) in self.streams.iter().zip(&marks) {
                 let end = s

@@ -333,7 +333,20 @@ pub fn p2p_time(bytes: f64, crosses_nodes: bool, fabric: &Fabric) -> f64 {
             .expect("validated: multi-node clusters have inter_node");
         inter.latency + bytes / fabric.inter_per_gpu
     } else {
-        fabric.intra.latency + bytes / fabric.intra_bus_bandwidth(2)
+        // Measured where the profile timed send/receive between two GPUs (latency included).
+        let measured = fabric
+            .profile
+            .as_deref()
+            .filter(|p| {
+                p.collectives
+                    .iter()
+                    .any(|c| c.op == crate::profile::SEND_RECV && c.gpus == 2)
+            })
+            .and_then(|p| p.bus_bandwidth(crate::profile::SEND_RECV, 2, bytes));
+        match measured {
+            Some(bus) => bytes / bus,
+            None => fabric.intra.latency + bytes / fabric.intra_bus_bandwidth(2),
+        }
     }
 }
 
