@@ -24,6 +24,9 @@ fn cuda(e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("{e:?}"))
 }
 
+/// A send and a receive buffer on one GPU.
+type Pair = (CudaSlice<bf16>, CudaSlice<bf16>);
+
 pub struct Collectives {
     streams: Vec<Arc<CudaStream>>,
     comms: Vec<Comm>,
@@ -94,11 +97,7 @@ impl Collectives {
     }
 
     /// A send and a receive buffer of bf16 on every GPU.
-    fn buffers(
-        &self,
-        send_len: usize,
-        recv_len: usize,
-    ) -> Result<Vec<(CudaSlice<bf16>, CudaSlice<bf16>)>, RunError> {
+    fn buffers(&self, send_len: usize, recv_len: usize) -> Result<Vec<Pair>, RunError> {
         let host: Vec<bf16> = (0..send_len)
             .map(|i| bf16::from_f32(((i % 251) as f32 - 125.0) / 125.0))
             .collect();
