@@ -328,14 +328,30 @@ impl Params {
 
     /// The initial weights, drawn in table order from one generator seeded by `seed`, as
     /// if on one GPU, so every layout of a plan starts from the same values.
+    ///
+    /// The generator is counter-based (SplitMix64): the n-th draw is a function of n, so
+    /// each tensor's values are computed from their place in the sequence, on every core,
+    /// and equal what drawing them one after another gives.
     pub fn init(&self, seed: u64) -> Vec<f32> {
+        use rayon::prelude::*;
+        const CHUNK: usize = 1 << 16;
         let mut w = vec![0f32; self.total];
-        let mut rng = Rng::new(seed);
+        // Each normal value takes two draws; `first` counts the values before a tensor.
+        let mut first = 0u64;
         for p in &self.list {
             let dst = &mut w[p.offset..p.offset + p.numel()];
             match p.init {
                 Init::Const(v) => dst.fill(v),
-                Init::Normal(std) => dst.iter_mut().for_each(|x| *x = rng.normal() * std),
+                Init::Normal(std) => {
+                    let start = first;
+                    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, part)| {
+                        let at = start + (c * CHUNK) as u64;
+                        for (i, x) in part.iter_mut().enumerate() {
+                            *x = Rng::normal_at(seed, at + i as u64) * std;
+                        }
+                    });
+                    first += p.numel() as u64;
+                }
             }
         }
         w
@@ -455,22 +471,43 @@ impl Rng {
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(GAMMA);
+        mix(self.0)
     }
 
     /// Uniform in (0, 1].
     pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+        unit(self.next_u64())
     }
 
     pub fn normal(&mut self) -> f32 {
         let (u1, u2) = (self.uniform(), self.uniform());
-        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+        box_muller(u1, u2)
     }
+
+    /// The `n`-th (from 0) value `normal` returns from `Rng::new(seed)`, without drawing
+    /// the ones before it.
+    pub fn normal_at(seed: u64, n: u64) -> f32 {
+        let state = Rng::new(seed).0;
+        let draw = |k: u64| mix(state.wrapping_add(GAMMA.wrapping_mul(k)));
+        box_muller(unit(draw(2 * n + 1)), unit(draw(2 * n + 2)))
+    }
+}
+
+const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn unit(x: u64) -> f64 {
+    ((x >> 11) + 1) as f64 / (1u64 << 53) as f64
+}
+
+fn box_muller(u1: f64, u2: f64) -> f32 {
+    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
 }
 
 #[cfg(test)]
@@ -664,6 +701,29 @@ mod tests {
             );
             assert_eq!(local[a.offset + 5], w[b.offset + 5]);
         }
+    }
+
+    #[test]
+    fn initialisation_drawn_in_parallel_equals_the_sequential_draws() {
+        // Every checkpoint and every numerics run since the first drew the weights one after
+        // another; the parallel draw must give the same values, bit for bit.
+        let p = Params::new(&dims(
+            "layers = 3, hidden = 192, heads = 4, vocab = 5000, seq_len = 64",
+        ));
+        let mut w = vec![0f32; p.total];
+        let mut rng = Rng::new(11);
+        for t in &p.list {
+            let dst = &mut w[t.offset..t.offset + t.numel()];
+            match t.init {
+                Init::Const(v) => dst.fill(v),
+                Init::Normal(std) => dst.iter_mut().for_each(|x| *x = rng.normal() * std),
+            }
+        }
+        assert!(p.total > 1 << 17, "more than one chunk of a tensor");
+        assert!(w
+            .iter()
+            .zip(p.init(11))
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
     }
 
     #[test]
