@@ -453,6 +453,49 @@ impl TpMap {
         out
     }
 
+    /// This rank's share of the initial weights (`whole.init(seed)`, then `take`), drawn
+    /// without drawing the rest: each value from its place in the generator's sequence.
+    /// A rank of a large model would otherwise hold and draw the whole model.
+    pub fn init_share(&self, whole: &Params, seed: u64) -> Vec<f32> {
+        use rayon::prelude::*;
+        // Each tensor's place: its offset, and how many normal values come before it.
+        let mut starts = Vec::with_capacity(whole.list.len());
+        let mut first = 0u64;
+        for p in &whole.list {
+            starts.push((p.offset, first));
+            if matches!(p.init, Init::Normal(_)) {
+                first += p.numel() as u64;
+            }
+        }
+        let value = |w: usize| -> f32 {
+            let i = starts.partition_point(|&(off, _)| off <= w) - 1;
+            let (p, (off, first)) = (&whole.list[i], starts[i]);
+            match p.init {
+                Init::Const(v) => v,
+                Init::Normal(std) => Rng::normal_at(seed, first + (w - off) as u64) * std,
+            }
+        };
+        let mut out = vec![0f32; self.local_total];
+        let mut pieces: Vec<(&mut [f32], usize)> = Vec::new();
+        let mut rest: &mut [f32] = &mut out;
+        let mut at = 0;
+        let mut runs = self.runs.clone();
+        runs.sort_unstable();
+        for (l, w, n) in runs {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(l - at);
+            let (run, tail) = tail.split_at_mut(n);
+            pieces.push((run, w));
+            rest = tail;
+            at = l + n;
+        }
+        pieces.into_par_iter().for_each(|(run, w)| {
+            for (k, x) in run.iter_mut().enumerate() {
+                *x = value(w + k);
+            }
+        });
+        out
+    }
+
     /// Writes this rank's share into a whole-model buffer.
     pub fn put(&self, local: &[f32], whole: &mut [f32]) {
         for &(l, w, n) in &self.runs {
@@ -724,6 +767,24 @@ mod tests {
             .iter()
             .zip(p.init(11))
             .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+
+    #[test]
+    fn a_ranks_share_of_the_initial_weights_is_drawn_as_the_whole_models() {
+        let d = dims("layers = 4, hidden = 64, heads = 8, kv_heads = 2, vocab = 300, seq_len = 32");
+        let whole = Params::new(&d);
+        let w = whole.init(5);
+        let p = parallel(2, "pp = 2");
+        for s in [Stage::of(&p, 4, 0), Stage::of(&p, 4, 1)] {
+            for r in 0..2 {
+                let m = TpMap::of_stage(&d, 2, r, &s).unwrap();
+                let share = m.init_share(&whole, 5);
+                assert!(share
+                    .iter()
+                    .zip(m.take(&w))
+                    .all(|(a, b)| a.to_bits() == b.to_bits()));
+            }
+        }
     }
 
     #[test]

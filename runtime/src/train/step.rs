@@ -508,7 +508,9 @@ pub fn train(
                 )))
             }
         },
-        None => share(whole.init(settings.seed)),
+        // A rank draws only its share (as the whole model's draw would give it).
+        None if tp == 1 && pp == 1 => whole.init(settings.seed),
+        None => tp_map.init_share(&whole, settings.seed),
     };
     eng.set_weights(&weights)?;
     drop(weights);
