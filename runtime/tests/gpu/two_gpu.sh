@@ -62,5 +62,5 @@ if want speed; then
 fi
 if want torch; then
     echo "== PyTorch DDP, 2 processes, same machine"
-    torchrun --standalone --nproc_per_node 2 "$root/.dev/torch_gpt_baseline.py" --attn flash 2>&1 | grep "^torch" | tail -n 1
+    python3 -m torch.distributed.run --standalone --nproc_per_node 2 "$root/.dev/torch_gpt_baseline.py" --attn flash 2>&1 | grep "^torch" | tail -n 1
 fi
