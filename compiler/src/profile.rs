@@ -180,9 +180,12 @@ impl Profile {
     }
 
     /// Seconds of an attention pass of `kind` (`standard`, `flash`, `flash_backward`) for
-    /// `flops` causal forward FLOPs at sequence `seq` and head size `head_dim`: the rate of
-    /// the measured points of the nearest head size, interpolated over log sequence length
-    /// (the diagonal tiles' waste and the per-tile fixed work shrink as sequences grow).
+    /// `flops` causal forward FLOPs (2·batch·heads·seq²·head_dim) at sequence `seq` and head
+    /// size `head_dim`: the rate of the measured points of the nearest head size, at each
+    /// measured sequence interpolated over log batch × heads where several were measured
+    /// (fewer heads are fewer blocks: the GPU is filled less evenly), then over log sequence
+    /// length (the diagonal tiles' waste and the per-tile fixed work shrink as sequences
+    /// grow).
     pub fn attention_seconds(
         &self,
         kind: &str,
@@ -192,13 +195,23 @@ impl Profile {
     ) -> Option<f64> {
         let pts: Vec<&AttentionPoint> = self.attention.iter().filter(|a| a.kind == kind).collect();
         let d = nearest_in_log(pts.iter().map(|a| a.head_dim), head_dim)?;
-        let rate = interpolate(
-            pts.iter()
-                .filter(|a| a.head_dim == d)
-                .map(|a| (a.seq as f64, a.tflops * 1e12))
-                .collect(),
-            seq,
-        )?;
+        let at_d: Vec<&&AttentionPoint> = pts.iter().filter(|a| a.head_dim == d).collect();
+        let batch_heads = flops / (2.0 * seq * seq * head_dim).max(1.0);
+        let mut seqs: Vec<usize> = at_d.iter().map(|a| a.seq).collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let by_seq = seqs
+            .iter()
+            .filter_map(|&t| {
+                let rates = at_d
+                    .iter()
+                    .filter(|a| a.seq == t)
+                    .map(|a| (a.batch_heads as f64, a.tflops * 1e12))
+                    .collect();
+                interpolate(rates, batch_heads).map(|r| (t as f64, r))
+            })
+            .collect();
+        let rate = interpolate(by_seq, seq)?;
         (rate > 0.0).then(|| flops / rate)
     }
 
@@ -417,6 +430,29 @@ mod tests {
             p.attention_seconds("standard", 1000e12, 1024.0, 64.0),
             Some(1.0)
         );
+    }
+
+    #[test]
+    fn fused_attention_over_fewer_heads_takes_the_rate_measured_over_fewer() {
+        let mut p = profile();
+        let at = |batch_heads: usize, tflops: f64| AttentionPoint {
+            batch_heads,
+            ..flash("flash", 2048, 64, tflops)
+        };
+        p.attention = vec![at(256, 200.0), at(64, 100.0)];
+        // The causal forward's FLOPs of `bh` heads of 2048 × 64.
+        let flops = |bh: f64| 2.0 * bh * 2048.0 * 2048.0 * 64.0;
+        let rate = |bh: f64| {
+            flops(bh)
+                / p.attention_seconds("flash", flops(bh), 2048.0, 64.0)
+                    .unwrap()
+        };
+        // 128 heads: halfway between 64 and 256 in log space.
+        assert!((rate(128.0) - 150e12).abs() < 1e3, "{}", rate(128.0));
+        assert!((rate(256.0) - 200e12).abs() < 1e3);
+        // Beyond what was measured: the nearest measurement's rate.
+        assert!((rate(16.0) - 100e12).abs() < 1e3);
+        assert!((rate(1024.0) - 200e12).abs() < 1e3);
     }
 
     #[test]

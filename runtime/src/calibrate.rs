@@ -106,13 +106,21 @@ pub fn calibrate(
         (32, 4096, 128),
     ];
     // The fused kernel's rate depends on head size and sequence (diagonal tiles, per-tile
-    // fixed work): each head size the tensor-core kernels take, over 1K-8K tokens.
+    // fixed work): each head size the tensor-core kernels take, over 1K-8K tokens; and on
+    // how many blocks fill the GPU: each at a micro-batch's worth of heads and a quarter of
+    // it (training runs 128 heads of 2048 for Llama 3.2 1B, 192 of 1024 for GPT-2).
     let flash_shapes: Vec<(usize, usize, usize)> = [64usize, 128]
         .iter()
         .flat_map(|&d| {
-            [1024usize, 2048, 4096, 8192]
-                .into_iter()
-                .map(move |t| (flash_batch_heads(t, d), t, d))
+            [1024usize, 2048, 4096, 8192].into_iter().flat_map(move |t| {
+                let bh = flash_batch_heads(t, d);
+                let fewer = (bh / 4).max(16);
+                let mut v = vec![(bh, t, d)];
+                if fewer < bh {
+                    v.push((fewer, t, d));
+                }
+                v
+            })
         })
         .collect();
     let coll_sizes: Vec<usize> = (16..=30).step_by(2).map(|p| 1usize << p).collect();
