@@ -4,7 +4,7 @@
 # `device` tool's run, carrying .dev):
 #
 #   runtime/tests/gpu/one_gpu.sh $OUT      # kernel tests, numerics, speed + by kind
-#   PLANC=$PWD/.dev/planc runtime/tests/gpu/layouts.sh $OUT/layouts   # on 2 GPUs
+#   runtime/tests/gpu/layouts.sh $OUT/layouts   # on 2 GPUs
 #   runtime/tests/gpu/two_gpu.sh $OUT      # on 2 GPUs: calibrate --gpus 2, speed, DDP
 set -eu
 cd "$(dirname "$0")/../../.."

@@ -2,7 +2,7 @@
 # layouts.sh: planc run across 2 GPUs against the one-GPU run of the same plan, on a machine
 # with 2 GPUs. Needs python3 (reference.py make-data and same-losses need no torch).
 #
-#   PLANC=path/to/planc runtime/tests/gpu/layouts.sh OUTDIR
+#   runtime/tests/gpu/layouts.sh OUTDIR     # PLANC=path/to/planc: another binary than .dev's
 #
 # Cases (PARTS and BASES narrow them): dp 2 with zero 0 and zero 1, tp 2 with and without sequence parallelism (and with
 # flash attention and full recompute), pp 2 with 1f1b, gpipe and interleaved (vpp 2, a
@@ -11,15 +11,15 @@
 # left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-PLANC=${PLANC:-planc}
+. "$here/env.sh"
+PLANC=$planc
 PY=${PYTHON:-python3}
-out=${1:?usage: PLANC=path/to/planc $0 OUTDIR}
+out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 ref="$here/reference.py"
 plans="$out/plans"
 rm -rf "$plans" && mkdir -p "$plans"
 "$PY" "$ref" make-data "$plans/tokens.bin" --vocab 4096 --tokens 30011 --seed 1 >/dev/null || exit 2
-export NCCL_NVLS_ENABLE=0
 results=()
 record() { results+=("$1: $2"); echo "== $1: $2"; }
 

@@ -21,10 +21,7 @@ out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 parts=" ${PARTS:-calibrate speed torch} "
 want() { [[ "$parts" == *" $1 "* ]]; }
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-S=$(python3 -c 'import site; print(site.getsitepackages()[0])')
-export LD_LIBRARY_PATH=$root/.dev/lib:$S/nvidia/cu13/lib:$S/nvidia/nccl/lib:$S/nvidia/cudnn/lib:${LD_LIBRARY_PATH:-}
-planc=$root/.dev/planc
+. "$here/env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 case "$gpu" in
