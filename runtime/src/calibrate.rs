@@ -112,15 +112,17 @@ pub fn calibrate(
     let flash_shapes: Vec<(usize, usize, usize)> = [64usize, 128]
         .iter()
         .flat_map(|&d| {
-            [1024usize, 2048, 4096, 8192].into_iter().flat_map(move |t| {
-                let bh = flash_batch_heads(t, d);
-                let fewer = (bh / 4).max(16);
-                let mut v = vec![(bh, t, d)];
-                if fewer < bh {
-                    v.push((fewer, t, d));
-                }
-                v
-            })
+            [1024usize, 2048, 4096, 8192]
+                .into_iter()
+                .flat_map(move |t| {
+                    let bh = flash_batch_heads(t, d);
+                    let fewer = (bh / 4).max(16);
+                    let mut v = vec![(bh, t, d)];
+                    if fewer < bh {
+                        v.push((fewer, t, d));
+                    }
+                    v
+                })
         })
         .collect();
     let coll_sizes: Vec<usize> = (16..=30).step_by(2).map(|p| 1usize << p).collect();

@@ -4,7 +4,7 @@
 //! it the test prints SKIPPED and passes.
 
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{compile, compile_cached_in, KERNELS};
+use planc_runtime::train::cuda::{compile, compile_cached_in, compile_cubin, KERNELS};
 
 #[test]
 fn every_kernel_compiles_for_every_precision() {
@@ -24,6 +24,30 @@ fn every_kernel_compiles_for_every_precision() {
             }
         }
     }
+}
+
+/// The machine code the runtime loads where it can (no JIT in every process): an ELF image
+/// for the real architecture, with every kernel in it.
+#[test]
+fn the_kernels_compile_to_machine_code_for_hopper() {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED CUBIN compilation: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    let cubin = compile_cubin(Precision::Bf16, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&cubin[..4], b"\x7fELF");
+    for k in KERNELS {
+        let name = k.as_bytes();
+        assert!(
+            cubin
+                .windows(name.len() + 1)
+                .any(|w| &w[..name.len()] == name && w[name.len()] == 0),
+            "kernel {k} missing from the CUBIN"
+        );
+    }
+    // A compile error is an error with NVRTC's log, not a panic.
+    assert!(compile_cubin(Precision::Bf16, "sm_1").is_err());
 }
 
 /// Every kernel the runtime launches by name is one the module loads (a misspelt or

@@ -7,7 +7,7 @@
 //! nothing for a borrow checker to protect and the launch arguments stay simple.
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext};
@@ -75,6 +75,75 @@ pub fn compile_cached_in(
     precision: Precision,
     arch: &'static str,
 ) -> Result<String, String> {
+    let bytes = cached_in(dir, precision, arch, "ptx", || {
+        compile(precision, Some(arch)).map(String::into_bytes)
+    })?;
+    String::from_utf8(bytes).map_err(|e| format!("a cached PTX is not text: {e}"))
+}
+
+/// Compiles the kernels for one precision to machine code for the real architecture `sm`
+/// (e.g. `sm_90`): what the driver otherwise compiles from the PTX in every process that
+/// loads it (a few seconds for these kernels), unless its own cache has them.
+pub fn compile_cubin(precision: Precision, sm: &str) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    let src = CString::new(SOURCE).map_err(|e| e.to_string())?;
+    let prog = result::create_program(&src, Some(c"kernels.cu")).map_err(|e| format!("{e:?}"))?;
+    let opts = [
+        format!("--gpu-architecture={sm}"),
+        format!("-DPLANC_X={}", storage_code(precision)),
+        "--std=c++17".into(),
+    ];
+    // SAFETY: `prog` was created above and is destroyed once, at the end.
+    let out = unsafe {
+        match result::compile_program(prog, &opts) {
+            Err(e) => {
+                let log = result::get_program_log(prog)
+                    .map(|l| {
+                        let bytes: Vec<u8> = l.iter().map(|&c| c as u8).collect();
+                        String::from_utf8_lossy(&bytes).into_owned()
+                    })
+                    .unwrap_or_default();
+                Err(format!("{e:?}: {log}"))
+            }
+            Ok(()) => {
+                let mut n = 0usize;
+                sys::nvrtcGetCUBINSize(prog, &mut n)
+                    .result()
+                    .map_err(|e| format!("{e:?}"))
+                    .and_then(|()| {
+                        let mut buf = vec![0u8; n];
+                        sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char)
+                            .result()
+                            .map(|()| buf)
+                            .map_err(|e| format!("{e:?}"))
+                    })
+            }
+        }
+    };
+    // SAFETY: created above, not destroyed before.
+    let _ = unsafe { result::destroy_program(prog) };
+    out
+}
+
+/// [`compile_cubin`] through the same cache as the PTX.
+pub fn compile_cubin_cached(precision: Precision, sm: &'static str) -> Result<Vec<u8>, String> {
+    match cache_dir() {
+        Some(dir) => cached_in(&dir, precision, sm, "cubin", || {
+            compile_cubin(precision, sm)
+        }),
+        None => compile_cubin(precision, sm),
+    }
+}
+
+/// What `compile` made of the source for (`precision`, `arch`), from `dir` where an earlier
+/// run left it, keyed by the source, precision, architecture, NVRTC version and `ext`.
+fn cached_in(
+    dir: &std::path::Path,
+    precision: Precision,
+    arch: &str,
+    ext: &str,
+    compile: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> Result<Vec<u8>, String> {
     use sha2::{Digest, Sha256};
     let (mut major, mut minor) = (0, 0);
     // SAFETY: writes two ints.
@@ -88,17 +157,17 @@ pub fn compile_cached_in(
     .iter()
     .map(|b| format!("{b:02x}"))
     .collect();
-    let path = dir.join(format!("{key}.ptx"));
-    if let Ok(ptx) = std::fs::read_to_string(&path) {
-        return Ok(ptx);
+    let path = dir.join(format!("{key}.{ext}"));
+    if let Ok(bytes) = std::fs::read(&path) {
+        return Ok(bytes);
     }
-    let ptx = compile(precision, Some(arch))?;
+    let bytes = compile()?;
     // Written whole or not at all: a temporary file renamed into place.
     let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
-    if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, &ptx).is_ok() {
+    if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, &bytes).is_ok() {
         let _ = std::fs::rename(&tmp, &path);
     }
-    Ok(ptx)
+    Ok(bytes)
 }
 
 /// Every kernel `kernels.cu` defines, by name: loaded at start so a missing one fails
@@ -232,14 +301,27 @@ impl Gpu {
             ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
                 .map_err(err)?,
         );
-        let arch: &'static str = Box::leak(format!("compute_{major}{minor}").into_boxed_str());
-        let ptx = compile_cached(precision, arch)
-            .map_err(|e| RunError::Cuda(format!("the kernels did not compile: {e}")))?;
-        let image = CString::new(ptx).map_err(err)?;
         ctx.bind_to_thread().map_err(err)?;
-        // SAFETY: the image is NUL-terminated PTX that lives through the call.
-        let module =
-            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(err)?;
+        // Machine code for this GPU where NVRTC makes it and the driver takes it; else PTX,
+        // which the driver compiles on loading.
+        let sm: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
+        let cubin = compile_cubin_cached(precision, sm).ok().and_then(|image| {
+            // SAFETY: the image is a CUBIN that lives through the call.
+            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.ok()
+        });
+        let module = match cubin {
+            Some(m) => m,
+            None => {
+                let arch: &'static str =
+                    Box::leak(format!("compute_{major}{minor}").into_boxed_str());
+                let ptx = compile_cached(precision, arch)
+                    .map_err(|e| RunError::Cuda(format!("the kernels did not compile: {e}")))?;
+                let image = CString::new(ptx).map_err(err)?;
+                // SAFETY: the image is NUL-terminated PTX that lives through the call.
+                unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+                    .map_err(err)?
+            }
+        };
         let smem_optin = ctx
             .attribute(
                 sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
