@@ -261,3 +261,43 @@ fn lighter_end_stages_balance_a_model_whose_ends_are_heavy() {
         );
     }
 }
+
+#[test]
+fn a_trace_row_shows_one_span_at_a_time_though_transfers_share_links() {
+    // Data-parallel reductions and pipeline transfers share each rank's links and run at
+    // once; the trace gives the communication lane as many rows as it needs.
+    let p = plan(
+        "tp = 1, pp = 4, zero = 2, recompute = none, schedule = 1f1b",
+        8192,
+        1,
+    );
+    let sim = planc_simulator::simulate(&p).expect("simulates");
+    let names = planc_simulator::rank_names(&p);
+    let trace = planc_simulator::trace::chrome_trace(&sim.graph, &sim.run, &names);
+    let mut rows: std::collections::HashMap<(u64, u64), Vec<(f64, f64)>> = Default::default();
+    for e in trace["traceEvents"].as_array().unwrap() {
+        if e["ph"] == "X" {
+            let (ts, dur) = (e["ts"].as_f64().unwrap(), e["dur"].as_f64().unwrap());
+            rows.entry((e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+                .or_default()
+                .push((ts, ts + dur));
+        }
+    }
+    let mut comm_rows = 0;
+    for (&(_, tid), spans) in rows.iter_mut() {
+        comm_rows += usize::from(tid >= 1);
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for w in spans.windows(2) {
+            assert!(
+                w[1].0 >= w[0].1 - 1e-3,
+                "tid {tid}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    assert!(
+        comm_rows > 4,
+        "some rank's transfers overlapped ({comm_rows} rows)"
+    );
+}
