@@ -150,12 +150,18 @@ pub fn timeline_svg(
             continue;
         }
         let name = label(&t.kind);
+        // A transfer that shared its link took longer than it would have alone.
+        let took = run.end[n.index()] - run.start[n.index()];
+        let time = if took > t.duration * 1.001 {
+            format!("{:.3} ms, {:.3} ms alone", took * 1e3, t.duration * 1e3)
+        } else {
+            format!("{:.3} ms", t.duration * 1e3)
+        };
         let _ = writeln!(
             s,
-            r#"<rect x="{x0:.2}" y="{y:.1}" width="{w:.2}" height="{h}" fill="{}"><title>{} ({:.3} ms)</title></rect>"#,
+            r#"<rect x="{x0:.2}" y="{y:.1}" width="{w:.2}" height="{h}" fill="{}"><title>{} ({time})</title></rect>"#,
             colour(category(&t.kind)),
             escape(&name),
-            t.duration * 1e3
         );
         if t.comm > 0.0 {
             let c0 = x(run.end[n.index()] - t.comm);
