@@ -46,6 +46,11 @@ pub fn run(
             profile.provenance.catalog_gpu.to_ascii_lowercase()
         ))
     });
+    // A plan would refuse the file; a disturbed timing is not worth writing down.
+    if let Err(e) = profile.check() {
+        eprintln!("error: a measurement came out impossible ({e}); run `planc calibrate` again");
+        return ExitCode::from(1);
+    }
     let text = match toml::to_string(&profile) {
         Ok(t) => t,
         Err(e) => {

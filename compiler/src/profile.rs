@@ -146,8 +146,83 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the profile `{}`: {e}", path.display()))?;
-        toml::from_str(&text)
-            .map_err(|e| format!("`{}` is not a planc device profile: {e}", path.display()))
+        let p: Profile = toml::from_str(&text)
+            .map_err(|e| format!("`{}` is not a planc device profile: {e}", path.display()))?;
+        p.check()
+            .map_err(|e| format!("`{}` holds an impossible measurement: {e}", path.display()))?;
+        Ok(p)
+    }
+
+    /// Every measurement is of something (sizes of at least 1) that took a positive, finite
+    /// time at a positive, finite rate: a zero or a NaN in an edited or damaged file would
+    /// otherwise price a plan at nothing, infinity or NaN.
+    pub fn check(&self) -> Result<(), String> {
+        fn pos(what: &str, i: usize, name: &str, v: f64) -> Result<(), String> {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!("[[{what}]] point {} has {name} = {v}", i + 1))
+            }
+        }
+        fn size(what: &str, i: usize, name: &str, v: usize) -> Result<(), String> {
+            if v >= 1 {
+                Ok(())
+            } else {
+                Err(format!("[[{what}]] point {} has {name} = 0", i + 1))
+            }
+        }
+        for (i, g) in self.gemm.iter().enumerate() {
+            for (n, v) in [("m", g.m), ("n", g.n), ("k", g.k)] {
+                size("gemm", i, n, v)?;
+            }
+            for (n, v) in [
+                ("seconds", g.seconds),
+                ("tflops", g.tflops),
+                ("efficiency", g.efficiency),
+            ] {
+                pos("gemm", i, n, v)?;
+            }
+        }
+        for (i, m) in self.memory.iter().enumerate() {
+            size("memory", i, "bytes", m.bytes)?;
+            for (n, v) in [
+                ("seconds", m.seconds),
+                ("gb_per_s", m.gb_per_s),
+                ("efficiency", m.efficiency),
+            ] {
+                pos("memory", i, n, v)?;
+            }
+        }
+        for (i, a) in self.attention.iter().enumerate() {
+            for (n, v) in [
+                ("batch_heads", a.batch_heads),
+                ("seq", a.seq),
+                ("head_dim", a.head_dim),
+            ] {
+                size("attention", i, n, v)?;
+            }
+            pos("attention", i, "seconds", a.seconds)?;
+            pos("attention", i, "tflops", a.tflops)?;
+        }
+        for (i, r) in self.norms.iter().enumerate() {
+            size("norms", i, "rows", r.rows)?;
+            size("norms", i, "width", r.width)?;
+            pos("norms", i, "seconds", r.seconds)?;
+            pos("norms", i, "gb_per_s", r.gb_per_s)?;
+        }
+        for (i, r) in self.activations.iter().enumerate() {
+            size("activations", i, "rows", r.rows)?;
+            size("activations", i, "width", r.width)?;
+            pos("activations", i, "seconds", r.seconds)?;
+            pos("activations", i, "gb_per_s", r.gb_per_s)?;
+        }
+        for (i, c) in self.collectives.iter().enumerate() {
+            size("collectives", i, "gpus", c.gpus)?;
+            size("collectives", i, "bytes", c.bytes)?;
+            pos("collectives", i, "seconds", c.seconds)?;
+            pos("collectives", i, "bus_gb_per_s", c.bus_gb_per_s)?;
+        }
+        Ok(())
     }
 
     /// Product efficiency for an `m×n×k` product: the measured points weighted by inverse
@@ -533,6 +608,29 @@ mod tests {
             p.activation_seconds("swiglu", "backward", 8192.0, 1e9),
             None
         );
+    }
+
+    #[test]
+    fn a_profile_with_an_impossible_measurement_is_refused_naming_it() {
+        let shipped = super::Profile::load(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/catalog/profiles/h200_sxm_141gb.bf16.toml"
+        )))
+        .unwrap();
+        assert_eq!(shipped.check(), Ok(()));
+        let mut p = shipped.clone();
+        p.gemm[0].tflops = f64::NAN;
+        assert_eq!(p.check(), Err("[[gemm]] point 1 has tflops = NaN".into()));
+        let mut p = shipped.clone();
+        let n = p.attention.len();
+        p.attention[n - 1].seq = 0;
+        assert_eq!(
+            p.check(),
+            Err(format!("[[attention]] point {n} has seq = 0"))
+        );
+        let mut p = shipped;
+        p.norms[2].gb_per_s = -1.0;
+        assert_eq!(p.check(), Err("[[norms]] point 3 has gb_per_s = -1".into()));
     }
 
     #[test]

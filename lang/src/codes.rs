@@ -68,8 +68,10 @@ codes! {
          converting, the editor may show that character wrongly) and check again.";
     P0104 Error "cannot use the device profile"
         "`cluster.profile` names a file that cannot be read or is not a device profile written by \
-         `planc calibrate`, or one measured on another GPU than the plan's. Paths are relative to \
-         the plan file. Measure the machine with `planc calibrate -o FILE`.";
+         `planc calibrate`, one that holds an impossible measurement (a size of 0, or a time or \
+         rate that is not a positive number: an edited or damaged file), or one measured on \
+         another GPU than the plan's. Paths are relative to the plan file. Measure the machine \
+         with `planc calibrate -o FILE`.";
     P0201 Error "unknown block"
         "Top-level blocks are `cluster`, `model`, `train`, `parallel`, `job`, `search` and `gpu`; \
          `cluster` may hold `intra_node`, `inter_node` and `group`; `job` may hold `env`.";
