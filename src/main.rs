@@ -261,8 +261,9 @@ enum Command {
     /// Times, with the runtime's own code paths: matrix products over a grid of shapes
     /// (including the thin ones of tensor-parallel shards), memory-bound kernels by size,
     /// the norms and the MLP activations (GELU, SwiGLU) by width and size, the attention
-    /// core, and NCCL all-reduce / all-gather / reduce-scatter by message size for each
-    /// group size the machine has. The profile records the device, driver,
+    /// core (standard, and the fused kernel by head size, sequence and number of heads),
+    /// and NCCL all-reduce / all-gather / reduce-scatter / send-receive by message size for
+    /// each group size the machine has. The profile records the device, driver,
     /// NVRTC and NCCL versions and the date. Needs an NVIDIA GPU (exit 2 without).
     /// A plan then prices its operations from the measurement with
     /// `cluster { profile = "h200-node.toml" ... }` (relative to the plan file).
