@@ -322,23 +322,15 @@ impl Profile {
         seconds_by_width_and_size(&pts, width, bytes)
     }
 
-    /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`) over
-    /// `gpus` for a message of `bytes`, from the nearest measured group size.
+    /// Bus bandwidth (bytes/s) of `op` (`AllReduce`, `AllGather`, `ReduceScatter`,
+    /// [`SEND_RECV`]) over exactly `gpus` for a message of `bytes`; `None` where that group
+    /// size was not measured (small NVLink groups do not reach a larger one's bandwidth,
+    /// so another size's curve is no measurement of this one).
     pub fn bus_bandwidth(&self, op: &str, gpus: usize, bytes: f64) -> Option<f64> {
-        let sizes: Vec<usize> = self
-            .collectives
-            .iter()
-            .filter(|c| c.op == op)
-            .map(|c| c.gpus)
-            .collect();
-        let g = sizes
-            .iter()
-            .min_by_key(|&&s| (s as i64 - gpus as i64).unsigned_abs())
-            .copied()?;
         interpolate(
             self.collectives
                 .iter()
-                .filter(|c| c.op == op && c.gpus == g)
+                .filter(|c| c.op == op && c.gpus == gpus)
                 .map(|c| (c.bytes as f64, c.bus_gb_per_s * 1e9))
                 .collect(),
             bytes,

@@ -256,15 +256,11 @@ pub fn collective_time(c: Collective, bytes: f64, g: GroupShape, fabric: &Fabric
             Collective::ReduceScatter => Some("ReduceScatter"),
             Collective::AllToAll => None,
         };
-        let measured = fabric.profile.as_deref().zip(op).and_then(|(p, op)| {
-            let exact = p
-                .collectives
-                .iter()
-                .any(|x| x.op == op && x.gpus as u64 == g.size);
-            exact
-                .then(|| p.bus_bandwidth(op, g.size as usize, bytes))
-                .flatten()
-        });
+        let measured = fabric
+            .profile
+            .as_deref()
+            .zip(op)
+            .and_then(|(p, op)| p.bus_bandwidth(op, g.size as usize, bytes));
         if let Some(bus) = measured {
             return bytes * bus_factor(c, g.size as f64) / bus;
         }
@@ -337,11 +333,6 @@ pub fn p2p_time(bytes: f64, crosses_nodes: bool, fabric: &Fabric) -> f64 {
         let measured = fabric
             .profile
             .as_deref()
-            .filter(|p| {
-                p.collectives
-                    .iter()
-                    .any(|c| c.op == crate::profile::SEND_RECV && c.gpus == 2)
-            })
             .and_then(|p| p.bus_bandwidth(crate::profile::SEND_RECV, 2, bytes));
         match measured {
             Some(bus) => bytes / bus,
