@@ -334,27 +334,48 @@ impl Params {
     /// and equal what drawing them one after another gives.
     pub fn init(&self, seed: u64) -> Vec<f32> {
         use rayon::prelude::*;
-        const CHUNK: usize = 1 << 16;
         let mut w = vec![0f32; self.total];
-        // Each normal value takes two draws; `first` counts the values before a tensor.
-        let mut first = 0u64;
-        for p in &self.list {
+        for (p, first) in self.list.iter().zip(self.draws_before()) {
             let dst = &mut w[p.offset..p.offset + p.numel()];
-            match p.init {
-                Init::Const(v) => dst.fill(v),
-                Init::Normal(std) => {
-                    let start = first;
-                    dst.par_chunks_mut(CHUNK).enumerate().for_each(|(c, part)| {
-                        let at = start + (c * CHUNK) as u64;
-                        for (i, x) in part.iter_mut().enumerate() {
-                            *x = Rng::normal_at(seed, at + i as u64) * std;
-                        }
-                    });
-                    first += p.numel() as u64;
-                }
-            }
+            dst.par_chunks_mut(DRAW_CHUNK)
+                .enumerate()
+                .for_each(|(c, part)| {
+                    draw(p.init, first + (c * DRAW_CHUNK) as u64, part, seed);
+                });
         }
         w
+    }
+
+    /// For each tensor, how many normal values the tensors before it draw (two generator
+    /// draws each): where its own values start in the sequence.
+    fn draws_before(&self) -> Vec<u64> {
+        let mut first = 0u64;
+        self.list
+            .iter()
+            .map(|p| {
+                let at = first;
+                if matches!(p.init, Init::Normal(_)) {
+                    first += p.numel() as u64;
+                }
+                at
+            })
+            .collect()
+    }
+}
+
+/// Values a core draws at a time.
+const DRAW_CHUNK: usize = 1 << 16;
+
+/// A tensor's initial values into `dst`, whose first element is normal value `first` of the
+/// sequence (a constant tensor draws none).
+fn draw(init: Init, first: u64, dst: &mut [f32], seed: u64) {
+    match init {
+        Init::Const(v) => dst.fill(v),
+        Init::Normal(std) => {
+            for (i, x) in dst.iter_mut().enumerate() {
+                *x = Rng::normal_at(seed, first + i as u64) * std;
+            }
+        }
     }
 }
 
@@ -458,23 +479,7 @@ impl TpMap {
     /// A rank of a large model would otherwise hold and draw the whole model.
     pub fn init_share(&self, whole: &Params, seed: u64) -> Vec<f32> {
         use rayon::prelude::*;
-        // Each tensor's place: its offset, and how many normal values come before it.
-        let mut starts = Vec::with_capacity(whole.list.len());
-        let mut first = 0u64;
-        for p in &whole.list {
-            starts.push((p.offset, first));
-            if matches!(p.init, Init::Normal(_)) {
-                first += p.numel() as u64;
-            }
-        }
-        let value = |w: usize| -> f32 {
-            let i = starts.partition_point(|&(off, _)| off <= w) - 1;
-            let (p, (off, first)) = (&whole.list[i], starts[i]);
-            match p.init {
-                Init::Const(v) => v,
-                Init::Normal(std) => Rng::normal_at(seed, first + (w - off) as u64) * std,
-            }
-        };
+        let firsts = whole.draws_before();
         let mut out = vec![0f32; self.local_total];
         let mut pieces: Vec<(&mut [f32], usize)> = Vec::new();
         let mut rest: &mut [f32] = &mut out;
@@ -484,14 +489,22 @@ impl TpMap {
         for (l, w, n) in runs {
             let (_, tail) = std::mem::take(&mut rest).split_at_mut(l - at);
             let (run, tail) = tail.split_at_mut(n);
-            pieces.push((run, w));
+            for (c, part) in run.chunks_mut(DRAW_CHUNK).enumerate() {
+                pieces.push((part, w + c * DRAW_CHUNK));
+            }
             rest = tail;
             at = l + n;
         }
-        pieces.into_par_iter().for_each(|(run, w)| {
-            for (k, x) in run.iter_mut().enumerate() {
-                *x = value(w + k);
-            }
+        pieces.into_par_iter().for_each(|(part, w)| {
+            // A run is a block of rows of one tensor.
+            let i = whole.list.partition_point(|p| p.offset <= w) - 1;
+            let p = &whole.list[i];
+            debug_assert!(
+                w + part.len() <= p.offset + p.numel(),
+                "{} overruns",
+                p.name
+            );
+            draw(p.init, firsts[i] + (w - p.offset) as u64, part, seed);
         });
         out
     }
@@ -771,7 +784,10 @@ mod tests {
 
     #[test]
     fn a_ranks_share_of_the_initial_weights_is_drawn_as_the_whole_models() {
-        let d = dims("layers = 4, hidden = 64, heads = 8, kv_heads = 2, vocab = 300, seq_len = 32");
+        // vocab 3000 × 64 makes each tensor-parallel half of the embedding a run of more than
+        // one drawing chunk.
+        let d =
+            dims("layers = 4, hidden = 64, heads = 8, kv_heads = 2, vocab = 3000, seq_len = 32");
         let whole = Params::new(&d);
         let w = whole.init(5);
         let p = parallel(2, "pp = 2");
