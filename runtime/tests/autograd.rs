@@ -18,6 +18,7 @@ use planc_compiler::plan::{Mlp, Precision};
 use planc_runtime::train::activation::Activation;
 use planc_runtime::train::attention::{self, Grads, Heads};
 use planc_runtime::train::cuda::{Arg, Buf, Gpu};
+use planc_runtime::train::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
@@ -101,8 +102,9 @@ fn down(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
 }
 
 fn norms(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
-    // C 256 takes the vectorised kernels (64 packs of 4), C 100 the scalar ones.
-    for (c, vectorised) in [(256usize, true), (100, false)] {
+    // C 256 takes the vectorised kernels (64 packs of 4), C 102 (not whole packs) the
+    // scalar ones.
+    for (c, vectorised) in [(256usize, true), (102, false)] {
         for rms in [false, true] {
             let rows = 24;
             let eps = 1e-5f32;
@@ -115,87 +117,26 @@ fn norms(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
             let bb = if rms { Buf::NULL } else { up(gpu, &b) };
             let out = gpu.alloc(rows * c * 4).unwrap();
             let (mean, rstd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
-            let args = [
-                Arg::P(out),
-                Arg::P(mean),
-                Arg::P(rstd),
-                Arg::P(xb),
-                Arg::P(wb),
-                Arg::P(bb),
-                Arg::I(c as i32),
-                Arg::F(eps),
-                Arg::I(i32::from(rms)),
-            ];
             let (dw, db) = (up(gpu, &vec![0.0; c]), up(gpu, &vec![0.0; c]));
-            if vectorised {
-                gpu.launch("norm_fwd_v1", (rows as u32, 1), 64, &args)
-                    .unwrap();
-                let chunks = 5;
-                let part = gpu.alloc(2 * chunks * c * 4).unwrap();
-                let bwd = [
-                    Arg::P(dinp),
-                    Arg::P(part),
-                    Arg::P(dyb),
-                    Arg::P(xb),
-                    Arg::P(wb),
-                    Arg::P(mean),
-                    Arg::P(rstd),
-                    Arg::L(rows as i64),
-                    Arg::I(c as i32),
-                    Arg::I(rows.div_ceil(chunks) as i32),
-                    Arg::I(i32::from(rms)),
-                ];
-                gpu.launch("norm_bwd_v1", (chunks as u32, 1), 64, &bwd)
-                    .unwrap();
-                for (o, at) in [(dw, 0), (db, chunks * c)] {
-                    let sum = [
-                        Arg::P(o),
-                        Arg::P(part.at(at, 4)),
-                        Arg::I(chunks as i32),
-                        Arg::I(c as i32),
-                    ];
-                    gpu.launch("sum_partials_2d", (c.div_ceil(32) as u32, 1), 512, &sum)
-                        .unwrap();
-                }
-            } else {
-                gpu.launch("norm_fwd", (rows as u32, 1), 256, &args)
-                    .unwrap();
-                let bwd = [
-                    Arg::P(dinp),
-                    Arg::P(dyb),
-                    Arg::P(xb),
-                    Arg::P(wb),
-                    Arg::P(mean),
-                    Arg::P(rstd),
-                    Arg::I(c as i32),
-                    Arg::I(i32::from(rms)),
-                ];
-                gpu.launch("norm_bwd_input", (rows as u32, 1), 256, &bwd)
-                    .unwrap();
-                let part = gpu.alloc(2 * c * 4).unwrap();
-                let params = [
-                    Arg::P(part),
-                    Arg::P(dyb),
-                    Arg::P(xb),
-                    Arg::P(mean),
-                    Arg::P(rstd),
-                    Arg::L(rows as i64),
-                    Arg::I(c as i32),
-                    Arg::I(rows as i32),
-                ];
-                gpu.launch("norm_bwd_params", (c.div_ceil(256) as u32, 1), 256, &params)
-                    .unwrap();
-                for (o, at) in [(dw, 0), (db, c)] {
-                    let sum = [
-                        Arg::P(o),
-                        Arg::P(part.at(at, 4)),
-                        Arg::I(1),
-                        Arg::I(c as i32),
-                    ];
-                    gpu.launch("sum_partials", (c.div_ceil(256) as u32, 1), 256, &sum)
-                        .unwrap();
-                }
-            }
+            // Launched as training launches them: the vectorised or the scalar kernels by
+            // the width.
+            let norm = Norms {
+                rows,
+                width: c,
+                xsz: 4,
+                eps,
+                rms,
+            };
+            assert_eq!(norm_packs(c, 4).is_some(), vectorised);
+            norm.forward(gpu, out, mean, rstd, xb, wb, bb).unwrap();
+            let part = gpu.alloc(norm_partials(rows, c) * 4).unwrap();
+            let grads = NormGrads { dinp, dw, db };
+            let saved = NormSaved {
+                inp: xb,
+                mean,
+                rstd,
+            };
+            norm.backward(gpu, part, grads, dyb, wb, saved).unwrap();
             let mut k = Case::default();
             k.put("x", &x, &[rows, c]);
             k.put("w", &w, &[c]);
