@@ -183,7 +183,7 @@ pub fn calibrate(
     drop(runner);
 
     let mut gpu = Gpu::open(0, precision)?;
-    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let xsz = precision.bytes() as usize;
     let largest = *sizes.last().expect("sizes");
     let elems = largest / (3 * xsz) + 1;
     let (a, b, c) = (
@@ -328,7 +328,7 @@ pub(crate) fn standard_point(
     t: usize,
     d: usize,
 ) -> Result<AttentionPoint, RunError> {
-    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let xsz = precision.bytes() as usize;
     let (q, k, v, o) = (
         random_x(gpu, precision, bh * t * d)?,
         random_x(gpu, precision, bh * t * d)?,
@@ -366,7 +366,7 @@ pub(crate) fn norm_points(
     rows: usize,
     width: usize,
 ) -> Result<Vec<NormPoint>, RunError> {
-    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let xsz = precision.bytes() as usize;
     let norm = Norms {
         rows,
         width,
@@ -441,7 +441,7 @@ impl ActivationProbe {
         precision: Precision,
         elements: usize,
     ) -> Result<ActivationProbe, RunError> {
-        let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+        let xsz = precision.bytes() as usize;
         Ok(ActivationProbe {
             precision,
             elements,
@@ -469,12 +469,7 @@ impl ActivationProbe {
         let act = Activation { mlp, rows, width };
         let fwd = time(gpu, 20, || act.forward(gpu, self.out, self.h))?;
         let bwd = time(gpu, 20, || act.backward(gpu, self.dh, self.h, self.dout))?;
-        let xsz = if self.precision == Precision::Fp32 {
-            4.0
-        } else {
-            2.0
-        };
-        let bytes = activation_bytes(mlp, rows as f64, width as f64, xsz);
+        let bytes = activation_bytes(mlp, rows as f64, width as f64, self.precision.bytes());
         Ok([("forward", fwd, bytes), ("backward", bwd, 2.0 * bytes)]
             .into_iter()
             .map(|(pass, s, moved)| ActivationPoint {
@@ -511,7 +506,7 @@ pub(crate) fn flash_points(
     t: usize,
     d: usize,
 ) -> Result<Vec<AttentionPoint>, RunError> {
-    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let xsz = precision.bytes() as usize;
     let h = if bh.is_multiple_of(16) { 16 } else { 1 };
     let hd = Heads {
         b: bh / h,
@@ -566,7 +561,7 @@ fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunErr
             .wrapping_add(1_442_695_040_888_963_407);
         ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
-    let buf = gpu.alloc(n * if precision == Precision::Fp32 { 4 } else { 2 })?;
+    let buf = gpu.alloc(n * precision.bytes() as usize)?;
     match precision {
         Precision::Fp32 => gpu.upload(buf, &(0..n).map(|_| next()).collect::<Vec<f32>>())?,
         Precision::Fp16 => gpu.upload(
@@ -589,7 +584,7 @@ fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunErr
 /// repeated on the device (drawing the activation probe's 800M elements on the host would
 /// take seconds; the kernels' time does not depend on where values repeat).
 fn random_tiled(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
-    let xsz = if precision == Precision::Fp32 { 4 } else { 2 };
+    let xsz = precision.bytes() as usize;
     let block_n = n.clamp(1, 1 << 24);
     let block = random_x(gpu, precision, block_n)?;
     let buf = gpu.alloc(n * xsz)?;

@@ -126,7 +126,7 @@ pub fn compile_cubin(precision: Precision, sm: &str) -> Result<Vec<u8>, String> 
 }
 
 /// [`compile_cubin`] through the same cache as the PTX.
-pub fn compile_cubin_cached(precision: Precision, sm: &'static str) -> Result<Vec<u8>, String> {
+pub fn compile_cubin_cached(precision: Precision, sm: &str) -> Result<Vec<u8>, String> {
     match cache_dir() {
         Some(dir) => cached_in(&dir, precision, sm, "cubin", || {
             compile_cubin(precision, sm)
@@ -304,11 +304,12 @@ impl Gpu {
         ctx.bind_to_thread().map_err(err)?;
         // Machine code for this GPU where NVRTC makes it and the driver takes it; else PTX,
         // which the driver compiles on loading.
-        let sm: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
-        let cubin = compile_cubin_cached(precision, sm).ok().and_then(|image| {
-            // SAFETY: the image is a CUBIN that lives through the call.
-            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.ok()
-        });
+        let cubin = compile_cubin_cached(precision, &format!("sm_{major}{minor}"))
+            .ok()
+            .and_then(|image| {
+                // SAFETY: the image is a CUBIN that lives through the call.
+                unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.ok()
+            });
         let module = match cubin {
             Some(m) => m,
             None => {
@@ -356,7 +357,7 @@ impl Gpu {
             comm,
             name,
             ordinal,
-            xsz: if precision == Precision::Fp32 { 4 } else { 2 },
+            xsz: precision.bytes() as usize,
             module,
             functions,
             owned: Vec::new(),
