@@ -480,75 +480,111 @@ pub fn rendezvous(
     Ok(out)
 }
 
-/// Turns a wait past the timeout into an error: the main thread says what it is about to
-/// wait in; if that wait outlives the timeout the watchdog prints it, aborts the
-/// communicators (which frees the stuck collective) and ends the process.
+/// Turns a wait past the timeout into an error. Two clocks: the main thread says what it
+/// is about to wait in (`waiting`/`done`), and that a step has begun (`step`/`step_done`),
+/// so a host stuck anywhere in a step (inside a CUDA call that waits for a stream held up
+/// by a peer, say) is caught too, not only at the marked waits. Past the timeout the
+/// watchdog prints what it waits in, aborts the communicators (which frees the stuck
+/// collective) and ends the process.
 pub struct Watchdog {
-    state: Arc<(Mutex<String>, AtomicU64, AtomicBool)>,
+    state: Arc<WatchState>,
+}
+
+#[derive(Default)]
+struct WatchState {
+    what: Mutex<String>,
+    /// Milliseconds since ORIGIN plus one when the wait began; 0: not waiting.
+    since: AtomicU64,
+    step: AtomicU64,
+    step_since: AtomicU64,
+    stop: AtomicBool,
+}
+
+fn stamp() -> u64 {
+    1 + ORIGIN.elapsed().as_millis() as u64
+}
+
+fn waited(since: u64) -> Duration {
+    ORIGIN
+        .elapsed()
+        .saturating_sub(Duration::from_millis(since - 1))
 }
 
 impl Watchdog {
     pub fn start(rank: usize, comms: Vec<Arc<Comm>>) -> Watchdog {
-        let state = Arc::new((
-            Mutex::new(String::new()),
-            AtomicU64::new(0),
-            AtomicBool::new(false),
-        ));
+        let state = Arc::new(WatchState::default());
         let s = state.clone();
         let limit = timeout();
         std::thread::spawn(move || loop {
             std::thread::sleep(Duration::from_millis(500));
-            if s.2.load(Ordering::Relaxed) {
+            if s.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let since = s.1.load(Ordering::Relaxed);
-            if since == 0 {
-                continue;
-            }
-            let waited = ORIGIN
-                .elapsed()
-                .saturating_sub(Duration::from_millis(since - 1));
-            if waited > limit {
-                let what = s.0.lock().map(|w| w.clone()).unwrap_or_default();
-                // The host waits at a sync point; the GPU is further back, in the first
-                // queued operation that has not finished.
-                let gpu = trail::first_unfinished()
-                    .map(|op| format!("; its GPU is in operation {op}"))
-                    .unwrap_or_default();
-                eprintln!(
-                    "error: rank {rank} waited {:.0} s in {what}{gpu}; the other ranks of its \
-                     groups did not join (a rank died or the ranks run different programs). \
-                     Aborting the communicators.",
-                    waited.as_secs_f64()
-                );
-                for c in &comms {
-                    c.abort();
+            let (since, step_since) = (
+                s.since.load(Ordering::Relaxed),
+                s.step_since.load(Ordering::Relaxed),
+            );
+            // A marked wait, the more precise name, has its own clock and is judged alone.
+            let what = if since != 0 {
+                if waited(since) <= limit {
+                    continue;
                 }
-                std::process::exit(1);
+                let what = s.what.lock().map(|w| w.clone()).unwrap_or_default();
+                format!("waited {:.0} s in {what}", waited(since).as_secs_f64())
+            } else if step_since != 0 && waited(step_since) > limit {
+                format!(
+                    "has been in step {} for {:.0} s",
+                    s.step.load(Ordering::Relaxed),
+                    waited(step_since).as_secs_f64()
+                )
+            } else {
+                continue;
+            };
+            // The host waits at a sync point; the GPU is further back, in the first
+            // queued operation that has not finished.
+            let gpu = trail::first_unfinished()
+                .map(|op| format!("; its GPU is in operation {op}"))
+                .unwrap_or_default();
+            eprintln!(
+                "error: rank {rank} {what}{gpu}; the other ranks of its groups did not join \
+                 (a rank died or the ranks run different programs; PLANC_TIMEOUT_S sets the \
+                 limit, {} s). Aborting the communicators.",
+                limit.as_secs()
+            );
+            for c in &comms {
+                c.abort();
             }
+            std::process::exit(1);
         });
         Watchdog { state }
     }
 
     /// Marks the start of a wait in `what`.
     pub fn waiting(&self, what: String) {
-        if let Ok(mut w) = self.state.0.lock() {
+        if let Ok(mut w) = self.state.what.lock() {
             *w = what;
         }
-        // Milliseconds since ORIGIN, plus one: 0 means "not waiting".
-        self.state
-            .1
-            .store(1 + ORIGIN.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.state.since.store(stamp(), Ordering::Relaxed);
     }
 
     pub fn done(&self) {
-        self.state.1.store(0, Ordering::Relaxed);
+        self.state.since.store(0, Ordering::Relaxed);
+    }
+
+    /// Marks the start of step `n` (counted from 1).
+    pub fn step(&self, n: u64) {
+        self.state.step.store(n, Ordering::Relaxed);
+        self.state.step_since.store(stamp(), Ordering::Relaxed);
+    }
+
+    pub fn step_done(&self) {
+        self.state.step_since.store(0, Ordering::Relaxed);
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        self.state.2.store(true, Ordering::Relaxed);
+        self.state.stop.store(true, Ordering::Relaxed);
     }
 }
 
