@@ -160,6 +160,8 @@ fn summary(p: &Profile) -> String {
     }
     if p.collectives.is_empty() {
         s += "collectives: one GPU here, none measured\n";
+    } else {
+        s += "collectives (NCCL; bus bandwidth as nccl-tests reports it)\n";
     }
     for c in &p.collectives {
         s += &format!(

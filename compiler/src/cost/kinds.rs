@@ -28,6 +28,10 @@ pub enum WorkKind {
     Optimizer,
     /// Tensor-parallel collectives and pipeline transfers on the critical path.
     Communication,
+    /// A pipeline stage waiting for its neighbour (the bubble). Not a kind of work: the
+    /// schedule's; `planc run` measures it as its transfers' spans and prices it as the
+    /// simulated bubble.
+    PipelineWait,
 }
 
 impl WorkKind {
@@ -41,6 +45,7 @@ impl WorkKind {
             WorkKind::Embedding => "embedding",
             WorkKind::Optimizer => "optimizer",
             WorkKind::Communication => "communication",
+            WorkKind::PipelineWait => "pipeline wait",
         }
     }
 

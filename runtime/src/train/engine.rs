@@ -357,6 +357,9 @@ impl Engine {
         let lse = maybe(tp > 1, n * 4)?;
         let stats = maybe(tp > 1, n * 3 * 4)?;
         let stats_all = maybe(tp > 1, tp * n * 3 * 4)?;
+        // The logits only where the output layer is: under a pipeline, the last stage
+        // (a micro-batch's logits are the largest tensor of a large-vocabulary model).
+        let logits = maybe(shape.stage.last, n * d.vocab * xsz)?;
         let s = Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
             o,
@@ -389,7 +392,7 @@ impl Engine {
             lnf: gpu.alloc(nl * c * xsz)?,
             lnf_mean: gpu.alloc(nl * 4)?,
             lnf_rstd: gpu.alloc(nl * 4)?,
-            logits: gpu.alloc(n * d.vocab * xsz)?,
+            logits,
             losses: gpu.alloc(n * 4)?,
             targets: gpu.alloc(n * 4)?,
             partials: gpu.alloc(
@@ -547,39 +550,72 @@ impl Engine {
     /// A row-parallel product's partial sums `[N, C]` at `x`, made whole: summed over the
     /// tensor-parallel ranks (all-reduce), or summed and split by token (reduce-scatter,
     /// in place: this rank's rows end at `x.at(row0·C)`). Returns where the rows are.
-    fn tp_reduce_rows(&self, x: Buf) -> Result<Buf, RunError> {
+    fn tp_reduce_rows(&mut self, x: Buf) -> Result<Buf, RunError> {
         let c = self.shape.dims.hidden;
-        let Some(comm) = self.tp_comm() else {
+        if self.tp_comm().is_none() {
             return Ok(x);
-        };
+        }
+        let split = self.split_tokens();
+        let resume = self.collective_span(if split {
+            "tensor-parallel reduce-scatter"
+        } else {
+            "tensor-parallel all-reduce"
+        })?;
+        let comm = self.tp_comm().expect("checked above");
         let stream = self.gpu.stream as u64;
-        if self.split_tokens() {
+        let out = if split {
             let mine = x.at(self.row0() * c, self.xsz);
             comm.reduce_scatter_typed(x, mine, self.lrows() * c, self.nty, stream)?;
-            Ok(mine)
+            mine
         } else {
             comm.all_reduce_typed(x, self.rows() * c, self.nty, stream)?;
-            Ok(x)
+            x
+        };
+        self.resume_span(resume)?;
+        Ok(out)
+    }
+
+    /// Opens a span of its own for a tensor-parallel collective inside an operation's span,
+    /// so the trace and the step by kind show it as communication, not as the product or
+    /// norm around it; returns the operation's name, to go on with after (`resume_span`).
+    fn collective_span(&mut self, what: &str) -> Result<Option<String>, RunError> {
+        let Some(current) = self
+            .marks
+            .as_ref()
+            .and_then(|m| m.last())
+            .map(|m| m.0.clone())
+        else {
+            return Ok(None);
+        };
+        self.mark(|| format!("{current}: {what}"))?;
+        Ok(Some(current))
+    }
+
+    fn resume_span(&mut self, name: Option<String>) -> Res {
+        match name {
+            Some(n) => self.mark(|| n),
+            None => Ok(()),
         }
     }
 
     /// The whole micro-batch's `[N, C]` from this rank's rows `x` (sequence parallelism:
     /// all-gathered into the gather buffer); `x` itself otherwise.
-    fn tp_gather_rows(&self, x: Buf) -> Result<Buf, RunError> {
+    fn tp_gather_rows(&mut self, x: Buf) -> Result<Buf, RunError> {
         let c = self.shape.dims.hidden;
-        match self.tp_comm() {
-            Some(comm) if self.split_tokens() => {
-                comm.all_gather(
-                    x,
-                    self.s.gath,
-                    self.lrows() * c,
-                    self.xsz,
-                    self.gpu.stream as u64,
-                )?;
-                Ok(self.s.gath)
-            }
-            _ => Ok(x),
+        if self.tp_comm().is_none() || !self.split_tokens() {
+            return Ok(x);
         }
+        let resume = self.collective_span("tensor-parallel all-gather")?;
+        let comm = self.tp_comm().expect("checked above");
+        comm.all_gather(
+            x,
+            self.s.gath,
+            self.lrows() * c,
+            self.xsz,
+            self.gpu.stream as u64,
+        )?;
+        self.resume_span(resume)?;
+        Ok(self.s.gath)
     }
 
     /// Under sequence parallelism the whole tensors' gradients (norms, row-parallel

@@ -54,7 +54,7 @@ pub type ByKind = Vec<(WorkKind, f64)>;
 /// the plan has one (what the prediction was before calibration).
 fn by_kind(plan: &Plan, stage: u64) -> (ByKind, Option<ByKind>) {
     let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
-    let with = stage_by_kind(plan, stage, mb);
+    let with = with_wait(plan, stage_by_kind(plan, stage, mb));
     if plan.cluster.groups.iter().all(|g| g.gpu.profile.is_none()) {
         return (with, None);
     }
@@ -62,7 +62,19 @@ fn by_kind(plan: &Plan, stage: u64) -> (ByKind, Option<ByKind>) {
     for g in &mut bare.cluster.groups {
         g.gpu.profile = None;
     }
-    (with, Some(stage_by_kind(&bare, stage, mb)))
+    let bare_kinds = with_wait(&bare, stage_by_kind(&bare, stage, mb));
+    (with, Some(bare_kinds))
+}
+
+/// Under a pipeline, the kinds and the simulated bubble (the busiest stage's, as the step
+/// is): a stage's wait for its neighbour, which `planc run` measures in its transfers.
+fn with_wait(plan: &Plan, mut kinds: ByKind) -> ByKind {
+    if plan.parallel.pp > 1 {
+        if let Ok(sim) = planc_simulator::simulate(plan) {
+            kinds.push((WorkKind::PipelineWait, sim.breakdown.bubble_s));
+        }
+    }
+    kinds
 }
 
 pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
@@ -103,5 +115,45 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
         peak_flops: est.peak_flops_per_gpu,
         per_layer,
         fixed: st.total_bytes - per_layer * p.model.layers as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(parallel: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 2, gpu = H100_SXM_80GB }}
+             model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 }}
+             train {{ global_batch = 8, precision = bf16 }}
+             parallel {{ micro_batch = 1, {parallel} }}"
+        );
+        let c = planc_compiler::check::check_source("t.tp", &text);
+        c.plan
+            .unwrap_or_else(|| panic!("{text}: {:#?}", c.diagnostics))
+    }
+
+    fn wait(p: &Prediction) -> Option<f64> {
+        p.by_kind
+            .iter()
+            .find(|(k, _)| *k == WorkKind::PipelineWait)
+            .map(|&(_, s)| s)
+    }
+
+    #[test]
+    fn a_pipelined_plan_prices_its_stages_wait_as_the_simulated_bubble() {
+        let p = plan("tp = 1, pp = 2, dp = 1, schedule = gpipe");
+        let piped = predict(&p, "NVIDIA H100");
+        // As `predict` prices it: planc's own kernels.
+        let mut q = p.clone();
+        q.framework = planc_compiler::plan::Framework::Planc;
+        let bubble = planc_simulator::simulate(&q).unwrap().breakdown.bubble_s;
+        assert!(bubble > 0.0);
+        assert_eq!(wait(&piped), Some(bubble));
+        assert_eq!(
+            wait(&predict(&plan("tp = 1, pp = 1, dp = 2"), "NVIDIA H100")),
+            None
+        );
     }
 }

@@ -163,6 +163,8 @@ fn kind_of_span(name: &str) -> Option<WorkKind> {
         "zero gradients" | "optimizer" => WorkKind::Optimizer,
         "gradient reduction" => WorkKind::Communication,
         "end" => return None,
+        _ if name.starts_with("pipeline transfer") => WorkKind::PipelineWait,
+        _ if name.contains(": tensor-parallel") => WorkKind::Communication,
         _ if op.starts_with("embedding") => WorkKind::Embedding,
         _ if op.starts_with("loss head") => WorkKind::Head,
         _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
@@ -669,11 +671,14 @@ pub fn train(
         // wait for the other's receive first.
         let mut p2p: Vec<(bool, usize, Buf, usize, String)> = Vec::new();
         let flush = |p2p: &mut Vec<(bool, usize, Buf, usize, String)>,
-                     eng: &Engine|
+                     eng: &mut Engine|
          -> Result<(), RunError> {
             if p2p.is_empty() {
                 return Ok(());
             }
+            // A span of its own: the stage's wait for its neighbour lands here, not in
+            // the operation before it.
+            eng.mark_step("pipeline transfer")?;
             if trail::is_on() {
                 let names: Vec<&str> = p2p.iter().map(|m| m.4.as_str()).collect();
                 trail::doing(format!("step {}: {}", step + 1, names.join(" and ")));
@@ -738,7 +743,7 @@ pub fn train(
                     ));
                     continue;
                 }
-                _ => flush(&mut p2p, &eng)?,
+                _ => flush(&mut p2p, &mut eng)?,
             }
             match ins {
                 Instr::Run(w) => {
@@ -801,7 +806,7 @@ pub fn train(
                 _ => {}
             }
         }
-        flush(&mut p2p, &eng)?;
+        flush(&mut p2p, &mut eng)?;
         eng.mark_step("gradient reduction")?;
         trail::doing(format!(
             "step {}: the loss and the gradient reduction after the last backward",
@@ -1314,6 +1319,15 @@ mod tests {
             ("L7 attention projection backward", Some(K::Linear)),
             ("L7 mlp down", Some(K::Linear)),
             ("L7 recompute", Some(K::Linear)),
+            (
+                "L3 attention projection: tensor-parallel all-reduce",
+                Some(K::Communication),
+            ),
+            (
+                "L3 mlp norm: tensor-parallel all-gather",
+                Some(K::Communication),
+            ),
+            ("pipeline transfer", Some(K::PipelineWait)),
         ] {
             assert_eq!(kind_of_span(name), kind, "{name}");
         }
