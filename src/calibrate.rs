@@ -169,6 +169,25 @@ fn summary(p: &Profile) -> String {
             c.op, c.gpus, c.bytes, c.bus_gb_per_s
         );
     }
+    if !p.overlap.is_empty() {
+        s += "overlap  products beside a collective (what an overlapped reduction costs them)\n";
+    }
+    for o in &p.overlap {
+        s += &format!(
+            "         {:>5}×{:>5}×{:>5} beside {:<13} {} GPUs {:>10} B: products {:.2} → {:.2} ms ({:.0} % of their rate lost), collective {:.3} → {:.3} ms\n",
+            o.m,
+            o.n,
+            o.k,
+            o.op,
+            o.gpus,
+            o.bytes,
+            o.products_alone_s * 1e3,
+            o.products_beside_s * 1e3,
+            o.slowdown() * 100.0,
+            o.collective_alone_s * 1e3,
+            o.collective_beside_s * 1e3
+        );
+    }
     s
 }
 

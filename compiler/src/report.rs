@@ -278,6 +278,9 @@ fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
     if !p.collectives.is_empty() {
         parts.push("collectives");
     }
+    if !p.overlap.is_empty() {
+        parts.push("products beside collectives");
+    }
     let last = parts.pop().unwrap_or_default();
     format!("{} and {last}", parts.join(", "))
 }

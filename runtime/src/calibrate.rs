@@ -141,7 +141,8 @@ pub fn calibrate(
         + activation_shapes.len() * mlps.len()
         + attn.len()
         + flash_shapes.len()
-        + groups.len() * (coll_ops.len() + 1) * coll_sizes.len();
+        + groups.len()
+            * ((coll_ops.len() + 1) * coll_sizes.len() + coll_ops.len() * OVERLAP_SHAPES.len());
     let mut done = 0;
 
     let mut gemm = Vec::new();
@@ -293,6 +294,26 @@ pub fn calibrate(
             done += 1;
         }
     }
+    // Products beside collectives, per group size: what an overlapped data-parallel
+    // reduction costs the passes it hides behind.
+    let mut overlap = Vec::new();
+    for &g in &groups {
+        let Some(comm) = Collectives::open(g)? else {
+            break;
+        };
+        for op in coll_ops {
+            for &shape in &OVERLAP_SHAPES {
+                let (m, n, k) = shape;
+                progress(
+                    done,
+                    total,
+                    &format!("products {m}×{n}×{k} beside {op:?} over {g} GPUs"),
+                );
+                overlap.push(comm.time_beside_products(op, OVERLAP_BYTES as f64, shape, 5)?);
+                done += 1;
+            }
+        }
+    }
     progress(total, total, "done");
     Ok(Profile {
         provenance: Provenance {
@@ -315,8 +336,16 @@ pub fn calibrate(
         norms,
         activations,
         collectives,
+        overlap,
     })
 }
+
+/// Products timed beside a collective: a small-hidden model's MLP product (many waves)
+/// and a 1B-8B-class layer's (fewer, larger tiles).
+const OVERLAP_SHAPES: [(usize, usize, usize); 2] = [(16384, 3072, 768), (8192, 4096, 4096)];
+/// The collective's message: a gradient bucket's size (Megatron-LM's and DDP's buckets are
+/// tens of MB).
+const OVERLAP_BYTES: usize = 64 << 20;
 
 /// Times the standard attention core's forward as training launches it (the batched
 /// products through cuBLAS and the masked softmax) at `bh` heads of `t` × `d`.

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use cudarc::cublas::{CudaBlas, Gemm};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use cudarc::nccl::{group_end, group_start, Comm, ReduceOp};
@@ -17,6 +18,7 @@ use planc_compiler::cost::comm::{collective_time, Collective, GroupShape};
 use planc_compiler::cost::ops::Group;
 use planc_compiler::cost::time::placement;
 use planc_compiler::plan::Plan;
+use planc_compiler::profile::OverlapPoint;
 
 use crate::RunError;
 
@@ -93,6 +95,137 @@ impl Collectives {
                 comm.recv(recv, ((r + n - 1) % n) as i32).map_err(cuda)?;
             }
             group_end().map(|_| ()).map_err(cuda)
+        })
+    }
+
+    /// Matrix products of `m×n×k` (bf16) on every GPU, timed alone and beside `op` over
+    /// `bytes` queued back to back on the GPUs' other stream for longer than the products
+    /// take (a data-parallel reduction beside backward). Medians; the slowest GPU's time.
+    pub fn time_beside_products(
+        &self,
+        op: Collective,
+        bytes: f64,
+        (m, n, k): (usize, usize, usize),
+        repeats: usize,
+    ) -> Result<OverlapPoint, RunError> {
+        // A chain long enough to time well (a few milliseconds at Hopper rates).
+        const PRODUCTS: usize = 8;
+        let collective_alone_s = self.time(op, bytes, repeats)?;
+        // The products run on a stream of their own: NCCL's here run on each context's
+        // default (legacy) stream, which a non-blocking stream does not wait for.
+        let mut gemms = Vec::new();
+        for s in &self.streams {
+            let ps = s.context().new_stream().map_err(cuda)?;
+            let blas = CudaBlas::new(ps.clone()).map_err(|e| RunError::Cuda(e.to_string()))?;
+            let host = |len: usize, salt: usize| -> Vec<bf16> {
+                (0..len)
+                    .map(|i| bf16::from_f32((((i + salt) % 241) as f32 - 120.0) / 120.0))
+                    .collect()
+            };
+            let a = ps.memcpy_stod(&host(m * k, 1)).map_err(cuda)?;
+            let b = ps.memcpy_stod(&host(k * n, 7)).map_err(cuda)?;
+            let c = ps.alloc_zeros::<bf16>(m * n).map_err(cuda)?;
+            gemms.push((ps, blas, a, b, c));
+        }
+        let cfg = crate::gpu::config(m, n, k, bf16::from_f32);
+        let products = |gemms: &mut Vec<_>| -> Result<(), RunError> {
+            for (_, blas, a, b, c) in gemms.iter_mut() {
+                let (blas, a, b, c): (
+                    &CudaBlas,
+                    &CudaSlice<bf16>,
+                    &CudaSlice<bf16>,
+                    &mut CudaSlice<bf16>,
+                ) = (blas, a, b, c);
+                for _ in 0..PRODUCTS {
+                    // SAFETY: the buffers hold m×k, k×n and m×n elements, as `cfg` says.
+                    unsafe { blas.gemm(cfg, a, b, c) }
+                        .map_err(|e| RunError::Cuda(e.to_string()))?;
+                }
+            }
+            Ok(())
+        };
+        let streams: Vec<Arc<CudaStream>> = gemms.iter().map(|g| g.0.clone()).collect();
+        let span = |on: &[Arc<CudaStream>]| -> Result<Vec<_>, RunError> {
+            on.iter()
+                .map(|s| {
+                    let e = s
+                        .context()
+                        .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(cuda)?;
+                    e.record(s).map_err(cuda)?;
+                    Ok(e)
+                })
+                .collect()
+        };
+        let slowest = |starts: &[cudarc::driver::CudaEvent],
+                       ends: &[cudarc::driver::CudaEvent]|
+         -> Result<f64, RunError> {
+            let mut t = 0.0f64;
+            for (a, b) in starts.iter().zip(ends) {
+                b.synchronize().map_err(cuda)?;
+                t = t.max(a.elapsed_ms(b).map_err(cuda)? as f64 / 1e3);
+            }
+            Ok(t)
+        };
+        // Alone.
+        products(&mut gemms)?;
+        let mut alone = Vec::new();
+        for _ in 0..repeats {
+            let s0 = span(&streams)?;
+            products(&mut gemms)?;
+            let s1 = span(&streams)?;
+            alone.push(slowest(&s0, &s1)?);
+        }
+        alone.sort_by(f64::total_cmp);
+        let products_alone_s = alone[alone.len() / 2];
+        // Beside: the collective queued first, enough of them to outlast the products.
+        let count = ((1.5 * products_alone_s / collective_alone_s).ceil() as usize).clamp(1, 1000);
+        let n_gpus = self.size();
+        let full = ((bytes / 2.0) as usize / n_gpus).max(1) * n_gpus;
+        let (send_len, recv_len) = match op {
+            Collective::AllReduce | Collective::AllToAll => (full, full),
+            Collective::AllGather => (full / n_gpus, full),
+            Collective::ReduceScatter => (full, full / n_gpus),
+        };
+        let mut bufs = self.buffers(send_len, recv_len)?;
+        let (mut beside, mut coll) = (Vec::new(), Vec::new());
+        for _ in 0..repeats {
+            let c0 = span(&self.streams)?;
+            for _ in 0..count {
+                group_start().map_err(cuda)?;
+                for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
+                    match op {
+                        Collective::AllReduce | Collective::AllToAll => {
+                            comm.all_reduce(send, recv, &ReduceOp::Sum).map_err(cuda)?
+                        }
+                        Collective::AllGather => comm.all_gather(send, recv).map_err(cuda)?,
+                        Collective::ReduceScatter => comm
+                            .reduce_scatter(send, recv, &ReduceOp::Sum)
+                            .map_err(cuda)?,
+                    };
+                }
+                group_end().map_err(cuda)?;
+            }
+            let s0 = span(&streams)?;
+            products(&mut gemms)?;
+            let s1 = span(&streams)?;
+            let c1 = span(&self.streams)?;
+            beside.push(slowest(&s0, &s1)?);
+            coll.push(slowest(&c0, &c1)? / count as f64);
+        }
+        beside.sort_by(f64::total_cmp);
+        coll.sort_by(f64::total_cmp);
+        Ok(OverlapPoint {
+            op: format!("{op:?}"),
+            gpus: n_gpus,
+            bytes: bytes as usize,
+            m,
+            n,
+            k,
+            products_alone_s,
+            products_beside_s: beside[beside.len() / 2],
+            collective_alone_s,
+            collective_beside_s: coll[coll.len() / 2],
         })
     }
 

@@ -149,7 +149,7 @@ impl Runner {
 }
 
 /// Column-major `C = A·B` with no transposes, as cuBLAS counts.
-fn config<T>(m: usize, n: usize, k: usize, conv: fn(f32) -> T) -> GemmConfig<T> {
+pub(crate) fn config<T>(m: usize, n: usize, k: usize, conv: fn(f32) -> T) -> GemmConfig<T> {
     GemmConfig {
         transa: cublasOperation_t::CUBLAS_OP_N,
         transb: cublasOperation_t::CUBLAS_OP_N,

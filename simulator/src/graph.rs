@@ -30,6 +30,9 @@ pub struct Costs {
     pub embedding_sync: f64,
     /// Per rank.
     pub optimizer: Vec<f64>,
+    /// Per rank: the share of the passes' rate a data-parallel reduction and a parameter
+    /// gather take while they run beside them (`contention`); empty: none.
+    pub contention: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]

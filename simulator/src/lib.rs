@@ -13,6 +13,7 @@
 //! many GPUs the plan uses.
 
 pub mod breakdown;
+pub mod contention;
 pub mod deadlock;
 pub mod engine;
 pub mod graph;
@@ -48,10 +49,13 @@ pub fn simulate_program(program: Program, costs: &Costs) -> Result<Simulation, V
     if !hangs.is_empty() {
         return Err(hangs);
     }
-    let graph = graph::build(&program, costs);
-    let run = engine::execute(&graph);
+    let mut graph = graph::build(&program, costs);
+    let mut run = engine::execute(&graph);
     if !run.complete() {
         return Err(vec![deadlock::explain_stall(&graph, &run)]);
+    }
+    if contention::charge(&mut graph, &run, &costs.contention) {
+        run = engine::execute(&graph);
     }
     let breakdown = breakdown::breakdown(&graph, &run);
     Ok(Simulation {

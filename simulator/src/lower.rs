@@ -6,7 +6,9 @@
 use planc_compiler::cost::comm::{collective_time, p2p_time, Collective};
 use planc_compiler::cost::memory::{layer_params_per_gpu, stage_params};
 use planc_compiler::cost::stage_group;
-use planc_compiler::cost::time::{optimizer_time, pieces, placement, Device, BUCKET_PARAMS};
+use planc_compiler::cost::time::{
+    dp_contention, optimizer_time, pieces, placement, Device, BUCKET_PARAMS,
+};
 use planc_compiler::plan::{Plan, Schedule};
 
 use crate::graph::Costs;
@@ -41,6 +43,7 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         grad_reduce: vec![0.0; stages],
         param_gather: vec![0.0; stages],
         optimizer: vec![0.0; ranks as usize],
+        contention: vec![(0.0, 0.0); ranks as usize],
         ..Costs::default()
     };
     let mut max_chunk_params: f64 = 0.0;
@@ -54,6 +57,9 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let pc = pieces(plan, &dev, &pl);
         let params = stage_params(plan, rank as u64);
         costs.optimizer[rank as usize] = optimizer_time(plan, params, &dev);
+        if data_parallel && p.overlap_grad_reduce {
+            costs.contention[rank as usize] = dp_contention(plan, rank as u64, &pl);
+        }
         // Each chunk holds its own layers (uneven end stages split unevenly, see
         // `Parallel::chunk_layers`); the embedding sits in the first chunk of the first
         // stage, the output layer in the last chunk of the last.

@@ -301,3 +301,72 @@ fn a_trace_row_shows_one_span_at_a_time_though_transfers_share_links() {
         "some rank's transfers overlapped ({comm_rows} rows)"
     );
 }
+
+/// dp 2 on one H200 node, zero `zero`, the device profiled with products that lose
+/// `slowdown` of their rate beside a 2-GPU `op` (`[[overlap]]`).
+fn dp2_contended(zero: u64, op: &str, slowdown: f64, pp: u64) -> Plan {
+    use planc_compiler::profile::{OverlapPoint, Profile};
+    let text = format!(
+        "cluster c {{ nodes = 1, gpus_per_node = {gpus}, gpu = H200_SXM_141GB }}
+         model m {{ layers = 12, hidden = 768, heads = 12, vocab = 50304, seq_len = 1024 }}
+         train {{ global_batch = 64, precision = bf16, optimizer = adamw, attention = flash }}
+         parallel {{ tp = 1, pp = {pp}, dp = 2, micro_batch = 8, zero = {zero}, recompute = none }}",
+        gpus = 2 * pp
+    );
+    let checked = check_source("t.tp", &text);
+    let mut plan = checked
+        .plan
+        .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics));
+    let base = planc_compiler::profile::Profile::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../compiler/catalog/profiles/h200_sxm_141gb.bf16.toml"),
+    )
+    .unwrap();
+    let overlap = vec![OverlapPoint {
+        op: op.into(),
+        gpus: 2,
+        bytes: 64 << 20,
+        m: 16384,
+        n: 3072,
+        k: 768,
+        products_alone_s: 1e-3 * (1.0 - slowdown),
+        products_beside_s: 1e-3,
+        collective_alone_s: 2e-4,
+        collective_beside_s: 2e-4,
+    }];
+    plan.cluster.groups[0].gpu.profile = Some(std::sync::Arc::new(Profile { overlap, ..base }));
+    plan
+}
+
+#[test]
+fn passes_beside_a_reduction_lose_the_measured_share_in_simulation_as_in_the_closed_form() {
+    for (zero, op, pp) in [
+        (0, "AllReduce", 1),
+        (1, "ReduceScatter", 1),
+        (0, "AllReduce", 2),
+    ] {
+        let (closed0, sim0) = both(&dp2_contended(zero, op, 0.0, pp));
+        let (closed1, sim1) = both(&dp2_contended(zero, op, 0.8, pp));
+        assert!(
+            sim1 > sim0 && closed1 > closed0,
+            "{op}: {sim0} -> {sim1}, {closed0} -> {closed1}"
+        );
+        // Both charge the same share of the hidden time, so without a pipeline they move
+        // alike. Under one the simulation charges more: a later stage's last backward,
+        // lengthened beside its reduction, delays the earlier stage's, which is then
+        // lengthened beside its own; the closed form charges the stage alone.
+        let (ds, dc) = (sim1 - sim0, closed1 - closed0);
+        if pp == 1 {
+            assert!(
+                (ds - dc).abs() <= 0.25 * dc.max(ds),
+                "zero {zero}: simulation +{ds}, closed form +{dc}"
+            );
+        } else {
+            assert!(ds >= dc, "pp {pp}: simulation +{ds}, closed form +{dc}");
+        }
+        assert!(
+            (sim1 - closed1).abs() / closed1 < 0.05,
+            "{sim1} vs {closed1}"
+        );
+    }
+}

@@ -682,6 +682,7 @@ pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Pla
         let gathers = if p.zero >= 3 { 2.0 * m } else { 1.0 };
         return per_step * reduce + gathers * gather;
     }
+    let (slow_reduce, slow_gather) = dp_contention(plan, stage, pl);
     if p.zero >= 2 {
         // ZeRO-2 reduces gradients after every backward, ZeRO-3 also gathers parameters
         // before every forward and backward: per micro-batch the link carries all of it
@@ -694,16 +695,50 @@ pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Pla
         let hidden = hiding(&st.backward, pl)
             + hiding(&st.forward, pl) * steady_forwards(plan, stage, m as u64);
         let per_micro_batch = (link - hidden).max(link / buckets);
+        // What hides still costs the passes it hides behind their lost rate: the reduction
+        // (reduce-scatter) and, under ZeRO-3, the gathers, each at its own measured rate.
+        let gathers = if p.zero >= 3 { 2.0 * gather } else { 0.0 };
+        let slow = (slow_reduce * reduce + slow_gather * gathers) / link.max(f64::MIN_POSITIVE);
+        let per_micro_batch = per_micro_batch + slow * (link - per_micro_batch);
         let final_gather = if p.zero >= 3 {
             0.0
         } else {
-            (gather - hiding(&st.forward, pl)).max(gather / buckets)
+            let exposed = (gather - hiding(&st.forward, pl)).max(gather / buckets);
+            exposed + slow_gather * (gather - exposed)
         };
         return m * per_micro_batch + final_gather;
     }
     let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / buckets);
     let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / buckets);
-    exposed_reduce + exposed_gather
+    exposed_reduce
+        + slow_reduce * (reduce - exposed_reduce)
+        + exposed_gather
+        + slow_gather * (gather - exposed_gather)
+}
+
+/// The share of the passes' rate a data-parallel reduction and parameter gather take while
+/// they run beside them (SMs and memory bandwidth held by NCCL's kernels): as the device's
+/// profile measured it for a group of this size inside a node (`planc calibrate --gpus N`,
+/// `[[overlap]]`), for the collective the plan's ZeRO stage runs (all-reduce without ZeRO,
+/// reduce-scatter and all-gather with it). Zero where not measured: groups across nodes,
+/// whose NICs feed NCCL far slower than NVLink, and unprofiled devices, keep the hiding
+/// the published rows bear out.
+pub fn dp_contention(plan: &Plan, stage: u64, pl: &Placement) -> (f64, f64) {
+    if pl.dp.size <= 1 || pl.dp.per_node < pl.dp.size {
+        return (0.0, 0.0);
+    }
+    let Some(profile) = super::stage_group(plan, stage).gpu.profile.as_ref() else {
+        return (0.0, 0.0);
+    };
+    let n = pl.dp.size as usize;
+    if plan.parallel.zero >= 1 {
+        (
+            profile.contention("ReduceScatter", n).unwrap_or(0.0),
+            profile.contention("AllGather", n).unwrap_or(0.0),
+        )
+    } else {
+        (profile.contention("AllReduce", n).unwrap_or(0.0), 0.0)
+    }
 }
 
 /// How long a pass keeps the data-parallel link's traffic hidden: its compute, and also its
@@ -1158,6 +1193,72 @@ mod tests {
         );
         pl.tp.per_node = 4;
         assert_eq!(dp_exposed(&plan, 0, params, &st, &pl), compute_only);
+    }
+
+    /// GPT-2 124M over dp 2 on one H200 node, its device profiled with products that
+    /// lose `slowdown` of their rate beside a 2-GPU `op`.
+    pub(crate) fn dp2_h200_with_contention(zero: u64, op: &str, slowdown: f64) -> Plan {
+        use crate::profile::{OverlapPoint, Profile};
+        let mut plan = checked(&format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 2, gpu = H200_SXM_141GB }}
+             model m {{ layers = 12, hidden = 768, heads = 12, vocab = 50304, seq_len = 1024 }}
+             train {{ global_batch = 32, precision = bf16, optimizer = adamw, attention = flash }}
+             parallel {{ tp = 1, pp = 1, dp = 2, micro_batch = 16, zero = {zero}, recompute = none }}"
+        ));
+        let point = OverlapPoint {
+            op: op.into(),
+            gpus: 2,
+            bytes: 64 << 20,
+            m: 16384,
+            n: 3072,
+            k: 768,
+            products_alone_s: 1e-3 * (1.0 - slowdown),
+            products_beside_s: 1e-3,
+            collective_alone_s: 2e-4,
+            collective_beside_s: 2e-4,
+        };
+        plan.cluster.groups[0].gpu.profile = Some(std::sync::Arc::new(Profile {
+            overlap: vec![point],
+            ..Profile::empty_for_tests()
+        }));
+        plan
+    }
+
+    #[test]
+    fn an_overlapped_reduction_costs_the_passes_its_measured_share_of_the_hidden_time() {
+        let exposed = |plan: &Plan| {
+            let group = &plan.cluster.groups[0];
+            let dev = Device {
+                gpu: &group.gpu,
+                precision: plan.train.precision,
+            };
+            let pl = placement(plan, group);
+            let st = stage_time(plan, 0, &dev, &pl);
+            let params = stage_params(plan, 0);
+            let reduce = collective_time(Collective::AllReduce, params * 4.0, pl.dp, &pl.fabric);
+            (dp_exposed(plan, 0, params, &st, &pl), reduce)
+        };
+        let (free, reduce) = exposed(&dp2_h200_with_contention(0, "AllReduce", 0.0));
+        let (half, _) = exposed(&dp2_h200_with_contention(0, "AllReduce", 0.5));
+        assert!(free < reduce, "part of it hides: {free} of {reduce}");
+        assert!(
+            (half - (free + 0.5 * (reduce - free))).abs() < 1e-12,
+            "{half} vs {free} + half of {}",
+            reduce - free
+        );
+        // Measured for another collective than the plan's (ZeRO-1 reduce-scatters): none.
+        let z1 = exposed(&dp2_h200_with_contention(1, "AllReduce", 0.5)).0;
+        let z1_free = exposed(&dp2_h200_with_contention(1, "AllReduce", 0.0)).0;
+        assert_eq!(z1, z1_free);
+        // A data-parallel group across nodes is not what the profile measured.
+        let mut across = dp2_h200_with_contention(0, "AllReduce", 0.5);
+        let mut pl = placement(&across, &across.cluster.groups[0]);
+        pl.dp.per_node = 1;
+        assert_eq!(dp_contention(&across, 0, &pl), (0.0, 0.0));
+        pl.dp.per_node = 2;
+        assert_eq!(dp_contention(&across, 0, &pl), (0.5, 0.0));
+        across.cluster.groups[0].gpu.profile = None;
+        assert_eq!(dp_contention(&across, 0, &pl), (0.0, 0.0));
     }
 
     fn tp8_plan(sp: bool, framework: &str) -> Plan {
