@@ -57,29 +57,38 @@ impl Collectives {
 
     /// Median seconds of `op` over a buffer of `bytes` (the full, unsharded buffer).
     pub fn time(&self, op: Collective, bytes: f64, repeats: usize) -> Result<f64, RunError> {
+        let mut bufs = self.buffers_for(op, bytes)?;
+        self.timed(repeats, || self.launch(op, &mut bufs))
+    }
+
+    /// The send and receive buffers of `op` over a full buffer of `bytes` (bf16 elements,
+    /// divisible by the group size).
+    fn buffers_for(&self, op: Collective, bytes: f64) -> Result<Vec<Pair>, RunError> {
         let n = self.size();
-        let full = ((bytes / 2.0) as usize / n).max(1) * n; // bf16 elements, divisible by n
+        let full = ((bytes / 2.0) as usize / n).max(1) * n;
         let (send_len, recv_len) = match op {
             Collective::AllReduce | Collective::AllToAll => (full, full),
             Collective::AllGather => (full / n, full),
             Collective::ReduceScatter => (full, full / n),
         };
-        let mut bufs = self.buffers(send_len, recv_len)?;
-        self.timed(repeats, || {
-            group_start().map_err(cuda)?;
-            for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
-                match op {
-                    Collective::AllReduce | Collective::AllToAll => {
-                        comm.all_reduce(send, recv, &ReduceOp::Sum).map_err(cuda)?
-                    }
-                    Collective::AllGather => comm.all_gather(send, recv).map_err(cuda)?,
-                    Collective::ReduceScatter => comm
-                        .reduce_scatter(send, recv, &ReduceOp::Sum)
-                        .map_err(cuda)?,
-                };
-            }
-            group_end().map(|_| ()).map_err(cuda)
-        })
+        self.buffers(send_len, recv_len)
+    }
+
+    /// Queues `op` on every GPU's stream as one NCCL group.
+    fn launch(&self, op: Collective, bufs: &mut [Pair]) -> Result<(), RunError> {
+        group_start().map_err(cuda)?;
+        for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
+            match op {
+                Collective::AllReduce | Collective::AllToAll => {
+                    comm.all_reduce(send, recv, &ReduceOp::Sum).map_err(cuda)?
+                }
+                Collective::AllGather => comm.all_gather(send, recv).map_err(cuda)?,
+                Collective::ReduceScatter => comm
+                    .reduce_scatter(send, recv, &ReduceOp::Sum)
+                    .map_err(cuda)?,
+            };
+        }
+        group_end().map(|_| ()).map_err(cuda)
     }
 
     /// Median seconds for every GPU to send `bytes` to the next and receive as much from the
@@ -180,31 +189,12 @@ impl Collectives {
         let products_alone_s = alone[alone.len() / 2];
         // Beside: the collective queued first, enough of them to outlast the products.
         let count = ((1.5 * products_alone_s / collective_alone_s).ceil() as usize).clamp(1, 1000);
-        let n_gpus = self.size();
-        let full = ((bytes / 2.0) as usize / n_gpus).max(1) * n_gpus;
-        let (send_len, recv_len) = match op {
-            Collective::AllReduce | Collective::AllToAll => (full, full),
-            Collective::AllGather => (full / n_gpus, full),
-            Collective::ReduceScatter => (full, full / n_gpus),
-        };
-        let mut bufs = self.buffers(send_len, recv_len)?;
+        let mut bufs = self.buffers_for(op, bytes)?;
         let (mut beside, mut coll) = (Vec::new(), Vec::new());
         for _ in 0..repeats {
             let c0 = span(&self.streams)?;
             for _ in 0..count {
-                group_start().map_err(cuda)?;
-                for (comm, (send, recv)) in self.comms.iter().zip(bufs.iter_mut()) {
-                    match op {
-                        Collective::AllReduce | Collective::AllToAll => {
-                            comm.all_reduce(send, recv, &ReduceOp::Sum).map_err(cuda)?
-                        }
-                        Collective::AllGather => comm.all_gather(send, recv).map_err(cuda)?,
-                        Collective::ReduceScatter => comm
-                            .reduce_scatter(send, recv, &ReduceOp::Sum)
-                            .map_err(cuda)?,
-                    };
-                }
-                group_end().map_err(cuda)?;
+                self.launch(op, &mut bufs)?;
             }
             let s0 = span(&streams)?;
             products(&mut gemms)?;
@@ -217,7 +207,7 @@ impl Collectives {
         coll.sort_by(f64::total_cmp);
         Ok(OverlapPoint {
             op: format!("{op:?}"),
-            gpus: n_gpus,
+            gpus: self.size(),
             bytes: bytes as usize,
             m,
             n,
