@@ -178,27 +178,42 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
-    /// Train the plan's model on the local GPU, and compare the run with the prediction.
+    /// Train the plan's model on the local GPUs (and nodes), laid out as the plan says, and
+    /// compare the run with the prediction.
     ///
     /// The model of the `model` block (GPT or Llama family) trains natively through CUDA,
-    /// cuBLAS and kernels compiled at start with NVRTC: forward, backward, loss, AdamW/SGD,
-    /// gradient accumulation over micro-batches, recompute, in fp32, bf16 or fp16, on the
-    /// data of `train.data` (a token file) or the synthetic corpus. The step executes the
-    /// same per-rank program `planc simulate` prices. Each step prints a line (loss,
-    /// tokens/s, MFU, memory); at the end the measured step time and peak memory stand next
-    /// to planc's prediction for this plan on this GPU, and the last step by kind of work
-    /// (linear layers, attention, norms, ...) next to the prediction from the device
-    /// profile and from the constants. Contract: shared/spec/run.md.
+    /// cuBLAS, NCCL and kernels compiled at start with NVRTC: forward, backward, loss,
+    /// AdamW/SGD, gradient accumulation over micro-batches, recompute, in fp32, bf16 or
+    /// fp16, on the data of `train.data` (a token file) or the synthetic corpus. The step
+    /// executes the same per-rank program `planc simulate` prices. Each step prints a line
+    /// (loss, tokens/s, MFU, memory); at the end the measured step time and peak memory
+    /// stand next to planc's prediction for this plan on this GPU, and the last step by
+    /// kind of work (linear layers, attention, norms, communication, pipeline wait, ...)
+    /// next to the prediction from the device profile and from the constants.
+    /// Contract: shared/spec/run.md.
     ///
-    /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc) on the
-    /// library path: exit 2 without them. A plan too big for the GPU is refused with its
-    /// predicted memory and the `--layers K` that fits; exit 1 for plan and run errors.
+    /// A plan of several GPUs starts one process per local GPU: tensor parallelism (with
+    /// or without sequence_parallel), pipeline parallelism (gpipe, 1f1b, interleaved,
+    /// uneven end stages) and data parallelism (zero 0 or 1) run; other layouts are
+    /// refused before any rank starts (P0901). On several nodes, every node runs the same
+    /// command with --nnodes, --node-rank and --master (or under Slurm or torchrun). A
+    /// rank that dies stops the others with its name; a rank that waits longer than
+    /// PLANC_TIMEOUT_S seconds (default 300) in a collective, a transfer or a step prints
+    /// what it waits in and where its GPU is, aborts NCCL and exits 1. Checkpoints are the
+    /// whole model whatever the layout: a run saved under tp 2 resumes on one GPU.
+    ///
+    /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc, and
+    /// libnccl for several GPUs) on the library path: exit 2 without them. A plan too big
+    /// for the GPU is refused with its predicted memory and the `--layers K` that fits;
+    /// exit 1 for plan and run errors.
     ///
     /// Examples:
     ///   planc run examples/gpt2-124m-1gpu.tp --steps 50
     ///   planc run plan.tp --save ckpt --save-every 100 --metrics m.jsonl
     ///   planc run plan.tp --resume ckpt --steps 100
-    ///   planc run examples/llama3-8b-1x8h100.tp --layers 2 --steps 5 --trace run.json
+    ///   planc run examples/llama3.2-1b-2gpu-tp2.tp --steps 30 --trace run.json
+    ///   planc run plan.tp --nnodes 2 --node-rank 0 --master node0:29500   # on each node
+    ///   planc run examples/llama3-8b-1x8h100.tp --layers 2 --steps 5
     ///   planc run plan.tp --ops            # time one layer's operations instead
     #[command(verbatim_doc_comment)]
     Run {
