@@ -338,7 +338,15 @@ pub fn data_parallel_groups(world: usize, tp: usize, dp: usize) -> Vec<Vec<usize
 ///
 /// `groups` are (kind, members); every rank walks them in the same order, so the blocking
 /// initialisations of a rank's groups (one of each kind) meet without a cycle.
-pub fn communicators(world: &World, groups: &[(&str, Vec<usize>)]) -> Result<Vec<Comm>, RunError> {
+///
+/// `fingerprint` says what this rank runs (planc's version, the plan's hash, the options
+/// that change the program); a rank whose fingerprint differs from rank 0's is refused at
+/// the rendezvous, before any NCCL call, instead of hanging in the first collective.
+pub fn communicators(
+    world: &World,
+    groups: &[(&str, Vec<usize>)],
+    fingerprint: &str,
+) -> Result<Vec<Comm>, RunError> {
     // SAFETY: probes the shared library only.
     if !unsafe { cudarc::nccl::sys::is_culib_present() } {
         return Err(RunError::Cuda(
@@ -357,7 +365,7 @@ pub fn communicators(world: &World, groups: &[(&str, Vec<usize>)]) -> Result<Vec
     } else {
         Vec::new()
     };
-    let ids = rendezvous(world, ids, groups.len(), timeout())?;
+    let ids = rendezvous(world, ids, groups.len(), fingerprint, timeout())?;
     let mut comms = Vec::new();
     for (k, (name, members)) in groups.iter().enumerate() {
         let Some(me) = members.iter().position(|&r| r == world.rank) else {
@@ -388,13 +396,15 @@ pub fn communicators(world: &World, groups: &[(&str, Vec<usize>)]) -> Result<Vec
 }
 
 /// The TCP exchange: rank 0 listens on `world.master`, each other rank connects (retrying
-/// until `limit`), sends its rank and receives `count` ids of 128 bytes; rank 0 returns
-/// its own `ids`. A rank that never joins, or a rank 0 that cannot be reached, is an error
-/// that names it.
+/// until `limit`), sends its rank and its fingerprint, and receives `count` ids of 128
+/// bytes, or, where its fingerprint is not rank 0's, a refusal that says both; rank 0
+/// returns its own `ids`. A rank that never joins, a rank 0 that cannot be reached, or a
+/// rank that runs something else is an error that names it, on both sides.
 pub fn rendezvous(
     world: &World,
     ids: Vec<[u8; 128]>,
     count: usize,
+    fingerprint: &str,
     limit: Duration,
 ) -> Result<Vec<[u8; 128]>, RunError> {
     let io = |e: std::io::Error| RunError::Cuda(format!("rendezvous: {e}"));
@@ -423,6 +433,20 @@ pub fn rendezvous(
                     if r == 0 || r >= world.size {
                         continue;
                     }
+                    let Ok(theirs) = read_text(&mut s) else {
+                        continue;
+                    };
+                    if theirs != fingerprint {
+                        let why = format!(
+                            "rank {r} runs {theirs}, rank 0 runs {fingerprint}: every node must \
+                             run the same planc on the same plan with the same --steps and \
+                             --layers (a rank running another program would hang in its \
+                             first collective)"
+                        );
+                        let _ = s.write_all(&[1]).and_then(|_| write_text(&mut s, &why));
+                        return Err(RunError::Plan(why));
+                    }
+                    s.write_all(&[0]).map_err(io)?;
                     for id in &ids {
                         s.write_all(id).map_err(io)?;
                     }
@@ -466,6 +490,18 @@ pub fn rendezvous(
     };
     s.write_all(&(world.rank as u32).to_le_bytes())
         .map_err(io)?;
+    write_text(&mut s, fingerprint).map_err(io)?;
+    let hung_up = |e: std::io::Error| {
+        RunError::Plan(format!(
+            "rank {}: rank 0 hung up during the rendezvous: {e}",
+            world.rank
+        ))
+    };
+    let mut status = [0u8; 1];
+    s.read_exact(&mut status).map_err(hung_up)?;
+    if status[0] != 0 {
+        return Err(RunError::Plan(read_text(&mut s).map_err(hung_up)?));
+    }
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         let mut b = [0u8; 128];
@@ -478,6 +514,31 @@ pub fn rendezvous(
         out.push(b);
     }
     Ok(out)
+}
+
+/// The longest text the rendezvous reads (a fingerprint, a refusal): a peer that sends
+/// more is not a planc rank.
+const MAX_TEXT: usize = 4096;
+
+fn write_text(s: &mut TcpStream, text: &str) -> std::io::Result<()> {
+    let b = &text.as_bytes()[..text.len().min(MAX_TEXT)];
+    s.write_all(&(b.len() as u32).to_le_bytes())?;
+    s.write_all(b)
+}
+
+fn read_text(s: &mut TcpStream) -> std::io::Result<String> {
+    let mut n = [0u8; 4];
+    s.read_exact(&mut n)?;
+    let n = u32::from_le_bytes(n) as usize;
+    if n > MAX_TEXT {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a planc rank",
+        ));
+    }
+    let mut b = vec![0u8; n];
+    s.read_exact(&mut b)?;
+    Ok(String::from_utf8_lossy(&b).into_owned())
 }
 
 /// Turns a wait past the timeout into an error. Two clocks: the main thread says what it
@@ -594,6 +655,8 @@ static ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::
 mod tests {
     use super::*;
 
+    const FP: &str = "planc 0.1.0, plan 1a2b, 20 steps";
+
     fn world(rank: usize, size: usize, port: u16) -> World {
         World {
             rank,
@@ -619,11 +682,17 @@ mod tests {
         let others: Vec<_> = (1..4)
             .map(|r| {
                 std::thread::spawn(move || {
-                    rendezvous(&world(r, 4, port), Vec::new(), 3, Duration::from_secs(20))
+                    rendezvous(
+                        &world(r, 4, port),
+                        Vec::new(),
+                        3,
+                        FP,
+                        Duration::from_secs(20),
+                    )
                 })
             })
             .collect();
-        let mine = rendezvous(&world(0, 4, port), ids, 3, Duration::from_secs(20)).unwrap();
+        let mine = rendezvous(&world(0, 4, port), ids, 3, FP, Duration::from_secs(20)).unwrap();
         assert_eq!(mine, expect);
         for t in others {
             assert_eq!(t.join().unwrap().unwrap(), expect);
@@ -631,15 +700,66 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_that_never_joins_is_named() {
+    fn a_rank_that_runs_another_plan_is_refused_on_both_sides_before_any_collective() {
         let port = free_port();
         let one = std::thread::spawn(move || {
-            rendezvous(&world(1, 3, port), Vec::new(), 1, Duration::from_secs(5))
+            rendezvous(
+                &world(1, 3, port),
+                Vec::new(),
+                1,
+                FP,
+                Duration::from_secs(3),
+            )
+        });
+        let two = std::thread::spawn(move || {
+            let other = "planc 0.1.0, plan 9f9f, 20 steps";
+            rendezvous(
+                &world(2, 3, port),
+                Vec::new(),
+                1,
+                other,
+                Duration::from_secs(20),
+            )
         });
         let err = rendezvous(
             &world(0, 3, port),
             vec![[1; 128]],
             1,
+            FP,
+            Duration::from_secs(20),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("rank 2 runs planc 0.1.0, plan 9f9f")
+                && err.contains("rank 0 runs planc 0.1.0, plan 1a2b"),
+            "{err}"
+        );
+        let err2 = two.join().unwrap().unwrap_err().to_string();
+        assert_eq!(err2, err);
+        // Rank 1 matched; it learns of the failure when rank 0 hangs up, if it had not
+        // joined before the refusal, or later in NCCL's init otherwise: an error either way
+        // or the ids.
+        let _ = one.join().unwrap();
+    }
+
+    #[test]
+    fn a_rank_that_never_joins_is_named() {
+        let port = free_port();
+        let one = std::thread::spawn(move || {
+            rendezvous(
+                &world(1, 3, port),
+                Vec::new(),
+                1,
+                FP,
+                Duration::from_secs(5),
+            )
+        });
+        let err = rendezvous(
+            &world(0, 3, port),
+            vec![[1; 128]],
+            1,
+            FP,
             Duration::from_secs(1),
         )
         .unwrap_err()
@@ -655,6 +775,7 @@ mod tests {
             &world(2, 3, port),
             Vec::new(),
             1,
+            FP,
             Duration::from_millis(300),
         )
         .unwrap_err()

@@ -374,7 +374,16 @@ pub fn train(
         }
     }
     let comms: Vec<Arc<Comm>> = if world.size > 1 {
-        dist::communicators(world, &groups)?
+        // What must be the same on every rank for their programs to match.
+        let fingerprint = format!(
+            "planc {}, plan text sha256 {}, {} steps, {} layers, {} ranks",
+            env!("CARGO_PKG_VERSION"),
+            &opts.plan_hash[..opts.plan_hash.len().min(12)],
+            opts.steps.unwrap_or(settings.steps),
+            opts.layers.unwrap_or(dims.layers),
+            world.size
+        );
+        dist::communicators(world, &groups, &fingerprint)?
             .into_iter()
             .map(Arc::new)
             .collect()
