@@ -8,7 +8,8 @@
 # flash attention and full recompute), pp 2 with 1f1b, gpipe and interleaved (vpp 2, a
 # layer a virtual stage) over 4 micro-batches of 2, each within 1e-4 (fp32) or 2e-2 (bf16) of one GPU; a tp 2 and a pp 2
 # checkpoint resumed on one GPU; two node processes meeting over loopback, a rank killed mid-run (named error, no process
-# left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S).
+# left), a planted skipped collective (the watchdog names it within PLANC_TIMEOUT_S), two
+# node processes with different --steps (refused at the rendezvous).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
@@ -166,6 +167,24 @@ part_nodes() {
         --master 127.0.0.1:$port --metrics "$out/$name/m.jsonl" >"$out/$name/log" 2>&1
     wait
     compare "$name" gpt-fp32 1e-4
+
+    # The same, node 1 with other --steps: its program differs (it would hang in the
+    # last step's collectives); the rendezvous refuses it on both nodes, naming both.
+    name=mismatched-nodes
+    mkdir -p "$out/$name"
+    port=$((20000 + RANDOM % 20000))
+    start=$(date +%s)
+    PLANC_TIMEOUT_S=30 CUDA_VISIBLE_DEVICES=1 timeout 60 "$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 19 \
+        --nnodes 2 --node-rank 1 --master 127.0.0.1:$port >"$out/$name/log1" 2>&1 &
+    PLANC_TIMEOUT_S=30 CUDA_VISIBLE_DEVICES=0 timeout 60 "$PLANC" run "$plans/gpt-fp32-dp2-zero0.tp" --steps 20 \
+        --nnodes 2 --node-rank 0 --master 127.0.0.1:$port >"$out/$name/log" 2>&1
+    code=$?
+    wait
+    if [ "$code" = 1 ] && grep -q "rank 1 runs .* 19 steps.*rank 0 runs .* 20 steps" "$out/$name/log"; then
+        record "$name" "ok (exit 1 after $(( $(date +%s) - start )) s: $(grep -m 1 'rank 1 runs' "$out/$name/log" | cut -c1-200))"
+    else
+        record "$name" "FAIL (exit $code: $(tail -n 3 "$out/$name/log" | tr '\n' ' '))"
+    fi
 }
 
 part_faults() {
