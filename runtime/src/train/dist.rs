@@ -561,6 +561,34 @@ struct WatchState {
     stop: AtomicBool,
 }
 
+impl WatchState {
+    /// What the rank has waited in past `limit`, if anything. A marked wait, the more
+    /// precise name, has its own clock and is judged alone; else the step's clock.
+    fn overdue(&self, limit: Duration) -> Option<String> {
+        let (since, step_since) = (
+            self.since.load(Ordering::Relaxed),
+            self.step_since.load(Ordering::Relaxed),
+        );
+        if since != 0 {
+            if waited(since) <= limit {
+                return None;
+            }
+            let what = self.what.lock().map(|w| w.clone()).unwrap_or_default();
+            return Some(format!(
+                "waited {:.0} s in {what}",
+                waited(since).as_secs_f64()
+            ));
+        }
+        (step_since != 0 && waited(step_since) > limit).then(|| {
+            format!(
+                "has been in step {} for {:.0} s",
+                self.step.load(Ordering::Relaxed),
+                waited(step_since).as_secs_f64()
+            )
+        })
+    }
+}
+
 fn stamp() -> u64 {
     1 + ORIGIN.elapsed().as_millis() as u64
 }
@@ -581,24 +609,7 @@ impl Watchdog {
             if s.stop.load(Ordering::Relaxed) {
                 return;
             }
-            let (since, step_since) = (
-                s.since.load(Ordering::Relaxed),
-                s.step_since.load(Ordering::Relaxed),
-            );
-            // A marked wait, the more precise name, has its own clock and is judged alone.
-            let what = if since != 0 {
-                if waited(since) <= limit {
-                    continue;
-                }
-                let what = s.what.lock().map(|w| w.clone()).unwrap_or_default();
-                format!("waited {:.0} s in {what}", waited(since).as_secs_f64())
-            } else if step_since != 0 && waited(step_since) > limit {
-                format!(
-                    "has been in step {} for {:.0} s",
-                    s.step.load(Ordering::Relaxed),
-                    waited(step_since).as_secs_f64()
-                )
-            } else {
+            let Some(what) = s.overdue(limit) else {
                 continue;
             };
             // The host waits at a sync point; the GPU is further back, in the first
@@ -741,6 +752,34 @@ mod tests {
         // joined before the refusal, or later in NCCL's init otherwise: an error either way
         // or the ids.
         let _ = one.join().unwrap();
+    }
+
+    #[test]
+    fn the_watchdog_names_a_marked_wait_first_and_else_the_step_past_the_limit() {
+        let s = WatchState::default();
+        let limit = Duration::from_millis(40);
+        assert_eq!(s.overdue(limit), None, "idle");
+        // In step 3, not yet past the limit; then past it.
+        s.step.store(3, Ordering::Relaxed);
+        s.step_since.store(stamp(), Ordering::Relaxed);
+        assert_eq!(s.overdue(limit), None);
+        std::thread::sleep(Duration::from_millis(60));
+        let late = s.overdue(limit).expect("past the limit");
+        assert!(late.starts_with("has been in step 3 for"), "{late}");
+        // A marked wait that has just begun is judged on its own clock, not the step's.
+        *s.what.lock().unwrap() = "the step-3 gradient reduction".into();
+        s.since.store(stamp(), Ordering::Relaxed);
+        assert_eq!(s.overdue(limit), None);
+        std::thread::sleep(Duration::from_millis(60));
+        let late = s.overdue(limit).expect("past the limit");
+        assert!(
+            late.starts_with("waited") && late.ends_with("in the step-3 gradient reduction"),
+            "{late}"
+        );
+        // Done with both: nothing.
+        s.since.store(0, Ordering::Relaxed);
+        s.step_since.store(0, Ordering::Relaxed);
+        assert_eq!(s.overdue(limit), None);
     }
 
     #[test]
