@@ -32,7 +32,7 @@ esac
 profile=
 if want calibrate; then
     echo "== planc calibrate --gpus 2"
-    "$planc" calibrate --gpus 2 -o "$out/profile.toml" 2>&1 | tr "\r" "\n" | tail -n 40
+    "$planc" calibrate --gpus 2 -o "$out/profile.toml" 2>&1 | tr "\r" "\n" | tail -n 60
     [ -s "$out/profile.toml" ] && profile=$out/profile.toml
 fi
 profile=${PROFILE:-$profile}
