@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::plan::{NodeGroup, Plan, Recompute};
 use memory::{stage_memory, StageMemory};
-use time::{dp_exposed, optimizer_time, placement, stage_time, Device, StageTime};
+use time::{dp_exposed_parts, optimizer_time, placement, stage_time, Device, StageTime};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct StageEstimate {
@@ -23,6 +23,10 @@ pub struct StageEstimate {
     pub gpu: String,
     pub capacity_bytes: f64,
     pub dp_exposed_s: f64,
+    /// Of `dp_exposed_s`, what the passes lost beside the hidden reduction (measured
+    /// contention; 0 without a profile that measured it). It lengthens the stage's last
+    /// backward passes, so it also delays the drain of every earlier pipeline stage.
+    pub dp_contention_s: f64,
     pub optimizer_s: f64,
 }
 
@@ -117,14 +121,15 @@ pub fn estimate(plan: &Plan) -> Estimate {
         let pl = placement(plan, group);
         let mem = stage_memory(plan, s, micro_batches);
         let t = stage_time(plan, s, &dev, &pl);
-        let dp = dp_exposed(plan, s, mem.params, &t, &pl);
+        let (exposed, contention) = dp_exposed_parts(plan, s, mem.params, &t, &pl);
         let opt = optimizer_time(plan, mem.params, &dev);
         stages.push(StageEstimate {
             capacity_bytes: group.gpu.memory,
             gpu: group.gpu.name.clone(),
             memory: mem,
             time: t,
-            dp_exposed_s: dp,
+            dp_exposed_s: exposed + contention,
+            dp_contention_s: contention,
             optimizer_s: opt,
         });
     }
@@ -148,19 +153,26 @@ pub fn estimate(plan: &Plan) -> Estimate {
     let compute_per_mb = b.time.forward.compute + b.time.backward.compute;
     let comm_per_mb = b.time.forward.comm + b.time.backward.comm + b.time.p2p;
     // After the last backward each stage reduces gradients and steps its optimizer; the
-    // slowest of these ends the step.
-    let tail = stages
-        .iter()
-        .map(|s| s.dp_exposed_s + s.optimizer_s)
-        .fold(0.0, f64::max);
-    let tail_stage = stages
-        .iter()
-        .max_by(|a, b| {
-            (a.dp_exposed_s + a.optimizer_s).total_cmp(&(b.dp_exposed_s + b.optimizer_s))
+    // slowest of these ends the step. A stage's last backward waits for the later
+    // stages', which their reductions' contention lengthened.
+    let tails: Vec<f64> = (0..stages.len())
+        .map(|i| {
+            let later: f64 = stages[i + 1..].iter().map(|s| s.dp_contention_s).sum();
+            stages[i].dp_exposed_s + later + stages[i].optimizer_s
         })
-        .expect("at least one stage");
+        .collect();
+    let (tail_index, tail) = tails
+        .iter()
+        .copied()
+        .enumerate()
+        // The last of equal tails, as `max_by` picks.
+        .fold(
+            (0, f64::MIN),
+            |acc, (i, t)| if t >= acc.1 { (i, t) } else { acc },
+        );
+    let tail_stage = &stages[tail_index];
     let compute_s = mb * compute_per_mb + tail_stage.optimizer_s;
-    let exposed_comm_s = mb * comm_per_mb + tail_stage.dp_exposed_s;
+    let exposed_comm_s = mb * comm_per_mb + (tail - tail_stage.optimizer_s);
     let step_s = compute_s + exposed_comm_s + bubble_s;
     debug_assert!((step_s - (mb * t_max + bubble_s + tail)).abs() < 1e-9 * step_s.max(1.0));
 

@@ -656,9 +656,23 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
 
 /// Data-parallel gradient (and parameter) communication of one stage, exposed part.
 pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
+    let (exposed, contention) = dp_exposed_parts(plan, stage, params, st, pl);
+    exposed + contention
+}
+
+/// [`dp_exposed`] as (what waits for the link, what the passes lose beside the hidden
+/// rest: [`dp_contention`] of it). The second lengthens the stage's last backward passes,
+/// so under a pipeline it also delays the earlier stages' drain.
+pub fn dp_exposed_parts(
+    plan: &Plan,
+    stage: u64,
+    params: f64,
+    st: &StageTime,
+    pl: &Placement,
+) -> (f64, f64) {
     let p = &plan.parallel;
     if pl.dp.size <= 1 {
-        return 0.0;
+        return (0.0, 0.0);
     }
     let grad_bytes = params * 4.0;
     let param_bytes = params * plan.train.precision.bytes();
@@ -680,7 +694,7 @@ pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Pla
         // nothing hides it.
         let per_step = if p.zero >= 2 { m } else { 1.0 };
         let gathers = if p.zero >= 3 { 2.0 * m } else { 1.0 };
-        return per_step * reduce + gathers * gather;
+        return (per_step * reduce + gathers * gather, 0.0);
     }
     let (slow_reduce, slow_gather) = dp_contention(plan, stage, pl);
     if p.zero >= 2 {
@@ -699,21 +713,22 @@ pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Pla
         // (reduce-scatter) and, under ZeRO-3, the gathers, each at its own measured rate.
         let gathers = if p.zero >= 3 { 2.0 * gather } else { 0.0 };
         let slow = (slow_reduce * reduce + slow_gather * gathers) / link.max(f64::MIN_POSITIVE);
-        let per_micro_batch = per_micro_batch + slow * (link - per_micro_batch);
-        let final_gather = if p.zero >= 3 {
-            0.0
-        } else {
-            let exposed = (gather - hiding(&st.forward, pl)).max(gather / buckets);
-            exposed + slow_gather * (gather - exposed)
-        };
-        return m * per_micro_batch + final_gather;
+        let lost = m * slow * (link - per_micro_batch);
+        if p.zero >= 3 {
+            return (m * per_micro_batch, lost);
+        }
+        let exposed = (gather - hiding(&st.forward, pl)).max(gather / buckets);
+        return (
+            m * per_micro_batch + exposed,
+            lost + slow_gather * (gather - exposed),
+        );
     }
     let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / buckets);
     let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / buckets);
-    exposed_reduce
-        + slow_reduce * (reduce - exposed_reduce)
-        + exposed_gather
-        + slow_gather * (gather - exposed_gather)
+    (
+        exposed_reduce + exposed_gather,
+        slow_reduce * (reduce - exposed_reduce) + slow_gather * (gather - exposed_gather),
+    )
 }
 
 /// The share of the passes' rate a data-parallel reduction and parameter gather take while
