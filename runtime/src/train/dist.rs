@@ -677,6 +677,19 @@ mod tests {
         }
     }
 
+    /// Rank `rank` of `size` at the rendezvous on `port`.
+    fn meet(
+        rank: usize,
+        size: usize,
+        port: u16,
+        ids: Vec<[u8; 128]>,
+        count: usize,
+        fingerprint: &str,
+        limit: Duration,
+    ) -> Result<Vec<[u8; 128]>, RunError> {
+        rendezvous(&world(rank, size, port), ids, count, fingerprint, limit)
+    }
+
     fn free_port() -> u16 {
         TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -693,17 +706,11 @@ mod tests {
         let others: Vec<_> = (1..4)
             .map(|r| {
                 std::thread::spawn(move || {
-                    rendezvous(
-                        &world(r, 4, port),
-                        Vec::new(),
-                        3,
-                        FP,
-                        Duration::from_secs(20),
-                    )
+                    meet(r, 4, port, Vec::new(), 3, FP, Duration::from_secs(20))
                 })
             })
             .collect();
-        let mine = rendezvous(&world(0, 4, port), ids, 3, FP, Duration::from_secs(20)).unwrap();
+        let mine = meet(0, 4, port, ids, 3, FP, Duration::from_secs(20)).unwrap();
         assert_eq!(mine, expect);
         for t in others {
             assert_eq!(t.join().unwrap().unwrap(), expect);
@@ -713,34 +720,15 @@ mod tests {
     #[test]
     fn a_rank_that_runs_another_plan_is_refused_on_both_sides_before_any_collective() {
         let port = free_port();
-        let one = std::thread::spawn(move || {
-            rendezvous(
-                &world(1, 3, port),
-                Vec::new(),
-                1,
-                FP,
-                Duration::from_secs(3),
-            )
-        });
+        let one =
+            std::thread::spawn(move || meet(1, 3, port, Vec::new(), 1, FP, Duration::from_secs(3)));
         let two = std::thread::spawn(move || {
             let other = "planc 0.1.0, plan 9f9f, 20 steps";
-            rendezvous(
-                &world(2, 3, port),
-                Vec::new(),
-                1,
-                other,
-                Duration::from_secs(20),
-            )
+            meet(2, 3, port, Vec::new(), 1, other, Duration::from_secs(20))
         });
-        let err = rendezvous(
-            &world(0, 3, port),
-            vec![[1; 128]],
-            1,
-            FP,
-            Duration::from_secs(20),
-        )
-        .unwrap_err()
-        .to_string();
+        let err = meet(0, 3, port, vec![[1; 128]], 1, FP, Duration::from_secs(20))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("rank 2 runs planc 0.1.0, plan 9f9f")
                 && err.contains("rank 0 runs planc 0.1.0, plan 1a2b"),
@@ -785,24 +773,11 @@ mod tests {
     #[test]
     fn a_rank_that_never_joins_is_named() {
         let port = free_port();
-        let one = std::thread::spawn(move || {
-            rendezvous(
-                &world(1, 3, port),
-                Vec::new(),
-                1,
-                FP,
-                Duration::from_secs(5),
-            )
-        });
-        let err = rendezvous(
-            &world(0, 3, port),
-            vec![[1; 128]],
-            1,
-            FP,
-            Duration::from_secs(1),
-        )
-        .unwrap_err()
-        .to_string();
+        let one =
+            std::thread::spawn(move || meet(1, 3, port, Vec::new(), 1, FP, Duration::from_secs(5)));
+        let err = meet(0, 3, port, vec![[1; 128]], 1, FP, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ranks 2 to join"), "{err}");
         assert!(one.join().unwrap().is_ok());
     }
@@ -810,15 +785,9 @@ mod tests {
     #[test]
     fn an_unreachable_rank_zero_is_named() {
         let port = free_port();
-        let err = rendezvous(
-            &world(2, 3, port),
-            Vec::new(),
-            1,
-            FP,
-            Duration::from_millis(300),
-        )
-        .unwrap_err()
-        .to_string();
+        let err = meet(2, 3, port, Vec::new(), 1, FP, Duration::from_millis(300))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("rank 2 could not reach rank 0"), "{err}");
     }
 
