@@ -654,15 +654,10 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
     }
 }
 
-/// Data-parallel gradient (and parameter) communication of one stage, exposed part.
-pub fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
-    let (exposed, contention) = dp_exposed_parts(plan, stage, params, st, pl);
-    exposed + contention
-}
-
-/// [`dp_exposed`] as (what waits for the link, what the passes lose beside the hidden
-/// rest: [`dp_contention`] of it). The second lengthens the stage's last backward passes,
-/// so under a pipeline it also delays the earlier stages' drain.
+/// Data-parallel gradient (and parameter) communication of one stage, exposed part, as
+/// (what waits for the link, what the passes lose beside the hidden rest: [`dp_contention`]
+/// of it). The second lengthens the stage's last backward passes, so under a pipeline it
+/// also delays the earlier stages' drain.
 pub fn dp_exposed_parts(
     plan: &Plan,
     stage: u64,
@@ -841,6 +836,12 @@ pub fn optimizer_time(plan: &Plan, params: f64, dev: &Device) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both parts of [`dp_exposed_parts`]: what the stage's step pays in all.
+    fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
+        let (exposed, contention) = dp_exposed_parts(plan, stage, params, st, pl);
+        exposed + contention
+    }
     use crate::catalog::Catalog;
 
     fn a100() -> Device<'static> {

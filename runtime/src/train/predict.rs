@@ -51,10 +51,11 @@ impl Prediction {
 pub type ByKind = Vec<(WorkKind, f64)>;
 
 /// `plan`'s step on `stage` by kind of work, and again without device profiles where
-/// the plan has one (what the prediction was before calibration).
-fn by_kind(plan: &Plan, stage: u64) -> (ByKind, Option<ByKind>) {
+/// the plan has one (what the prediction was before calibration). `bubble`: the plan's
+/// simulated bubble, where it simulated.
+fn by_kind(plan: &Plan, stage: u64, bubble: Option<f64>) -> (ByKind, Option<ByKind>) {
     let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
-    let with = with_wait(plan, stage_by_kind(plan, stage, mb));
+    let with = with_wait(plan, stage_by_kind(plan, stage, mb), bubble);
     if plan.cluster.groups.iter().all(|g| g.gpu.profile.is_none()) {
         return (with, None);
     }
@@ -62,17 +63,23 @@ fn by_kind(plan: &Plan, stage: u64) -> (ByKind, Option<ByKind>) {
     for g in &mut bare.cluster.groups {
         g.gpu.profile = None;
     }
-    let bare_kinds = with_wait(&bare, stage_by_kind(&bare, stage, mb));
+    // The constants price the stages differently, so their bubble is their own.
+    let bare_bubble = if bare.parallel.pp > 1 {
+        planc_simulator::simulate(&bare)
+            .ok()
+            .map(|s| s.breakdown.bubble_s)
+    } else {
+        None
+    };
+    let bare_kinds = with_wait(&bare, stage_by_kind(&bare, stage, mb), bare_bubble);
     (with, Some(bare_kinds))
 }
 
 /// Under a pipeline, the kinds and the simulated bubble (the busiest stage's, as the step
 /// is): a stage's wait for its neighbour, which `planc run` measures in its transfers.
-fn with_wait(plan: &Plan, mut kinds: ByKind) -> ByKind {
-    if plan.parallel.pp > 1 {
-        if let Ok(sim) = planc_simulator::simulate(plan) {
-            kinds.push((WorkKind::PipelineWait, sim.breakdown.bubble_s));
-        }
+fn with_wait(plan: &Plan, mut kinds: ByKind, bubble: Option<f64>) -> ByKind {
+    if let (true, Some(b)) = (plan.parallel.pp > 1, bubble) {
+        kinds.push((WorkKind::PipelineWait, b));
     }
     kinds
 }
@@ -86,9 +93,8 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     // What runs is planc's own kernels, whatever framework the plan's job names.
     p.framework = planc_compiler::plan::Framework::Planc;
     let est = estimate(&p);
-    let step_s = planc_simulator::simulate(&p)
-        .map(|s| s.breakdown.step_s)
-        .unwrap_or(est.step_s);
+    let sim = planc_simulator::simulate(&p).ok().map(|s| s.breakdown);
+    let step_s = sim.as_ref().map_or(est.step_s, |b| b.step_s);
     let st = &est.stages[est.peak_stage].memory;
     // Memory is affine in the layer count: price one more layer to find the slope.
     let mut q = p.clone();
@@ -96,7 +102,7 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let est1 = estimate(&q);
     let st1 = &est1.stages[est1.peak_stage].memory;
     let per_layer = (st1.total_bytes - st.total_bytes).max(0.0);
-    let (by_kind, by_kind_constants) = by_kind(&p, 0);
+    let (by_kind, by_kind_constants) = by_kind(&p, 0, sim.map(|b| b.bubble_s));
     Prediction {
         by_kind,
         by_kind_constants,
