@@ -281,6 +281,35 @@ impl Comm {
         })
     }
 
+    /// Opens this group's send/receive connections both ways with its ring neighbours
+    /// (group ranks ± 1), all members together; `scratch` holds 3 f32 (one sent, one
+    /// received from each side). NCCL connects a direction on its first use, inside
+    /// `ncclGroupEnd`, and returns only when the peer has connected too; mid-step that can
+    /// deadlock: a pipeline stage that first receives from its successor in the group of a
+    /// send to it (gpipe's last forward) waits in the group's end, its send not launched,
+    /// while the successor's host waits on its stream for that very send (an upload from
+    /// pageable memory may). Seen on 2 H200s with bf16 gpipe; with every direction open
+    /// before the first step, no connection is made mid-step.
+    pub fn connect_neighbours(&self, scratch: Buf, stream: u64) -> Result<(), RunError> {
+        let (prev, next) = (
+            (self.rank + self.size - 1) % self.size,
+            (self.rank + 1) % self.size,
+        );
+        let peers = if prev == next {
+            vec![(next, 2)]
+        } else {
+            vec![(prev, 1), (next, 2)]
+        };
+        let ty = ncclDataType_t::ncclFloat32;
+        grouped(|| {
+            for (peer, slot) in peers {
+                self.send(scratch, 1, ty, peer, stream)?;
+                self.recv(scratch.at(slot, 4), 1, ty, peer, stream)?;
+            }
+            Ok(())
+        })
+    }
+
     pub fn abort(&self) {
         // SAFETY: aborting is allowed at any time; the communicator is not used after.
         unsafe {

@@ -463,7 +463,10 @@ pub fn train(
     let mut eng = Engine::new(gpu, shape, micro_batches)?;
     eng.tpc = tpc.clone();
     if let Some(c) = &ppc {
-        connect_pipeline(c, &eng, pp_rank, pp, &watchdog)?;
+        watchdog.waiting("connecting the pipeline group to its neighbouring stages".into());
+        c.connect_neighbours(eng.scalars, eng.gpu.stream as u64)?;
+        eng.gpu.sync()?;
+        watchdog.done();
     }
     on_event(Event::Started(phases.mark("buffers")));
     // This rank's table (its share under tensor parallelism) and the whole model's, which
@@ -1109,44 +1112,6 @@ fn send_order(
 /// Activation sets a rank's program holds at once: a micro-batch's chunk takes one at its
 /// forward or at the receive before it (whichever comes first) and gives it back after
 /// its backward.
-/// Opens the pipeline group's send/receive connections both ways between neighbouring
-/// stages before the first step. NCCL connects a direction on its first use, inside
-/// `ncclGroupEnd`, and returns only when the peer has connected too; mid-step that can
-/// deadlock: a stage that first receives from its successor in the same group as a send
-/// to it (gpipe's last forward) waits in the group's end, its send not yet launched, while
-/// the successor's host waits on its stream for that very send (an upload from pageable
-/// memory may wait for the stream). Seen on 2 H200s with bf16 gpipe; connecting every
-/// direction at once here, all ranks together, leaves no connection to make mid-step.
-fn connect_pipeline(
-    c: &dist::Comm,
-    eng: &Engine,
-    pp_rank: usize,
-    pp: usize,
-    watchdog: &dist::Watchdog,
-) -> Result<(), RunError> {
-    let (prev, next) = ((pp_rank + pp - 1) % pp, (pp_rank + 1) % pp);
-    let ty = cudarc::nccl::sys::ncclDataType_t::ncclFloat32;
-    let stream = eng.gpu.stream as u64;
-    // One f32 each way: sent from scalars[0], received into [1] (from the previous stage)
-    // and [2] (from the next; the same stage when pp is 2).
-    watchdog.waiting("connecting the pipeline group to its neighbouring stages".into());
-    dist::grouped(|| {
-        let peers = if prev == next {
-            vec![(next, 2)]
-        } else {
-            vec![(prev, 1), (next, 2)]
-        };
-        for (peer, slot) in peers {
-            c.send(eng.scalars, 1, ty, peer, stream)?;
-            c.recv(eng.scalars.at(slot, 4), 1, ty, peer, stream)?;
-        }
-        Ok(())
-    })?;
-    eng.gpu.sync()?;
-    watchdog.done();
-    Ok(())
-}
-
 pub fn live_sets(instrs: &[Instr], pp: usize) -> usize {
     let mut live = std::collections::HashSet::new();
     let mut most = 1;
