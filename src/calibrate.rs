@@ -170,11 +170,11 @@ fn summary(p: &Profile) -> String {
         );
     }
     if !p.overlap.is_empty() {
-        s += "overlap  products beside a collective (what an overlapped reduction costs them)\n";
+        s += "overlap  products with a collective issued beside them (what an overlapped reduction costs)\n";
     }
     for o in &p.overlap {
         s += &format!(
-            "         {:>5}×{:>5}×{:>5} beside {:<13} {} GPUs {:>10} B: products {:.2} → {:.2} ms ({:.0} % of their rate lost), collective {:.3} → {:.3} ms\n",
+            "         {:>5}×{:>5}×{:>5} beside {:<13} {} GPUs {:>10} B: products {:.2} → {:.2} ms (they lose {:.0} % of the collective's time), collective {:.3} → {:.3} ms\n",
             o.m,
             o.n,
             o.k,

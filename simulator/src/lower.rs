@@ -7,7 +7,7 @@ use planc_compiler::cost::comm::{collective_time, p2p_time, Collective};
 use planc_compiler::cost::memory::{layer_params_per_gpu, stage_params};
 use planc_compiler::cost::stage_group;
 use planc_compiler::cost::time::{
-    dp_contention, optimizer_time, pieces, placement, Device, BUCKET_PARAMS,
+    dp_contention, optimizer_time, pieces, placement, reduction_tail, Device, BUCKET_PARAMS,
 };
 use planc_compiler::plan::{Plan, Schedule};
 
@@ -47,6 +47,7 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         ..Costs::default()
     };
     let mut max_chunk_params: f64 = 0.0;
+    let mut first_chunk_params: f64 = 0.0;
     for rank in 0..ranks {
         let group = stage_group(plan, rank as u64);
         let dev = Device {
@@ -72,6 +73,9 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
             let chunk_params = per_layer_params * layers_per_chunk
                 + if chunk == end_chunk { end_params } else { 0.0 };
             max_chunk_params = max_chunk_params.max(chunk_params);
+            if v == 0 {
+                first_chunk_params = chunk_params;
+            }
             let mut fwd = pc.layer_fwd.scale(layers_per_chunk);
             let mut bwd = pc.layer_bwd.scale(layers_per_chunk);
             let mut wgrad = pc.layer_wgrad * layers_per_chunk;
@@ -108,7 +112,13 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
             }
         }
     }
-    let buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).max(1);
+    // One bucket count for every rank: the first stage's last piece (its embedding's
+    // gradients, ready when its backward ends) is the one on the step's critical path.
+    let tail = reduction_tail(plan, 0);
+    let mut buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).max(1);
+    if tail > 0.0 {
+        buckets = buckets.min(((first_chunk_params / tail).floor() as u32).max(1));
+    }
     let opts = StepOptions {
         zero: p.zero as u8,
         data_parallel,

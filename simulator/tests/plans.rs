@@ -303,7 +303,7 @@ fn a_trace_row_shows_one_span_at_a_time_though_transfers_share_links() {
 }
 
 /// dp 2 on one H200 node, zero `zero`, the device profiled with products that lose
-/// `slowdown` of their rate beside a 2-GPU `op` (`[[overlap]]`).
+/// `slowdown` of each second a 2-GPU `op` runs beside them (`[[overlap]]`).
 fn dp2_contended(zero: u64, op: &str, slowdown: f64, pp: u64) -> Plan {
     use planc_compiler::profile::{OverlapPoint, Profile};
     let text = format!(
@@ -329,8 +329,8 @@ fn dp2_contended(zero: u64, op: &str, slowdown: f64, pp: u64) -> Plan {
         m: 16384,
         n: 3072,
         k: 768,
-        products_alone_s: 1e-3 * (1.0 - slowdown),
-        products_beside_s: 1e-3,
+        products_alone_s: 1e-3,
+        products_beside_s: 1e-3 + slowdown * 2e-4,
         collective_alone_s: 2e-4,
         collective_beside_s: 2e-4,
     }];

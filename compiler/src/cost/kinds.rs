@@ -8,7 +8,10 @@ use serde::Serialize;
 
 use super::memory::stage_memory;
 use super::ops::{layer_forward, Op, OpKind};
-use super::time::{layer_backward, optimizer_time, pieces, placement, time_ops, Device, PassTime};
+use super::time::{
+    dp_exposed_parts, layer_backward, optimizer_time, pieces, placement, stage_time, time_ops,
+    Device, PassTime,
+};
 use crate::plan::Plan;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -69,8 +72,10 @@ impl WorkKind {
 }
 
 /// Seconds of one step on `stage` by kind, for `micro_batches` micro-batches: compute and
-/// the communication the stage waits for (pipeline bubbles and data-parallel reduction
-/// not included; those are the schedule's, not a kind of work).
+/// the communication the stage waits for (pipeline bubbles not included: the schedule's,
+/// not a kind of work). The data-parallel reduction's exposed part is communication; what
+/// it costs the passes it runs beside counts with the linear layers, whose products lose
+/// most of it (on two H200s, GPT-2's mlp-down backward after each layer's reduction).
 pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKind, f64)> {
     let group = super::stage_group(plan, stage);
     let dev = Device {
@@ -108,6 +113,10 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     }
     add(WorkKind::Communication, mb * 2.0 * pc.p2p);
     let params = stage_memory(plan, stage, micro_batches).params;
+    let st = stage_time(plan, stage, &dev, &pl);
+    let (exposed, lost) = dp_exposed_parts(plan, stage, params, &st, &pl);
+    add(WorkKind::Communication, exposed);
+    add(WorkKind::Linear, lost);
     add(WorkKind::Optimizer, optimizer_time(plan, params, &dev));
     out.retain(|(_, s)| *s > 0.0);
     out
