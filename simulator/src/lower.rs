@@ -3,11 +3,12 @@
 //! so the simulator and the closed form price the same work and differ only in how they
 //! compose it.
 
-use planc_compiler::cost::comm::{collective_time, p2p_time, Collective};
+use planc_compiler::cost::comm::{collective_time, Collective};
 use planc_compiler::cost::memory::{layer_params_per_gpu, stage_params};
 use planc_compiler::cost::stage_group;
 use planc_compiler::cost::time::{
-    dp_contention, optimizer_time, pieces, placement, reduction_tail, Device, BUCKET_PARAMS,
+    dp_contention, embedding_sync_time, optimizer_time, pieces, placement, reduction_tail, Device,
+    BUCKET_PARAMS,
 };
 use planc_compiler::plan::{Plan, Schedule};
 
@@ -105,11 +106,7 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         }
         if rank == 0 {
             costs.p2p = pc.p2p;
-            if m.tied_embeddings && ranks > 1 {
-                // Megatron all-reduces the tied embedding's gradient between the ends.
-                let bytes = (m.vocab * m.hidden) as f64 / p.tp as f64 * 4.0;
-                costs.embedding_sync = 2.0 * p2p_time(bytes / 2.0, pl.pp_crosses_nodes, &pl.fabric);
-            }
+            costs.embedding_sync = embedding_sync_time(plan, &pl);
         }
     }
     // One bucket count for every rank: the first stage's last piece (its embedding's

@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::memory::stage_memory;
 use super::ops::{layer_forward, Op, OpKind};
 use super::time::{
-    dp_exposed_parts, layer_backward, optimizer_time, pieces, placement, stage_time, time_ops,
-    Device, PassTime,
+    dp_exposed_parts, embedding_sync_time, layer_backward, optimizer_time, pieces, placement,
+    stage_time, time_ops, Device, PassTime,
 };
 use crate::plan::Plan;
 
@@ -112,6 +112,9 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
         );
     }
     add(WorkKind::Communication, mb * 2.0 * pc.p2p);
+    if stage == 0 || stage + 1 == plan.parallel.pp {
+        add(WorkKind::Communication, embedding_sync_time(plan, &pl));
+    }
     let params = stage_memory(plan, stage, micro_batches).params;
     let st = stage_time(plan, stage, &dev, &pl);
     let (exposed, lost) = dp_exposed_parts(plan, stage, params, &st, &pl);
@@ -221,6 +224,28 @@ mod tests {
         ] {
             assert_eq!(kinds.iter().filter(|x| x.0 == k).count(), 1, "{k:?}");
         }
+    }
+
+    #[test]
+    fn the_pipeline_ends_sum_the_tied_embeddings_gradient_and_the_middle_does_not() {
+        let comm = |p: &Plan, stage: u64| -> f64 {
+            stage_by_kind(p, stage, 4)
+                .iter()
+                .filter(|k| k.0 == WorkKind::Communication)
+                .map(|k| k.1)
+                .sum()
+        };
+        let mut p = plan("flash");
+        p.model.tied_embeddings = true;
+        p.parallel.dp = 1;
+        p.parallel.pp = 4;
+        let pl = placement(&p, &p.cluster.groups[0]);
+        let sync = embedding_sync_time(&p, &pl);
+        assert!(sync > 0.0);
+        assert!((comm(&p, 0) - comm(&p, 1) - sync).abs() < 1e-9 * sync);
+        assert!(comm(&p, 3) > comm(&p, 2));
+        p.model.tied_embeddings = false;
+        assert_eq!(embedding_sync_time(&p, &pl), 0.0);
     }
 
     #[test]

@@ -161,7 +161,7 @@ fn kind_of_span(name: &str) -> Option<WorkKind> {
     let op = name.split_once(' ').map_or(name, |(_, rest)| rest);
     Some(match name {
         "zero gradients" | "optimizer" => WorkKind::Optimizer,
-        "gradient reduction" => WorkKind::Communication,
+        "gradient reduction" | "embedding gradient sum" => WorkKind::Communication,
         "end" => return None,
         _ if name.starts_with("pipeline transfer") => WorkKind::PipelineWait,
         _ if name.contains(": tensor-parallel") => WorkKind::Communication,
@@ -805,7 +805,8 @@ pub fn train(
                 } => {
                     // The tied embedding's gradient: the first stage's (input) and the last
                     // stage's (output layer) summed, so both copies take the same update.
-                    if let (Some(c), Some(p)) = (&embc, eng.params.get("wte")) {
+                    if let (Some(c), Some(p)) = (&embc, eng.params.get("wte").cloned()) {
+                        eng.mark_step("embedding gradient sum")?;
                         trail::doing(format!(
                             "step {}: the tied embedding's gradient sum",
                             step + 1
@@ -1277,6 +1278,7 @@ mod tests {
             ("zero gradients", Some(K::Optimizer)),
             ("optimizer", Some(K::Optimizer)),
             ("gradient reduction", Some(K::Communication)),
+            ("embedding gradient sum", Some(K::Communication)),
             ("end", None),
             ("F0 embedding", Some(K::Embedding)),
             ("B3 embedding backward", Some(K::Embedding)),
