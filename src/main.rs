@@ -257,7 +257,7 @@ enum Command {
         #[arg(long, value_name = "HOST:PORT")]
         master: Option<String>,
         /// Instead of training, time one layer's operations (cuBLAS products at the plan's
-        /// per-GPU shapes, the norms and the attention core with the training kernels,
+        /// per-GPU shapes, the norms and the attention core with the training kernels (the fused core backward too),
         /// other memory-bound kernels as copies, collectives with NCCL) next to the
         /// model's predictions.
         #[arg(long)]

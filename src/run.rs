@@ -48,7 +48,7 @@ fn ms(s: f64) -> String {
 fn human(r: &RunReport) -> String {
     let mut out = format!(
         "device   {} (predicted as the catalog's {}), median of {} runs per operation\n\
-         one layer's forward operations on one GPU, as the plan shards them:\n\n",
+         one layer's forward operations (and the fused attention's backward) on one GPU, as the plan shards them:\n\n",
         r.device, r.catalog_gpu, r.repeats
     );
     out += &format!(

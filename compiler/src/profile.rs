@@ -291,8 +291,11 @@ impl Profile {
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
-    /// Product efficiency for an `m×n×k` product: the measured points weighted by inverse
-    /// squared distance in log-shape space (thin shapes are near thin shapes).
+    /// Product efficiency for an `m×n×k` product: the measured points weighted by the inverse
+    /// fourth power of their distance in log-shape space (thin shapes are near thin shapes).
+    /// The inverse square let a shape between grid points take much of the mean of far
+    /// ones: each shipped grid point predicted from the others was off by 25 % on average
+    /// (16 % this way), and planc's products in training ran 0.87-0.95x of what it priced.
     pub fn gemm_efficiency(&self, m: f64, n: f64, k: f64) -> Option<f64> {
         let q = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
         let (mut w, mut acc) = (0.0, 0.0);
@@ -302,7 +305,7 @@ impl Profile {
             if d2 < 1e-12 {
                 return Some(g.efficiency);
             }
-            let wi = 1.0 / d2;
+            let wi = 1.0 / (d2 * d2);
             w += wi;
             acc += wi * g.efficiency;
         }

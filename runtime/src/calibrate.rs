@@ -4,7 +4,8 @@
 //! collectives by message and group size — and returns a device profile: the curves the
 //! cost model's constants stand in for, with provenance.
 //!
-//! Each figure is the median of timed repeats after warm-up, on random data.
+//! Each figure is the median of timed repeats after warm-up, on random data; the
+//! attention's behind sustained load, at the clock training runs it at ([`crate::load`]).
 
 use std::time::Instant;
 
@@ -13,6 +14,7 @@ use planc_compiler::plan::{Gpu as CatalogGpu, Mlp, Precision};
 
 use crate::collectives::Collectives;
 use crate::gpu::Runner;
+use crate::load::Load;
 use crate::train::activation::Activation;
 use crate::train::attention::{self, Grads, Heads};
 use crate::train::blas::Blas;
@@ -29,8 +31,8 @@ pub use planc_compiler::profile::{
 };
 
 /// The shapes of training products: a layer's (qkv, output projection, MLP) at four
-/// hidden sizes, and the thin ones of tensor-parallel shards and small-hidden models (one
-/// side 256–1024).
+/// hidden sizes, the thin ones of tensor-parallel shards and small-hidden models (one
+/// side 256–1024), and the output layer's at two vocabularies.
 fn gemm_grid() -> Vec<(usize, usize, usize)> {
     let mut g = Vec::new();
     for &tokens in &[2048usize, 8192, 16384] {
@@ -45,6 +47,12 @@ fn gemm_grid() -> Vec<(usize, usize, usize)> {
         }
     }
     g.push((8192, 8192, 8192));
+    // The output layer's product and its input gradient at GPT-2's and Llama 3's
+    // vocabularies: far from every layer shape, and 15-20 % of a small model's step.
+    for (vocab, h) in [(50304usize, 768usize), (128256, 2048)] {
+        g.push((8192, vocab, h));
+        g.push((8192, h, vocab));
+    }
     g
 }
 
@@ -366,11 +374,13 @@ pub(crate) fn standard_point(
     );
     let p = gpu.alloc(bh * t * t * xsz)?;
     let rows = bh * t;
-    let s = time(gpu, 10, || {
+    let load = Load::new(gpu, precision)?;
+    let s = load.time(gpu, 10, || {
         blas.scores(p, q, k, bh, t, d)?;
         softmax_causal_fwd(gpu, p, rows, t, d)?;
         blas.attend(o, p, v, bh, t, d)
     })?;
+    load.free(gpu)?;
     for buf in [q, k, v, o, p] {
         gpu.free(buf)?;
     }
@@ -555,13 +565,15 @@ pub(crate) fn flash_points(
     let lse = gpu.alloc(bh * t * 4)?;
     let dd = gpu.alloc(bh * t * 4)?;
     let tc = hd.tensor_cores();
-    let fwd = time(gpu, 10, || {
+    let load = Load::new(gpu, precision)?;
+    let fwd = load.time(gpu, 10, || {
         attention::forward(gpu, hd, tc, o, lse, (q, k, v))
     })?;
     let grads = Grads::heads(hd, (dq, dk, dv), dd);
-    let bwd = time(gpu, 10, || {
+    let bwd = load.time(gpu, 10, || {
         attention::backward(gpu, hd, tc, grads, (q, k, v), lse, (o, dout))
     })?;
+    load.free(gpu)?;
     for b in bufs.into_iter().chain([lse, dd]) {
         gpu.free(b)?;
     }

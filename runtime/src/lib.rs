@@ -16,6 +16,7 @@
 pub mod calibrate;
 mod collectives;
 mod gpu;
+mod load;
 pub mod train;
 
 use planc_compiler::catalog::Catalog;
@@ -164,7 +165,7 @@ pub(crate) fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
         .unwrap_or_else(|| plan_gpu.clone())
 }
 
-/// Runs one layer's forward operations of `plan` on GPU 0, `repeats` times each, and
+/// Runs one layer's forward operations of `plan` (and the fused attention's backward) on GPU 0, `repeats` times each, and
 /// reports the median time of each next to the prediction.
 pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let precision = plan.train.precision;
@@ -194,6 +195,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         std::collections::HashMap::new();
     let mut ops = Vec::new();
     let mut attention_at = None;
+    let mut flash_backward = None;
     let mut norms_at = Vec::new();
     let mut activation_at = None;
     for op in layer_forward(plan) {
@@ -286,8 +288,20 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 head_dim,
                 ..
             } => {
-                // Timed below, on the training kernels' own context.
+                // Timed below, on the training kernels' own context, with its backward
+                // (the larger share of the attention's step, priced by its own points).
                 attention_at = Some(ops.len());
+                flash_backward = Some(Measured {
+                    name: "attention_backward",
+                    kind: "attention",
+                    shape: format!("{flops:.3e} FLOP"),
+                    predicted_s: Some(dev.flash_backward(flops, seq, head_dim, true)),
+                    predicted_constants_s: before(
+                        constants.flash_backward(flops, seq, head_dim, true),
+                    ),
+                    measured_s: None,
+                    note: None,
+                });
                 Measured {
                     name: op.name,
                     kind: "attention",
@@ -392,9 +406,15 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             m.head_dim() as usize,
         );
         let point = match plan.train.attention {
-            Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?
-                .into_iter()
-                .next(),
+            Attention::Flash => {
+                let mut both = calibrate::flash_points(&mut gpu, precision, bh, t, d)?;
+                if let (Some(mut b), Some(p)) = (flash_backward.take(), both.pop()) {
+                    b.measured_s = Some(p.seconds);
+                    b.shape = format!("{bh} heads × {t} × {d}");
+                    ops.insert(i + 1, b);
+                }
+                both.into_iter().next()
+            }
             Attention::Standard => {
                 let blas = train::blas::Blas::new(&gpu, precision)?;
                 Some(calibrate::standard_point(
