@@ -375,7 +375,7 @@ pub(crate) fn standard_point(
     let p = gpu.alloc(bh * t * t * xsz)?;
     let rows = bh * t;
     let load = Load::new(gpu, precision)?;
-    let s = load.time(gpu, 10, || {
+    let s = time_behind(Some(&load), gpu, 10, || {
         blas.scores(p, q, k, bh, t, d)?;
         softmax_causal_fwd(gpu, p, rows, t, d)?;
         blas.attend(o, p, v, bh, t, d)
@@ -566,11 +566,11 @@ pub(crate) fn flash_points(
     let dd = gpu.alloc(bh * t * 4)?;
     let tc = hd.tensor_cores();
     let load = Load::new(gpu, precision)?;
-    let fwd = load.time(gpu, 10, || {
+    let fwd = time_behind(Some(&load), gpu, 10, || {
         attention::forward(gpu, hd, tc, o, lse, (q, k, v))
     })?;
     let grads = Grads::heads(hd, (dq, dk, dv), dd);
-    let bwd = load.time(gpu, 10, || {
+    let bwd = time_behind(Some(&load), gpu, 10, || {
         attention::backward(gpu, hd, tc, grads, (q, k, v), lse, (o, dout))
     })?;
     load.free(gpu)?;
@@ -641,12 +641,28 @@ fn random_tiled(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, Ru
 fn time(
     gpu: &Gpu,
     repeats: usize,
+    f: impl FnMut() -> Result<(), RunError>,
+) -> Result<f64, RunError> {
+    time_behind(None, gpu, repeats, f)
+}
+
+/// [`time`], each call behind `load` where there is one.
+fn time_behind(
+    load: Option<&Load>,
+    gpu: &Gpu,
+    repeats: usize,
     mut f: impl FnMut() -> Result<(), RunError>,
 ) -> Result<f64, RunError> {
+    if let Some(l) = load {
+        l.settle()?;
+    }
     f()?;
     f()?;
     let mut t = Vec::with_capacity(repeats);
     for _ in 0..repeats {
+        if let Some(l) = load {
+            l.between()?;
+        }
         let a = gpu.event()?;
         f()?;
         let b = gpu.event()?;

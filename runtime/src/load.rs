@@ -60,25 +60,14 @@ impl Load {
         Ok(())
     }
 
-    /// The median time of `f`'s launches over `repeats` runs, each queued behind load.
-    pub fn time(
-        &self,
-        gpu: &Gpu,
-        repeats: usize,
-        mut f: impl FnMut() -> Result<(), RunError>,
-    ) -> Result<f64, RunError> {
-        self.run(SETTLE_S)?;
-        f()?;
-        let mut t = Vec::with_capacity(repeats);
-        for _ in 0..repeats {
-            self.run(BETWEEN_S)?;
-            let a = gpu.event()?;
-            f()?;
-            let b = gpu.event()?;
-            t.push(a.ms_to(&b)? as f64 / 1e3);
-        }
-        t.sort_by(f64::total_cmp);
-        Ok(t[t.len() / 2])
+    /// Load for the power limiter to settle, before a probe's first launch.
+    pub fn settle(&self) -> Result<(), RunError> {
+        self.run(SETTLE_S)
+    }
+
+    /// Load before each timed launch.
+    pub fn between(&self) -> Result<(), RunError> {
+        self.run(BETWEEN_S)
     }
 
     pub fn free(self, gpu: &mut Gpu) -> Result<(), RunError> {
