@@ -236,7 +236,8 @@ enum Command {
         metrics: Option<PathBuf>,
         /// Write a Chrome/Perfetto trace of the real run (per-operation times from CUDA
         /// events): every operation on one row, the passes as `planc simulate --trace`
-        /// draws them on another.
+        /// draws them on another. Rank 0's goes to FILE, every other rank's beside it
+        /// (run.json: run.rank1.json, …; each node writes its own ranks').
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// Run K of the model's layers (every other dimension as planned).

@@ -85,6 +85,19 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     };
     // Only rank 0 reports; the others train and stay quiet unless they fail.
     let lead = world.rank == 0;
+    if let (Some(t), false, true) = (&args.trace, args.force, lead) {
+        // The other ranks' traces, refused before any step as rank 0's is above.
+        if let Some(p) = (1..world.size)
+            .map(|r| rank_trace_path(t, r))
+            .find(|p| p.exists())
+        {
+            eprintln!(
+                "error: `{}` exists; pass --force to replace it",
+                p.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
     // The text `check` already read (the root file is the first source).
     let text = checked
         .sources
@@ -153,20 +166,42 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             });
         }
     };
+    // Every rank writes its own trace: rank 0's where --trace says, the others' beside it.
+    if let Some(t) = &args.trace {
+        let path = if lead {
+            t.clone()
+        } else {
+            rank_trace_path(t, world.rank)
+        };
+        let trace = chrome_trace(&summary, file, world.rank);
+        let bytes = serde_json::to_vec(&trace).expect("the trace serialises");
+        if let Err(e) = output::write_new(&path, &bytes, args.force) {
+            eprintln!("error: rank {}: {e}", world.rank);
+            return ExitCode::from(1);
+        }
+        if lead {
+            let others = if world.size > 1 {
+                format!(
+                    "; ranks 1-{} beside it as {}",
+                    world.size - 1,
+                    rank_trace_path(t, 1).display()
+                )
+                .replace(".rank1.", ".rankN.")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "trace    {} ({} spans){others}",
+                t.display(),
+                summary.spans.len()
+            );
+        }
+    }
     if !lead {
         return ExitCode::SUCCESS;
     }
     if let Some(e) = metrics_error {
         eprintln!("warning: writing the metrics failed: {e}");
-    }
-    if let Some(t) = &args.trace {
-        let trace = chrome_trace(&summary, file);
-        let bytes = serde_json::to_vec(&trace).expect("the trace serialises");
-        if let Err(e) = output::write_new(t, &bytes, args.force) {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
-        eprintln!("trace    {} ({} spans)", t.display(), summary.spans.len());
     }
     if args.json {
         println!(
@@ -399,32 +434,47 @@ fn pass_spans(spans: &[planc_runtime::train::step::Span]) -> Vec<PassSpan> {
     out
 }
 
-/// The real run in the shape of `planc simulate --trace`: one process for the GPU, one
-/// thread for its compute stream, an event per operation.
-fn chrome_trace(s: &Summary, plan: &Path) -> serde_json::Value {
+/// Where rank `rank` writes its trace when rank 0's goes to `path`: `run.json` →
+/// `run.rank3.json` in the same folder.
+fn rank_trace_path(path: &Path, rank: usize) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or("trace".into(), |s| s.to_string_lossy());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}.rank{rank}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.rank{rank}"),
+    };
+    path.with_file_name(name)
+}
+
+/// The real run in the shape of `planc simulate --trace`: one process for the rank's GPU
+/// (its id the rank, as the simulator's), one thread for its compute stream, an event per
+/// operation.
+fn chrome_trace(s: &Summary, plan: &Path, rank: usize) -> serde_json::Value {
+    let pid = rank;
     let mut events = vec![
-        json!({"ph": "M", "name": "process_name", "pid": 0, "args": {"name": format!("rank 0 (measured on {})", s.device)}}),
-        json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "compute"}}),
+        json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": format!("rank {rank} (measured on {})", s.device)}}),
+        json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 0, "args": {"name": "compute"}}),
     ];
     for sp in &s.spans {
         events.push(json!({
             "ph": "X",
             "name": sp.name,
             "cat": "measured",
-            "pid": 0,
+            "pid": pid,
             "tid": 0,
             "ts": sp.start_s * 1e6,
             "dur": sp.dur_s * 1e6,
             "args": {"step": sp.step},
         }));
     }
-    events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "passes (as planc simulate draws them)"}}));
+    events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "passes (as planc simulate draws them)"}}));
     for p in pass_spans(&s.spans) {
         events.push(json!({
             "ph": "X",
             "name": p.name,
             "cat": p.cat,
-            "pid": 0,
+            "pid": pid,
             "tid": 1,
             "ts": p.start_s * 1e6,
             "dur": p.dur_s * 1e6,
@@ -466,6 +516,20 @@ mod tests {
         assert_eq!(
             slow_phase_line(&phases[1], 3.45).as_deref(),
             Some("start    NCCL communicators: 2.3 s (3.5 s so far)")
+        );
+    }
+
+    #[test]
+    fn every_rank_traces_beside_rank_zero() {
+        use super::rank_trace_path;
+        use std::path::Path;
+        assert_eq!(
+            rank_trace_path(Path::new("out/run.json"), 3),
+            Path::new("out/run.rank3.json")
+        );
+        assert_eq!(
+            rank_trace_path(Path::new("trace"), 1),
+            Path::new("trace.rank1")
         );
     }
 
