@@ -509,6 +509,31 @@ mod tests {
     }
 
     #[test]
+    fn a_product_between_grid_points_takes_its_neighbours_not_the_far_mean() {
+        let point = |m: usize, n: usize, k: usize, efficiency: f64| GemmPoint {
+            m,
+            n,
+            k,
+            seconds: 0.0,
+            tflops: 0.0,
+            efficiency,
+        };
+        // One neighbour at log distance ln 2 and ten thin shapes three times as far.
+        let mut gemm = vec![point(8192, 8192, 8192, 0.8)];
+        for i in 0..10 {
+            gemm.push(point(8192, 8192 >> 3, 8192 << (i % 2), 0.2));
+        }
+        let p = Profile {
+            gemm,
+            ..Profile::empty_for_tests()
+        };
+        let e = p.gemm_efficiency(16384.0, 8192.0, 8192.0).unwrap();
+        // Inverse squares would give the far ten as much weight as the neighbour (0.5).
+        assert!(e > 0.7, "{e}");
+        assert_eq!(p.gemm_efficiency(8192.0, 8192.0, 8192.0), Some(0.8));
+    }
+
+    #[test]
     fn curves_interpolate_in_log_space_and_clamp() {
         let p = profile();
         assert_eq!(p.memory_efficiency(1024.0), Some(0.1));
