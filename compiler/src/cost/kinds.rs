@@ -29,11 +29,12 @@ pub enum WorkKind {
     Embedding,
     /// Zeroing gradients, the norm, the update.
     Optimizer,
-    /// Tensor-parallel collectives and pipeline transfers on the critical path.
+    /// Tensor-parallel collectives, pipeline transfers, the data-parallel reduction's
+    /// exposed part and the tied embedding's gradient sum: what the stage waits for.
     Communication,
-    /// A pipeline stage waiting for its neighbour (the bubble). Not a kind of work: the
-    /// schedule's; `planc run` measures it as its transfers' spans and prices it as the
-    /// simulated bubble.
+    /// A pipeline stage waiting for its neighbours (the bubble, and a slower stage). Not a
+    /// kind of work: the schedule's; `planc run` measures it as its transfers' spans and
+    /// prices it as the simulated step less the stage's own work.
     PipelineWait,
 }
 
