@@ -745,18 +745,21 @@ pub fn dp_exposed_parts(
         // gradient exists (with vpp chunks and few micro-batches, all of them).
         let hidden = hiding(&st.backward, pl)
             + hiding(&st.forward, pl) * steady_forwards(plan, stage, m as u64);
-        let per_micro_batch = (link - hidden).max(link / buckets);
+        let per_micro_batch = (link - hidden).max(link / (params / BUCKET_PARAMS).max(1.0));
+        // The gradients ready only when a backward ends (the embedding's) hide behind the
+        // next micro-batch's passes; after the last one they are waited for, once a step.
+        let tail = (reduce / buckets - per_micro_batch).max(0.0);
         // What hides still costs the passes it hides behind their lost rate: the reduction
         // (reduce-scatter) and, under ZeRO-3, the gathers, each at its own measured rate.
         let gathers = if p.zero >= 3 { 2.0 * gather } else { 0.0 };
         let slow = (slow_reduce * reduce + slow_gather * gathers) / link.max(f64::MIN_POSITIVE);
         let lost = m * slow * (link - per_micro_batch);
         if p.zero >= 3 {
-            return (m * per_micro_batch, lost);
+            return (m * per_micro_batch + tail, lost);
         }
         let exposed = (gather - hiding(&st.forward, pl)).max(gather / buckets);
         return (
-            m * per_micro_batch + exposed,
+            m * per_micro_batch + tail + exposed,
             lost + slow_gather * (gather - exposed),
         );
     }
@@ -1352,6 +1355,37 @@ mod tests {
         let outside = last - layer_params_per_gpu(&planc) * 6.0;
         assert!(outside > 0.0);
         assert_eq!(reduction_tail(&planc, 1), outside);
+    }
+
+    #[test]
+    fn under_zero_2_the_embeddings_reduction_waits_once_a_step_not_once_a_micro_batch() {
+        let exposed = |batch: u64| {
+            let plan = checked(&format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 2, gpu = A100_SXM_80GB }}
+                 model m {{ layers = 4, hidden = 1024, heads = 16, vocab = 200000, seq_len = 1024 }}
+                 train {{ global_batch = {batch}, precision = bf16, optimizer = adamw, attention = flash }}
+                 parallel {{ tp = 1, pp = 1, dp = 2, micro_batch = 1, zero = 2, recompute = none }}"
+            ));
+            let group = &plan.cluster.groups[0];
+            let dev = Device {
+                gpu: &group.gpu,
+                precision: plan.train.precision,
+            };
+            let pl = placement(&plan, group);
+            let st = stage_time(&plan, 0, &dev, &pl);
+            let params = stage_params(&plan, 0);
+            assert!(reduction_pieces(&plan, 0, params) < params / BUCKET_PARAMS);
+            dp_exposed_parts(&plan, 0, params, &st, &pl).0
+        };
+        // Two micro-batches a step, then eight: six more per-micro-batch pieces, one tail.
+        let (two, eight) = (exposed(4), exposed(16));
+        let per_micro_batch = (eight - two) / 6.0;
+        let tail = two - 2.0 * per_micro_batch;
+        assert!(
+            per_micro_batch > 0.0 && tail > 0.0,
+            "{per_micro_batch}, {tail}"
+        );
+        assert!((exposed(32) - (16.0 * per_micro_batch + tail)).abs() < 1e-9 * exposed(32));
     }
 
     fn tp8_plan(sp: bool, framework: &str) -> Plan {
