@@ -184,9 +184,8 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
                 format!(
                     "; ranks 1-{} beside it as {}",
                     world.size - 1,
-                    rank_trace_path(t, 1).display()
+                    rank_trace_path(t, "N").display()
                 )
-                .replace(".rank1.", ".rankN.")
             } else {
                 String::new()
             };
@@ -435,8 +434,8 @@ fn pass_spans(spans: &[planc_runtime::train::step::Span]) -> Vec<PassSpan> {
 }
 
 /// Where rank `rank` writes its trace when rank 0's goes to `path`: `run.json` →
-/// `run.rank3.json` in the same folder.
-fn rank_trace_path(path: &Path, rank: usize) -> PathBuf {
+/// `run.rank3.json` in the same folder (`rank` "N" names them all).
+fn rank_trace_path(path: &Path, rank: impl std::fmt::Display) -> PathBuf {
     let stem = path
         .file_stem()
         .map_or("trace".into(), |s| s.to_string_lossy());
@@ -530,6 +529,10 @@ mod tests {
         assert_eq!(
             rank_trace_path(Path::new("trace"), 1),
             Path::new("trace.rank1")
+        );
+        assert_eq!(
+            rank_trace_path(Path::new("run.json"), "N"),
+            Path::new("run.rankN.json")
         );
     }
 

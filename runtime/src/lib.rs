@@ -165,8 +165,9 @@ pub(crate) fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
         .unwrap_or_else(|| plan_gpu.clone())
 }
 
-/// Runs one layer's forward operations of `plan` (and the fused attention's backward) on GPU 0, `repeats` times each, and
-/// reports the median time of each next to the prediction.
+/// Runs one layer's forward operations of `plan` (and the fused attention's backward) on
+/// GPU 0, `repeats` times each, and reports the median time of each next to the
+/// prediction.
 pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let precision = plan.train.precision;
     if !matches!(

@@ -805,13 +805,14 @@ pub fn train(
                 } => {
                     // The tied embedding's gradient: the first stage's (input) and the last
                     // stage's (output layer) summed, so both copies take the same update.
-                    if let (Some(c), Some(p)) = (&embc, eng.params.get("wte").cloned()) {
+                    let wte = eng.params.get("wte").map(|p| (p.offset, p.numel()));
+                    if let (Some(c), Some((offset, n))) = (&embc, wte) {
                         eng.mark_step("embedding gradient sum")?;
                         trail::doing(format!(
                             "step {}: the tied embedding's gradient sum",
                             step + 1
                         ));
-                        c.all_reduce_sum(eng.grad.at(p.offset, 4), p.numel(), stream)?;
+                        c.all_reduce_sum(eng.grad.at(offset, 4), n, stream)?;
                     }
                 }
                 // The data-parallel reductions run in the hooks above and below; the
