@@ -713,7 +713,9 @@ pub fn dp_exposed_parts(
     }
     let grad_bytes = params * 4.0;
     let param_bytes = params * plan.train.precision.bytes();
-    let buckets = reduction_pieces(plan, stage, params);
+    let buckets = (params / BUCKET_PARAMS).max(1.0);
+    // Of which the last, exposed after backward, is never smaller than the tail.
+    let n_pieces = reduction_pieces(plan, stage, params);
     let (reduce, gather) = if p.zero >= 1 {
         (
             collective_time(Collective::ReduceScatter, grad_bytes, pl.dp, &pl.fabric),
@@ -745,10 +747,10 @@ pub fn dp_exposed_parts(
         // gradient exists (with vpp chunks and few micro-batches, all of them).
         let hidden = hiding(&st.backward, pl)
             + hiding(&st.forward, pl) * steady_forwards(plan, stage, m as u64);
-        let per_micro_batch = (link - hidden).max(link / (params / BUCKET_PARAMS).max(1.0));
+        let per_micro_batch = (link - hidden).max(link / buckets);
         // The gradients ready only when a backward ends (the embedding's) hide behind the
         // next micro-batch's passes; after the last one they are waited for, once a step.
-        let tail = (reduce / buckets - per_micro_batch).max(0.0);
+        let tail = (reduce / n_pieces - per_micro_batch).max(0.0);
         // What hides still costs the passes it hides behind their lost rate: the reduction
         // (reduce-scatter) and, under ZeRO-3, the gathers, each at its own measured rate.
         let gathers = if p.zero >= 3 { 2.0 * gather } else { 0.0 };
@@ -757,14 +759,14 @@ pub fn dp_exposed_parts(
         if p.zero >= 3 {
             return (m * per_micro_batch + tail, lost);
         }
-        let exposed = (gather - hiding(&st.forward, pl)).max(gather / buckets);
+        let exposed = (gather - hiding(&st.forward, pl)).max(gather / n_pieces);
         return (
             m * per_micro_batch + tail + exposed,
             lost + slow_gather * (gather - exposed),
         );
     }
-    let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / buckets);
-    let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / buckets);
+    let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / n_pieces);
+    let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / n_pieces);
     (
         exposed_reduce + exposed_gather,
         slow_reduce * (reduce - exposed_reduce) + slow_gather * (gather - exposed_gather),
