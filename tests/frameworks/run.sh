@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# run.sh: the real frameworks trained from planc's emitted artifacts on a lent GPU machine,
+# each beside `planc check`'s prediction for the same plan and framework, in one call of the
+# `device` tool. What travels (carry): .dev (runtime/tests/gpu/bundle.sh: the stripped planc
+# and libz3, gzipped or not), .whl (DeepSpeed 0.19.8 built with `pip wheel --no-deps`, torchtitan
+# and the dependencies the machine lacks), .fw/megatron-lm.tar.gz (Megatron-LM's megatron/,
+# pretrain_gpt.py, gpt_builders.py, model_provider.py: `git archive` of a fetched checkout).
+#
+#   tests/frameworks/run.sh $OUT
+#
+# PARTS picks the parts (default all): env (GPU, pip list, imports), fsdp (FSDP2's per-layer
+# cost on one GPU: fsdp_probe.py), megatron, deepspeed, torchrun, torchtitan (each: emit,
+# run 20 steps unmodified but for the site options the emitted script documents, print the
+# framework's own step time beside planc's prediction).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${1:?usage: $0 OUTDIR}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+parts=" ${PARTS:-env fsdp megatron deepspeed torchrun torchtitan} "
+want() { [[ "$parts" == *" $1 "* ]]; }
+[ -f "$root/.dev/lib/libz3.so.4.gz" ] && [ ! -f "$root/.dev/lib/libz3.so.4" ] && gunzip -k "$root/.dev/lib/libz3.so.4.gz"
+. "$root/runtime/tests/gpu/env.sh"
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if ls "$root"/.whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -n 3
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+case "$gpu" in
+    *H200*) cat=H200_SXM_141GB ;;
+    *H100*) cat=H100_SXM_80GB ;;
+    *) cat=H100_SXM_80GB ;;
+esac
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+if want env; then
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv
+    python3 -m pip list 2>/dev/null >"$out/piplist.txt"
+    for mod in deepspeed torchtitan.train transformers megatron; do
+        python3 -c "import $mod, sys; print('$mod', getattr(sys.modules['${mod%%.*}'], '__version__', '?'))" 2>&1 | tail -n 1
+    done
+fi
+
+if want fsdp; then
+    for shape in "--layers 12 --hidden 768 --heads 12 --batch 16 --seq 1024" \
+                 "--layers 24 --hidden 2048 --heads 16 --batch 4 --seq 2048"; do
+        torchrun --nproc-per-node 1 "$here/fsdp_probe.py" $shape 2>&1 | grep '^{' | tee -a "$out/fsdp.jsonl"
+    done
+fi
+
+# plan_for NAME BASE FRAMEWORK: a copy of an example on this GPU with job.framework set.
+plan_for() {
+    local f=$out/plans/$1.tp job=${1//-/_}
+    mkdir -p "$out/plans"
+    sed -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" "$root/examples/$2" >"$f"
+    if grep -q '^job' "$f"; then
+        sed -i "s/^job \([a-z0-9_]*\) {/job \1 {\n    framework = $3/" "$f"
+    else
+        printf '\njob %s {\n    framework = %s\n    checkpoint_dir = "%s"\n}\n' "$job" "$3" "$out/ckpt-$1" >>"$f"
+    fi
+    echo "$f"
+}
+
+predict() {
+    "$planc" check "$1" --format json 2>/dev/null |
+        python3 -c 'import json,sys; r=json.load(sys.stdin); t=r.get("time",{}); print("%.1f" % (1e3*t.get("step_s", float("nan"))))' 2>/dev/null
+}
+
+if want megatron; then
+    mkdir -p /tmp/mlm && tar -xzf "$root/.fw/megatron-lm.tar.gz" -C /tmp/mlm
+    f=$(plan_for megatron-gpt2 gpt2-124m-1gpu.tp megatron)
+    "$planc" emit "$f" --target megatron -o "$out/emit-megatron" --force >/dev/null || note "megatron: emit refused"
+    site="--transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm --no-masked-softmax-fusion --eval-iters 0"
+    MEGATRON_LM=/tmp/mlm timeout 400 bash "$out/emit-megatron/launch-megatron.sh" $site ${MEGATRON_EXTRA:-} >"$out/megatron.log" 2>&1
+    echo "megatron exit $?"; grep -E "iteration +[0-9]+/" "$out/megatron.log" | tail -n 4; grep -iE "error|Traceback" "$out/megatron.log" | head -n 5
+    ms=$(grep -oE "elapsed time per iteration \(ms\): [0-9.]+" "$out/megatron.log" | tail -n 10 | awk '{s+=$NF; n++} END {if (n) printf "%.1f", s/n}')
+    note "megatron gpt2-124m: measured ${ms:-?} ms/iter, planc predicts $(predict "$f") ms"
+fi
+if want tt022; then
+    # torchtitan 0.3.0 (PyPI's newest) needs a newer torch than the machine's; 0.2.2 (TOML jobs) is tried beside it.
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site022 "$root"/.fw/tt022/*.whl 2>&1 | tail -n 3
+    PYTHONPATH=/tmp/site022:$PYTHONPATH python3 -c "import torchtitan.train, torchtitan; print('torchtitan', torchtitan.__version__, 'imports')" 2>&1 | tail -n 2
+fi
+cat "$summary"
