@@ -13,6 +13,7 @@
 
 pub mod args;
 pub mod quote;
+pub mod script;
 mod templates;
 
 use std::collections::BTreeMap;
@@ -238,7 +239,8 @@ pub fn render(
     let env = environment(&sources)?;
     let framework = ctx.job.framework;
     let mut out = Vec::new();
-    for spec in templates::artifacts(target, framework, !ctx.env.is_empty()) {
+    let with_script = ctx.script.is_some();
+    for spec in templates::artifacts(target, framework, !ctx.env.is_empty(), with_script) {
         let tmpl = env
             .get_template(spec.template)
             .map_err(|e| template_error(spec.template, e))?;
@@ -359,6 +361,8 @@ struct Context<'a> {
     program: Program,
     /// DeepSpeed's config, when the framework (or target) is DeepSpeed.
     ds_config: Option<serde_json::Value>,
+    /// The generated `train.py`, when the target writes one ([`script::wanted`]).
+    script: Option<script::Script>,
     /// Things the reader of an artifact should know (printed as comments).
     notes: Vec<String>,
     /// The plan as `planc run` is given it (framework planc): the path given to `planc
@@ -426,6 +430,9 @@ struct ArgGroup {
 struct Program {
     entrypoint: String,
     args: Vec<Arg>,
+    /// The entrypoint is the generated script beside the launch script: it is named by the
+    /// launch script's own folder, wherever the job is started from.
+    beside: bool,
 }
 
 fn context<'a>(
@@ -557,6 +564,17 @@ fn context<'a>(
     } else {
         None
     };
+    let script = if script::wanted(target, framework, job.entrypoint.as_deref()) {
+        Some(script::script(
+            plan,
+            framework,
+            target,
+            job.checkpoint_dir.as_deref(),
+            plan_file,
+        )?)
+    } else {
+        None
+    };
     let (entrypoint, mut prog_args) = args::program(
         framework,
         job.entrypoint.as_deref(),
@@ -645,8 +663,10 @@ fn context<'a>(
         program: Program {
             entrypoint,
             args: prog_args,
+            beside: script.is_some(),
         },
         ds_config,
+        script,
         notes,
         plan_file: plan_file.to_string(),
     })
@@ -678,6 +698,7 @@ fn environment(sources: &BTreeMap<String, String>) -> Result<Environment<'_>, Em
     env.add_filter("json", filters::json);
     env.add_filter("kube", filters::kube);
     env.add_filter("kube_literal", filters::kube_literal);
+    env.add_filter("py", filters::py);
     for (name, text) in sources {
         env.add_template(name, text)
             .map_err(|e| template_error(name, e))?;
@@ -761,6 +782,26 @@ mod filters {
         match v.as_str() {
             Some(s) => Ok(quote::kube_literal(s)),
             None => Ok(quote::kube_literal(&v.to_string())),
+        }
+    }
+
+    /// A Python literal: strings double-quoted with JSON's escapes (which Python reads
+    /// alike), numbers bare, `True`/`False`/`None`.
+    pub fn py(v: Value) -> Result<String, Error> {
+        match v.kind() {
+            ValueKind::Bool => Ok(if v.is_true() { "True" } else { "False" }.into()),
+            ValueKind::None | ValueKind::Undefined => Ok("None".into()),
+            ValueKind::Number => Ok(v.to_string()),
+            _ => match v.as_str() {
+                Some(s) => Ok(crate::script::py_str(s)),
+                None => Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!(
+                        "`py` writes strings, numbers and booleans, not {}",
+                        v.kind()
+                    ),
+                )),
+            },
         }
     }
 

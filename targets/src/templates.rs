@@ -35,6 +35,7 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "slurm.sbatch.j2",
         include_str!("../templates/slurm.sbatch.j2"),
     ),
+    ("train.py.j2", include_str!("../templates/train.py.j2")),
     (
         "pytorchjob.yaml.j2",
         include_str!("../templates/pytorchjob.yaml.j2"),
@@ -59,8 +60,22 @@ const fn a(template: &'static str, output: &'static str, executable: bool) -> Ar
 /// framework add DeepSpeed's config beside the script when the framework is DeepSpeed (the
 /// PyTorchJob carries it in a ConfigMap instead). The deepspeed target writes `.deepspeed_env`
 /// when the plan sets environment variables: DeepSpeed's launcher exports what it lists to
-/// every node.
-pub fn artifacts(target: Target, framework: Framework, has_env: bool) -> Vec<ArtifactSpec> {
+/// every node. `train.py` comes with the torchrun and deepspeed launches that start it
+/// (`crate::script`).
+pub fn artifacts(
+    target: Target,
+    framework: Framework,
+    has_env: bool,
+    with_script: bool,
+) -> Vec<ArtifactSpec> {
+    let mut v = launch_artifacts(target, framework, has_env);
+    if with_script {
+        v.push(a("train.py.j2", "train.py", true));
+    }
+    v
+}
+
+fn launch_artifacts(target: Target, framework: Framework, has_env: bool) -> Vec<ArtifactSpec> {
     let ds = framework == Framework::Deepspeed;
     match target {
         Target::Megatron => vec![a("megatron.sh.j2", "launch-megatron.sh", true)],
