@@ -24,7 +24,7 @@ want() { [[ "$parts" == *" $1 "* ]]; }
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if ls "$root"/.whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$root"/.whl/*.whl 2>&1 | tail -n 3
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PATH=/tmp/site/bin:$PATH
 fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
 case "$gpu" in
@@ -51,11 +51,13 @@ if want fsdp; then
     done
 fi
 
-# plan_for NAME BASE FRAMEWORK: a copy of an example on this GPU with job.framework set.
+# plan_for NAME BASE FRAMEWORK [SED]: a copy of an example on this GPU with job.framework set,
+# 20 steps, a checkpoint folder under OUTDIR, and SED applied (a layout change).
 plan_for() {
     local f=$out/plans/$1.tp job=${1//-/_}
     mkdir -p "$out/plans"
-    sed -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" "$root/examples/$2" >"$f"
+    sed -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" -e '/^ *steps *=/d' -e "s/^train {/train {\n    steps = ${STEPS:-20}/" \
+        ${4:+-e "$4"} "$root/examples/$2" >"$f"
     if grep -q '^job' "$f"; then
         sed -i "s/^job \([a-z0-9_]*\) {/job \1 {\n    framework = $3/" "$f"
     else
@@ -79,6 +81,35 @@ if want megatron; then
     ms=$(grep -oE "elapsed time per iteration \(ms\): [0-9.]+" "$out/megatron.log" | tail -n 10 | awk '{s+=$NF; n++} END {if (n) printf "%.1f", s/n}')
     note "megatron gpt2-124m: measured ${ms:-?} ms/iter, planc predicts $(predict "$f") ms"
 fi
+# emitted NAME TARGET PLAN: emit, run the launch script (arguments after the plan go to it),
+# and print the framework's own step time (the generated train.py's JSON line) beside planc's.
+emitted() {
+    local name=$1 target=$2 f=$3; shift 3
+    local dir=$out/emit-$name
+    "$planc" emit "$f" --target "$target" -o "$dir" --force >"$out/$name.emit.log" 2>&1 ||
+        { note "$name: emit refused: $(tail -n 3 "$out/$name.emit.log")"; return; }
+    local launch=$(ls "$dir"/launch-*.sh | head -n 1)
+    (cd "$dir" && timeout ${RUN_LIMIT:-420} bash "$launch" "$@") >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name (exit $rc)"; grep -E "^step|^\{" "$out/$name.log" | tail -n 4
+    [ $rc -ne 0 ] && grep -E "Error|error:|Traceback" "$out/$name.log" | tail -n 6
+    local ms=$(grep '^{' "$out/$name.log" | tail -n 1 | python3 -c 'import json,sys; print("%.1f" % json.loads(sys.stdin.read())["step_ms_median"])' 2>/dev/null)
+    local first=$(grep -m 1 -oE '^step 1/[0-9]+ \| loss [0-9.naif]+' "$out/$name.log" | awk '{print $NF}')
+    local loss=$(grep '^{' "$out/$name.log" | tail -n 1 | python3 -c 'import json,sys; r=json.loads(sys.stdin.read()); print("%.3f" % r["final_loss"], "peak %s GiB" % r.get("peak_gib", "?"))' 2>/dev/null)
+    note "$name: exit $rc, loss ${first:-?} -> ${loss:-?}, measured ${ms:-?} ms/step, planc predicts $(predict "$f") ms; checkpoints: $(ls "$out/ckpt-$name" 2>/dev/null | tr '\n' ' ')"
+}
+
+if want torchrun; then
+    emitted torchrun-gpt2 torchrun "$(plan_for torchrun-gpt2 gpt2-124m-1gpu.tp torch)"
+    emitted torchrun-fsdp-llama1b torchrun "$(plan_for torchrun-fsdp-llama1b llama3.2-1b-1gpu.tp torch 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
+fi
+if want deepspeed; then
+    emitted deepspeed-gpt2 deepspeed "$(plan_for deepspeed-gpt2 gpt2-124m-1gpu.tp deepspeed)"
+fi
+if want torchtitan; then
+    emitted torchtitan-llama1b torchtitan "$(plan_for torchtitan-llama1b llama3.2-1b-1gpu.tp torchtitan 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
+fi
+
 if want tt022; then
     # torchtitan 0.3.0 (PyPI's newest) needs a newer torch than the machine's; 0.2.2 (TOML jobs) is tried beside it.
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site022 "$root"/.fw/tt022/*.whl 2>&1 | tail -n 3
