@@ -83,8 +83,17 @@ fn main() {
          leave-one-out: see below\n"
     );
     println!(
-        "{:>2} {:<31} {:<29} {:>9} {:>9} {:>8} {:>8} {:>8} {:>4}",
-        "#", "row", "family", "measured", "predicted", "error", "closed", "l-o-o", "fits"
+        "{:>2} {:<31} {:<29} {:>9} {:>9} {:>8} {:>8} {:>8} {:>4} {:>7}",
+        "#",
+        "row",
+        "family",
+        "measured",
+        "predicted",
+        "error",
+        "closed",
+        "l-o-o",
+        "fits",
+        "assumed"
     );
     let mut outcomes: Vec<(usize, Outcome)> = Vec::new();
     let mut failed = Vec::new();
@@ -114,7 +123,7 @@ fn main() {
             case.name
         );
         println!(
-            "{:>2} {:<31} {:<29} {:>8.2}s {:>8.2}s {:>+7.1}% {:>+7.1}% {:>+7.1}% {:>4}",
+            "{:>2} {:<31} {:<29} {:>8.2}s {:>8.2}s {:>+7.1}% {:>+7.1}% {:>+7.1}% {:>4} {:>7}",
             i + 1,
             case.name,
             case.family,
@@ -123,7 +132,8 @@ fn main() {
             o.err() * 100.0,
             o.closed_err() * 100.0,
             o.loo_err() * 100.0,
-            if fits { "yes" } else { "OOM" }
+            if fits { "yes" } else { "OOM" },
+            assumed(&case.text)
         );
         if case.family == KORTHIKANTI {
             korthikanti_extra.push((i, c));
@@ -131,6 +141,10 @@ fn main() {
         outcomes.push((i, o));
     }
 
+    println!(
+        "(assumed: the settings the row's plan marks `# not stated in source` or lists under \
+         its Assumptions; the 2022 rows' plans carry the paper's table and that era's code)"
+    );
     println!("\nsources");
     for (i, case) in cases.iter().enumerate() {
         println!("{:>2} {}", i + 1, case.source);

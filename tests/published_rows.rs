@@ -105,3 +105,21 @@ fn the_constants_list_names_what_is_in_the_code() {
         );
     }
 }
+
+#[test]
+fn assumptions_are_counted_from_marks_and_from_an_examples_list() {
+    let plan = "parallel { micro_batch = 1  # not stated in source: micro-batch; assumed 1 }";
+    assert_eq!(assumed(plan), 1);
+    let example = "# Assumptions (what the paper leaves out, stated here):\n\
+                   # - one layer per chunk: the paper's\n\
+                   #   first chunk holds only the embedding;\n\
+                   # - micro-batches of one sequence;\n\
+                   cluster c { nodes = 1 }\n\
+                   # - not a bullet of the block\n";
+    assert_eq!(assumed(example), 2);
+    let llama = data_cases()
+        .into_iter()
+        .find(|c| c.name == "Llama 3 405B, 8K H100")
+        .expect("the 8K row");
+    assert!(assumed(&llama.text) >= 4, "{}", assumed(&llama.text));
+}

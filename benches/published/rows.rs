@@ -358,3 +358,22 @@ pub fn predict(case: &Case) -> Result<Checked, String> {
     }
     Ok(c)
 }
+
+/// How many settings a row's plan assumes because its source does not state them: each
+/// `# not stated in source` mark, and each bullet of an example's "Assumptions (what the
+/// paper leaves out" block (the Llama 3 405B examples list theirs that way).
+pub fn assumed(text: &str) -> usize {
+    let marks = text.matches("not stated in source").count();
+    let mut in_block = false;
+    let mut bullets = 0;
+    for line in text.lines() {
+        if line.contains("Assumptions (what the paper leaves out") {
+            in_block = true;
+        } else if in_block && line.starts_with("# - ") {
+            bullets += 1;
+        } else if in_block && !line.starts_with("#   ") {
+            in_block = false;
+        }
+    }
+    marks + bullets
+}
