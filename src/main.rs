@@ -30,7 +30,7 @@ use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
     name = "planc",
     version,
     propagate_version = true,
-    after_help = "Start with an example:\n  planc check examples/gpt3-175b.tp\n  planc check examples/oom-llama3-70b-8xa100.tp   (a plan that does not fit)\n  planc explain P0401\n\nThe language: docs/language.md. Diagnostics carry codes; `planc explain` lists them."
+    after_help = "Start with an example:\n  planc check examples/gpt3-175b.tp\n  planc check examples/oom-llama3-70b-8xa100.tp   (a plan that does not fit)\n  planc explain P0401\n\nThe guide: docs/guide/README.md (a first plan: README.md). The language: docs/language.md.\nDiagnostics carry codes; `planc explain` lists them."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -52,7 +52,7 @@ enum Command {
         /// The plan file (`.tp`).
         file: PathBuf,
         /// `human`: summary and diagnostics with source snippets; `json`: the report
-        /// contract of shared/spec/report.md on standard output.
+        /// contract of docs/spec/report.md on standard output.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// When to colour human output.
@@ -190,7 +190,7 @@ enum Command {
     /// stand next to planc's prediction for this plan on this GPU, and the last step by
     /// kind of work (linear layers, attention, norms, communication, pipeline wait, ...)
     /// next to the prediction from the device profile and from the constants.
-    /// Contract: shared/spec/run.md.
+    /// Contract: docs/spec/run.md.
     ///
     /// A plan of several GPUs starts one process per local GPU: tensor parallelism (with
     /// or without sequence_parallel), pipeline parallelism (gpipe, 1f1b, interleaved,

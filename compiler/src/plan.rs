@@ -232,7 +232,7 @@ pub struct Train {
 
 enumeration!(LrSchedule { Constant = "constant", Cosine = "cosine" });
 
-/// The training attributes of `shared/spec/run.md`, with its defaults.
+/// The training attributes of `docs/spec/run.md`, with its defaults.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunSettings {
     /// The token file as written, relative to the plan file; `None`: the synthetic corpus.

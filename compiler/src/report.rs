@@ -1,4 +1,4 @@
-//! The machine-readable report: the JSON contract of `shared/spec/report.md`.
+//! The machine-readable report: the JSON contract of `docs/spec/report.md`.
 //!
 //! Keys here are a promise to scripts and dashboards: add freely, never rename or drop.
 

@@ -1,4 +1,4 @@
-//! Checkpoints of `planc run` (the "Checkpoints" section of `shared/spec/run.md`): the
+//! Checkpoints of `planc run` (the "Checkpoints" section of `docs/spec/run.md`): the
 //! translation between planc's parameter table and Hugging Face's tensors, and the folder
 //! protocol that keeps `DIR/latest` on a complete checkpoint whatever moment a run dies.
 //!

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent numerics reference for `planc run` (shared/spec/run.md).
+"""Independent numerics reference for `planc run` (docs/spec/run.md).
 
 planc trains with its own kernels; this script replays the same training with PyTorch +
 transformers, starting from planc's own step-0 checkpoint (so initialisation is out of the
