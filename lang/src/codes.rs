@@ -108,7 +108,9 @@ codes! {
     P0214 Error "unknown GPU"
         "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
     P0215 Error "unknown model preset"
-        "The `preset` names no built-in model. `planc catalog` lists them.";
+        "The `preset` names no built-in model. The help line names the closest preset, or lists them \
+         all; they are defined in `compiler/catalog/models.toml` and listed with the `model` block \
+         in docs/language.md.";
     P0216 Error "invalid arithmetic"
         "Arithmetic between incompatible values (adding a size to a time), or division by zero.";
     P0217 Error "block name"

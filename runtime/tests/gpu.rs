@@ -1,6 +1,6 @@
 //! On a GPU: the timed cuBLAS product computes the right thing, and the measured times of a
 //! plan's operations land near the model's. Without a CUDA driver (CI) the tests print
-//! SKIPPED and pass; run them on a GPU machine (README, "planc run").
+//! SKIPPED and pass; run them on a GPU machine (docs/guide/running.md, docs/guide/testing.md).
 
 use std::io::Write;
 

@@ -20,8 +20,7 @@ for l in sys.stdin:
         print(m["executable"])' | tail -n 1)
     cp "$bin" ".dev/tests/$t" && strip ".dev/tests/$t"
 done
-cp ../shared/bench/torch_gpt_baseline.py .dev/ 2>/dev/null ||
-    echo "warning: ../shared/bench/torch_gpt_baseline.py not found; one_gpu.sh's PyTorch side will be missing" >&2
+cp runtime/tests/gpu/torch_gpt_baseline.py .dev/
 z3=$(ldd .dev/planc | awk '/libz3/ {print $3}')
 [ -n "$z3" ] && cp -L "$z3" .dev/lib/
 echo "bundle: $(du -sh .dev | cut -f1) in .dev"

@@ -66,7 +66,7 @@ if want speed; then
 fi
 if want torch; then
     echo "== PyTorch, same machine"
-    base=$root/.dev/torch_gpt_baseline.py  # bundle.sh copies shared/bench's
+    base=$root/.dev/torch_gpt_baseline.py  # bundle.sh copies runtime/tests/gpu's
     python3 "$base" --attn standard 2>&1 | tail -n 1
     python3 "$base" --attn flash 2>&1 | tail -n 1
     python3 "$here/llama_baseline.py" 2>&1 | tail -n 1

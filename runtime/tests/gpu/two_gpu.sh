@@ -12,7 +12,7 @@
 #   over pp 2 (1f1b, 4 micro-batches): each run's measured step beside the prediction for
 #   the same plan and the step by kind; the real trace (`--trace`) and `planc simulate`'s
 #   trace of the plan are written side by side into OUTDIR;
-# - torch: shared/bench's baseline under torchrun, 2 processes (DDP), the GPT-2 shape, eager
+# - torch: torch_gpt_baseline.py (runtime/tests/gpu/) under torchrun, 2 processes (DDP), the GPT-2 shape, eager
 #   with SDPA flash attention: tokens/s per GPU beside planc's dp 2 run.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
