@@ -504,7 +504,7 @@ fn every_file_and_command_help_and_explain_name_exists() {
         let code = code_of_plain(help);
         broken.extend(broken_pointers(
             &origin,
-            &[help.clone()],
+            std::slice::from_ref(help),
             &code,
             &commands,
             &helps,
@@ -514,7 +514,7 @@ fn every_file_and_command_help_and_explain_name_exists() {
     let code = code_of_plain(&top);
     broken.extend(broken_pointers(
         "planc --help",
-        &[top.clone()],
+        std::slice::from_ref(&top),
         &code,
         &commands,
         &helps,
@@ -536,7 +536,7 @@ fn every_file_and_command_help_and_explain_name_exists() {
         let code = code_of_plain(&run.stdout);
         broken.extend(broken_pointers(
             &origin,
-            &[run.stdout.clone()],
+            std::slice::from_ref(&run.stdout),
             &code,
             &commands,
             &helps,
