@@ -563,3 +563,44 @@ fn the_readme_commands_table_is_planc_help() {
         "README.md's commands table has a row per command of `planc --help`"
     );
 }
+
+#[test]
+fn nothing_points_at_the_specification_outside_the_repository() {
+    // The contracts live in docs/spec/ since they were copied in; the shared folder outside
+    // the repository is not in a checkout (docs/spec/'s headers say where they came from).
+    let old = ["shared", "spec/"].join("/");
+    let mut found = Vec::new();
+    let mut dirs = vec![common::root()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !name.starts_with('.') && name != "target" && name != "spec" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            let kinds = [".rs", ".md", ".j2", ".sh", ".py", ".toml", ".tp", ".snap"];
+            if !kinds.iter().any(|k| name.ends_with(k)) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains(&old) {
+                    let rel = path
+                        .strip_prefix(common::root())
+                        .unwrap()
+                        .display()
+                        .to_string();
+                    found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "point at docs/spec/ (the repository's copy) instead:\n{}",
+        found.join("\n")
+    );
+}
