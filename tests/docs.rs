@@ -116,9 +116,14 @@ fn the_readme_then_try_list_does_what_it_says() {
     std::fs::write(d.join("first.tp"), plan.replace("tp = 2", "tp = auto")).unwrap();
     let run = readme_command(&readme, d, "planc check first.tp");
     assert_eq!(run.code, 0, "{}", run.transcript());
-    let said = "note[P0502]: holes filled by planc solve: tp = ";
+    let said = "note[P0502]: holes filled by planc solve: tp = 2, dp = 4";
     assert!(readme.contains(said));
-    assert!(run.stderr.contains(said), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(said),
+        "README.md quotes `{said}` for `tp = auto` in its first plan; planc now says:\n{}\n\
+         (if the cost model's best layout changed, change the README's quote)",
+        run.stderr
+    );
     let solve = readme_command(&readme, d, "planc solve first.tp");
     assert_eq!(solve.code, 0, "{}", solve.transcript());
     assert!(solve.stdout.contains("Pareto front"), "{}", solve.stdout);
@@ -603,4 +608,29 @@ fn nothing_points_at_the_specification_outside_the_repository() {
         "point at docs/spec/ (the repository's copy) instead:\n{}",
         found.join("\n")
     );
+}
+
+#[test]
+fn the_emitting_guide_has_a_row_for_every_target() {
+    let help = common::planc(&["emit", "--help"]).stdout;
+    let line = help
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("-t, --target"))
+        .nth(1)
+        .expect("emit --help describes --target");
+    let targets: Vec<&str> = line
+        .trim()
+        .split([',', ' '])
+        .filter(|w| !w.is_empty() && *w != "or")
+        .collect();
+    assert!(targets.contains(&"slurm"), "{line}");
+    let path = "docs/guide/emitting.md";
+    let guide = std::fs::read_to_string(common::root().join(path)).unwrap();
+    for t in targets {
+        assert!(
+            guide.contains(&format!("\n| `{t}` |")),
+            "`planc emit --target {t}` has no row in the table of {path}: add \
+             \"| `{t}` | <files> | <what is in them> |\""
+        );
+    }
 }
