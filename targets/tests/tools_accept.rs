@@ -7,7 +7,7 @@
 //! `python3`) and, for Megatron-LM, a checkout in `PLANC_MEGATRON_LM`. Where the tool is
 //! missing the test prints `SKIPPED <tool>: <reason>` and passes, so that a machine without
 //! it still runs the rest; where the tool is present a rejected artifact fails the test with
-//! the tool's own message. README ("Conformance tests") says how to install each.
+//! the tool's own message. docs/guide/emitting.md ("Conformance tests") says how to install each.
 
 mod common;
 
@@ -34,7 +34,7 @@ fn skip(tool: &str, reason: &str) {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "SKIPPED {tool} conformance: {reason}; see README, \"Conformance tests\""
+        "SKIPPED {tool} conformance: {reason}; see docs/guide/emitting.md, \"Conformance tests\""
     );
 }
 

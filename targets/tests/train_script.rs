@@ -3,7 +3,7 @@
 //!
 //! Needs `torch`, `transformers` and `numpy` in the Python that `PLANC_CONFORMANCE_PYTHON`
 //! names (default `python3`), with `torchrun` beside it; without them each test prints
-//! `SKIPPED` and passes (README, "Conformance tests").
+//! `SKIPPED` and passes (docs/guide/emitting.md, "Conformance tests").
 
 mod common;
 
@@ -20,7 +20,7 @@ fn skip(reason: &str) {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "SKIPPED train.py conformance: {reason}; see README, \"Conformance tests\""
+        "SKIPPED train.py conformance: {reason}; see docs/guide/emitting.md, \"Conformance tests\""
     );
 }
 
