@@ -567,6 +567,63 @@ fn the_readme_commands_table_is_planc_help() {
         rows_sorted, listed,
         "README.md's commands table has a row per command of `planc --help`"
     );
+    // Each row names every option its command's --help lists (colours aside), and emit's
+    // row every target.
+    let mut missing = Vec::new();
+    for cmd in &listed {
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `planc {cmd}")))
+            .unwrap();
+        let help = common::planc(&[cmd, "--help"]).stdout;
+        for line in help.lines().map(str::trim_start) {
+            // `-o, --out <DIR>`: the row may use either spelling.
+            let (short, line) = match line.split_once(", ") {
+                Some((short, long)) if short.starts_with('-') && !short.starts_with("--") => {
+                    (Some(format!("{short} ")), long)
+                }
+                _ => (None, line),
+            };
+            let Some(flag) = line.strip_prefix("--") else {
+                continue;
+            };
+            let flag: String = flag
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                .collect();
+            if ["help", "version", "color"].contains(&flag.as_str()) {
+                continue;
+            }
+            let short_named = short.as_ref().is_some_and(|s| row.contains(s.as_str()));
+            if !row.contains(&format!("--{flag}")) && !short_named {
+                missing.push(format!("`planc {cmd} --{flag}`"));
+            }
+        }
+    }
+    let emit = common::planc(&["emit", "--help"]).stdout;
+    let targets = emit
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("-t, --target"))
+        .nth(1)
+        .unwrap_or_default();
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `planc emit"))
+        .unwrap();
+    for t in targets
+        .trim()
+        .split([',', ' '])
+        .filter(|w| !w.is_empty() && *w != "or")
+    {
+        if !row.contains(&format!("`{t}`")) {
+            missing.push(format!("the target `{t}` in `planc emit`'s row"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README.md's commands table does not name: {} (add them to the command's row)",
+        missing.join(", ")
+    );
 }
 
 #[test]
