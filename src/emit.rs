@@ -29,11 +29,32 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
     let artifacts = match render_checked(target, checked, args.templates) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("error[{}]: {e}", e.code().id);
+            // A refusal that names an attribute is shown at it, with the plan's text.
+            let located = checked.spec.as_ref().and_then(|s| e.located(s));
+            match located {
+                Some(d) => {
+                    let mut err = StandardStream::stderr(ColorChoice::Auto);
+                    let files: Vec<(String, String)> = checked
+                        .sources
+                        .files
+                        .iter()
+                        .map(|f| (f.display.clone(), f.text.clone()))
+                        .collect();
+                    if render::diagnostics_in(&mut err, &files, &[d]).is_err() {
+                        eprintln!("error[{}]: {e}", e.code().id);
+                    }
+                }
+                None => eprintln!("error[{}]: {e}", e.code().id),
+            }
             return ExitCode::from(1);
         }
     };
     warn_if_planc_cannot_run(checked);
+    if let Some(spec) = &checked.spec {
+        for w in planc_targets::warnings(target, spec) {
+            eprintln!("warning: {w}");
+        }
+    }
     match write_artifacts(&dir, &artifacts, args.force) {
         Ok(paths) => {
             for p in paths {

@@ -219,6 +219,12 @@ fn emit_writes_artifacts_and_never_overwrites_or_emits_a_bad_plan() {
     ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("P0706") && run.stderr.contains("pp = 16"));
+    // At the attribute that asks for it.
+    assert!(
+        run.stderr.contains("gpt3-175b.tp:") && run.stderr.contains("parallel.pp"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

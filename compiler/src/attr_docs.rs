@@ -111,6 +111,15 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
              deepspeed and torch) or, for framework planc, the planc binary (default `planc` on PATH); \
              planc extension"
         }
+        ("job", "entrypoint_args") => {
+            "the flags the entrypoint takes: planc (default; planc's training scripts' flags, \
+             DeepSpeed's config as `--deepspeed --deepspeed_config FILE`) or hf_trainer (Hugging \
+             Face TrainingArguments, DeepSpeed's config as `--deepspeed FILE`); planc extension"
+        }
+        ("job", "volume") => {
+            "a Kubernetes PersistentVolumeClaim mounted at checkpoint_dir in every pod, so \
+             checkpoints outlive the pods; planc extension"
+        }
         ("search", "objective") => "what `solve` ranks by: throughput or memory",
         ("search", "memory_headroom") => "memory left free on every GPU; default 10 %",
         ("search", "top") => "layouts `solve` shows; default 5",

@@ -4,6 +4,10 @@
 //! removed, or widely used but read by nobody), its replacement and, where the set is fixed,
 //! the values it accepts. Names outside the NCCL and PyTorch namespaces are the user's own
 //! business and are not checked.
+//!
+//! It also owns what an environment value means ([`env_value`]): `$NAME` and `${NAME}` refer
+//! to the node's environment, everything else is literal, and command substitution is
+//! refused (P0713). Every target writes that one meaning in its own syntax.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -85,6 +89,27 @@ pub fn lint_env(spec: &PlanSpec) -> Vec<Diagnostic> {
     };
     let mut out = Vec::new();
     for (name, value) in &job.env {
+        let (vf0, vs0) = spec.origins.of("job.env", name).unwrap_or_default();
+        let pieces = match env_value(value) {
+            Ok(p) => p,
+            Err(bad) => {
+                out.push(
+                    Diagnostic::new(
+                        codes::P0713,
+                        format!("the value of `{name}` runs a command: {}", bad.what),
+                    )
+                    .at(vf0, vs0, "refused")
+                    .help(
+                        "job.env values are exported as written, with `$NAME` and `${NAME}` \
+                         taken from the node's environment; compute the value before the job \
+                         (or in the training script) and write the result",
+                    ),
+                );
+                continue;
+            }
+        };
+        // A reference's value is only known on the node: only the name is checked.
+        let refers = pieces.iter().any(|p| matches!(p, EnvPiece::Var(_)));
         let (nf, ns) = spec
             .origins
             .of(crate::resolve::ENV_NAME_ORIGIN, name)
@@ -96,12 +121,104 @@ pub fn lint_env(spec: &PlanSpec) -> Vec<Diagnostic> {
                 Finding::Name(d) => d.at(nf, ns, "not read by NCCL or PyTorch"),
                 Finding::Renamed(d, new) => d.at(nf, ns, format!("now `{new}`")),
                 Finding::Removed(d) => d.at(nf, ns, "no longer read"),
+                Finding::Value(_) if refers => continue,
                 Finding::Value(d) => d.at(vf, vs, "not an accepted value"),
             };
             out.push(d);
         }
     }
     out
+}
+
+/// One piece of an environment value: literal text, or a reference to a variable of the
+/// node's environment (`$NAME`, `${NAME}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvPiece {
+    Text(String),
+    Var(String),
+}
+
+/// Why a value is refused, and where in it (a byte offset).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadEnvValue {
+    pub at: usize,
+    pub what: &'static str,
+}
+
+/// An environment value as a shell user means it: `$NAME` and `${NAME}` (NAME a letter or `_`
+/// then letters, digits and `_`) refer to the node's environment; a `$` that starts neither
+/// is a literal `$`. Command substitution (`$(...)`, backquotes) is refused, and so is
+/// `${...}` with anything but a name in it (`${X:-d}`): no target can carry its meaning into
+/// every syntax (the kubelet's `$(NAME)` has no defaults), and a command would run on every
+/// node at every start.
+pub fn env_value(value: &str) -> Result<Vec<EnvPiece>, BadEnvValue> {
+    fn is_name_start(c: u8) -> bool {
+        c.is_ascii_alphabetic() || c == b'_'
+    }
+    fn is_name(c: u8) -> bool {
+        c.is_ascii_alphanumeric() || c == b'_'
+    }
+    let b = value.as_bytes();
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        match b[i] {
+            b'`' => {
+                return Err(BadEnvValue {
+                    at: i,
+                    what: "a backquote (command substitution) is refused",
+                })
+            }
+            b'$' if b.get(i + 1) == Some(&b'(') => {
+                return Err(BadEnvValue {
+                    at: i,
+                    what: "`$(...)` (command substitution) is refused",
+                })
+            }
+            b'$' if b.get(i + 1) == Some(&b'{') => {
+                let start = i + 2;
+                let mut j = start;
+                while j < b.len() && is_name(b[j]) {
+                    j += 1;
+                }
+                if j == start || !is_name_start(b[start]) || b.get(j) != Some(&b'}') {
+                    return Err(BadEnvValue {
+                        at: i,
+                        what: "`${...}` holds only a variable name (no defaults or substitutions)",
+                    });
+                }
+                text.push_str(&value[last..i]);
+                if !text.is_empty() {
+                    out.push(EnvPiece::Text(std::mem::take(&mut text)));
+                }
+                out.push(EnvPiece::Var(value[start..j].to_string()));
+                i = j + 1;
+                last = i;
+            }
+            b'$' if b.get(i + 1).is_some_and(|&c| is_name_start(c)) => {
+                let start = i + 1;
+                let mut j = start;
+                while j < b.len() && is_name(b[j]) {
+                    j += 1;
+                }
+                text.push_str(&value[last..i]);
+                if !text.is_empty() {
+                    out.push(EnvPiece::Text(std::mem::take(&mut text)));
+                }
+                out.push(EnvPiece::Var(value[start..j].to_string()));
+                i = j;
+                last = i;
+            }
+            _ => i += 1,
+        }
+    }
+    text.push_str(&value[last..]);
+    if !text.is_empty() {
+        out.push(EnvPiece::Text(text));
+    }
+    Ok(out)
 }
 
 enum Finding {
@@ -202,6 +319,31 @@ fn check_value(var: &EnvVar, value: &str) -> Option<Diagnostic> {
 mod tests {
     use super::*;
     use crate::check::check_source;
+
+    #[test]
+    fn env_values_mean_what_a_shell_user_means() {
+        use EnvPiece::{Text, Var};
+        let t = |s: &str| Text(s.to_string());
+        let v = |s: &str| Var(s.to_string());
+        assert_eq!(
+            env_value("/opt/vccl/lib:$LD_LIBRARY_PATH").unwrap(),
+            [t("/opt/vccl/lib:"), v("LD_LIBRARY_PATH")]
+        );
+        assert_eq!(
+            env_value("${HOME}x$A_1-$5 $ \\$").unwrap(),
+            [v("HOME"), t("x"), v("A_1"), t("-$5 $ \\$")]
+        );
+        assert_eq!(env_value("").unwrap(), []);
+        for bad in ["a$(id)", "`id`", "${X:-d}", "${}", "${1}", "${X"] {
+            assert!(env_value(bad).is_err(), "{bad}");
+        }
+        assert_eq!(env_value("ab$(id)").unwrap_err().at, 2);
+        let refused = codes_for("        NCCL_SOCKET_IFNAME = \"$(ip route | cut -d' ' -f5)\"");
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "P0713");
+        // A reference is not checked against the variable's accepted values.
+        assert!(codes_for("        NCCL_DEBUG = \"$LEVEL\"").is_empty());
+    }
 
     fn codes_for(env: &str) -> Vec<(String, String)> {
         let text = format!(

@@ -59,6 +59,12 @@ enumeration!(
     Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch", Planc = "planc" }
 );
 enumeration!(Scheduler { Slurm = "slurm", K8s = "k8s", None = "none" });
+enumeration!(
+    /// Which flags `job.entrypoint` takes: planc's (the torchrun and DeepSpeed targets'
+    /// contract, `targets/src/args.rs`), or Hugging Face `TrainingArguments`' for scripts built
+    /// on its `Trainer` (DeepSpeed's config then as `--deepspeed FILE`).
+    EntrypointArgs { Planc = "planc", HfTrainer = "hf_trainer" }
+);
 enumeration!(Objective { Throughput = "throughput", Memory = "memory" });
 
 impl Precision {
@@ -542,6 +548,11 @@ pub struct Job {
     pub retries: u64,
     pub entrypoint: Option<String>,
     pub env: Vec<(String, String)>,
+    /// Extension: the flags the entrypoint takes.
+    pub entrypoint_args: EntrypointArgs,
+    /// Extension: a persistent volume (a Kubernetes PersistentVolumeClaim's name) mounted at
+    /// `checkpoint_dir`.
+    pub volume: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -1538,6 +1538,15 @@ impl<'a> Resolver<'a> {
             retries: self.count(n, "retries", 0).unwrap_or(0),
             entrypoint: self.string(n, "entrypoint"),
             env,
+            entrypoint_args: self
+                .enumeration(
+                    n,
+                    "entrypoint_args",
+                    EntrypointArgs::NAMES,
+                    EntrypointArgs::parse,
+                )
+                .unwrap_or(EntrypointArgs::Planc),
+            volume: self.string(n, "volume"),
         })
     }
 

@@ -149,6 +149,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "checkpoint_dir",
             "retries",
             "entrypoint",
+            "entrypoint_args",
+            "volume",
         ],
         &["env"],
     ),

@@ -355,6 +355,36 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     v.out
 }
 
+/// What `vpp = n` means next to Megatron-LM's most used flag, which counts the other way:
+/// `--num-layers-per-virtual-pipeline-stage n` is n layers per chunk, `vpp` is n chunks per
+/// stage. A user who copied n from that flag meant the `vpp` this says, when there is one.
+fn vpp_as_megatron(layers: u64, pp: u64, vpp: u64) -> String {
+    let lead = format!(
+        "vpp counts chunks per stage, while Megatron-LM's \
+         `--num-layers-per-virtual-pipeline-stage {vpp}` counts layers per chunk"
+    );
+    if pp == 0 || !layers.is_multiple_of(pp) {
+        return lead;
+    }
+    let per_stage = layers / pp;
+    // Chunk sizes that split a stage into two chunks or more, nearest to `vpp` layers.
+    let nearest = (1..per_stage)
+        .filter(|&c| per_stage.is_multiple_of(c))
+        .min_by_key(|&c| (c.abs_diff(vpp), c));
+    match nearest {
+        Some(c) if c == vpp => format!(
+            "{lead}: for chunks of {vpp} layers ({per_stage} per stage), write `vpp = {}`",
+            per_stage / c
+        ),
+        Some(c) => format!(
+            "{lead}: the {per_stage} layers of a stage do not split into chunks of {vpp} \
+             layers; the nearest, chunks of {c}, is `vpp = {}`",
+            per_stage / c
+        ),
+        None => lead,
+    }
+}
+
 /// The diagnostic for layers that do not split over the stages (P0305, P0321–P0323).
 fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
     // Uneven-stage diagnostics point at the attribute the user wrote first.
@@ -388,6 +418,11 @@ fn split_diagnostic(v: &mut V, p: &Parallel, layers: u64, e: SplitError) {
                     )
                 }
                 _ => format!("choose pp × vpp among the divisors of {layers}: {divisors}"),
+            };
+            let help = if p.vpp > 1 {
+                format!("{help}; {}", vpp_as_megatron(layers, p.pp, p.vpp))
+            } else {
+                help
             };
             v.push(
                 codes::P0305,
@@ -612,6 +647,20 @@ mod tests {
     ) -> Option<(Option<u64>, Option<u64>)> {
         nearest_split(&ends(pp, first, last), layers)
             .map(|q| (q.first_stage_layers, q.last_stage_layers))
+    }
+
+    #[test]
+    fn vpp_errors_speak_megatron_lms_layers_per_chunk() {
+        // 32 layers over pp 4: 8 a stage. `vpp = 5` copied from
+        // `--num-layers-per-virtual-pipeline-stage 5` splits nothing.
+        let h = vpp_as_megatron(32, 4, 5);
+        assert!(
+            h.contains("--num-layers-per-virtual-pipeline-stage 5"),
+            "{h}"
+        );
+        assert!(h.contains("chunks of 4, is `vpp = 2`"), "{h}");
+        // 12 layers over pp 1 split into chunks of 3: `vpp = 4`.
+        assert!(vpp_as_megatron(12, 1, 3).ends_with("write `vpp = 4`"));
     }
 
     #[test]

@@ -263,6 +263,13 @@ codes! {
         "Writing an artifact (a temporary file in the output folder, then renamed) failed.";
     P0712 Error "unknown target"
         "`--target` takes megatron, deepspeed, torchrun, slurm or k8s.";
+    P0713 Error "command substitution in an environment value"
+        "A `job.env` value contains `$(...)`, a backquote, or `${...}` with more than a variable \
+         name in it. planc writes each value in every target's own syntax (a shell export, the \
+         kubelet's `$(NAME)`, DeepSpeed's `.deepspeed_env`) with `$NAME` and `${NAME}` taken \
+         from the node's environment and everything else literal; a command cannot be carried \
+         into all of them, and would run on every node at every start. Compute the value \
+         beforehand and write it, or refer to a variable the node sets.";
     P0901 Error "`planc run` does not run this part of the plan yet"
         "`planc run` trains tensor parallelism (with or without sequence parallelism), pipeline \
          parallelism with the gpipe, 1f1b and interleaved schedules (uneven end stages \

@@ -3,11 +3,19 @@
 //! the sbatch script and the PyTorchJob carry exactly the same flags.
 //!
 //! Megatron-LM flag names are those of `megatron/training/arguments.py` (and the config
-//! dataclasses it turns into flags) in current Megatron-LM (core_r0.13 and later).
+//! dataclasses of `megatron/training/config/` it turns into flags) in current Megatron-LM
+//! (core_r0.13 and later); DeepSpeed's scheduler parameters those of
+//! `deepspeed/runtime/lr_schedules.py`; the Hugging Face spellings those of transformers'
+//! `TrainingArguments`.
+//!
+//! The training run (steps, rates, schedule, seed, data, checkpoints, logging) is computed
+//! once, in [`RunValues`], and written in each framework's spelling: [`megatron`]'s flags,
+//! [`deepspeed_config`]'s optimizer and scheduler, [`script_args`] (the flags planc's own
+//! training scripts take, the contract with `job.entrypoint`) and [`hf_trainer_args`].
 
 use planc_compiler::plan::{
-    Attention, Framework, Mlp, Norm, Offload, Optimizer, Plan, Position, Precision, Recompute,
-    Schedule,
+    Attention, EntrypointArgs, Framework, LrSchedule, Mlp, Norm, Offload, Optimizer, Plan,
+    PlanSpec, Position, Precision, Recompute, Schedule,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -20,46 +28,163 @@ use crate::{EmitError, Target};
 pub struct Arg {
     pub flag: &'static str,
     pub value: Option<Value>,
+    /// The value names a file planc writes beside the launch script: shell templates prefix
+    /// it with the script's folder, so the job finds it from wherever it starts.
+    pub beside: bool,
 }
 
 impl Arg {
-    fn switch(flag: &'static str) -> Arg {
-        Arg { flag, value: None }
+    pub fn switch(flag: &'static str) -> Arg {
+        Arg {
+            flag,
+            value: None,
+            beside: false,
+        }
     }
 
-    fn num(flag: &'static str, v: u64) -> Arg {
+    pub fn num(flag: &'static str, v: u64) -> Arg {
         Arg {
             flag,
             value: Some(json!(v)),
+            beside: false,
         }
     }
 
-    fn text(flag: &'static str, v: impl Into<String>) -> Arg {
+    pub fn text(flag: &'static str, v: impl Into<String>) -> Arg {
         Arg {
             flag,
             value: Some(Value::String(v.into())),
+            beside: false,
         }
     }
+
+    pub fn float(flag: &'static str, v: f64) -> Arg {
+        Arg {
+            flag,
+            value: Some(json!(tidy(v))),
+            beside: false,
+        }
+    }
+
+    /// A file planc writes beside the launch script, when `beside`.
+    fn file(flag: &'static str, name: &str, beside: bool) -> Arg {
+        Arg {
+            beside,
+            ..Arg::text(flag, name)
+        }
+    }
+}
+
+/// `v` to 12 significant digits: a value the plan derives (`min_lr` = `lr` / 10) is written
+/// as the number meant (3e-5), not its binary neighbour (2.9999999999999997e-5).
+pub fn tidy(v: f64) -> f64 {
+    if !v.is_finite() || v == 0.0 {
+        return v;
+    }
+    format!("{v:.11e}").parse().unwrap_or(v)
 }
 
 /// Checkpoints are written every this many iterations when the job names a checkpoint folder
 /// (Megatron-LM refuses `--save` without `--save-interval`; `planc run` gets it as
-/// `--save-every`, so both frameworks lose at most this many steps to a failure).
+/// `--save-every`, so both frameworks lose at most this many steps to a failure). A shorter
+/// run saves at its end instead.
 pub const SAVE_INTERVAL: u64 = 1000;
+
+/// An attribute of the plan, `(block, name)` as `Origins` keys it, where a refusal points.
+pub type Attr = (String, String);
+
+/// The attribute `name` of `block`.
+pub fn at(block: &str, name: &str) -> Attr {
+    (block.to_string(), name.to_string())
+}
+
+/// The training run as every target carries it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunValues {
+    /// Optimizer steps: `train.steps` when written, else those `train.tokens` takes, else
+    /// `train.steps`' default.
+    pub steps: u64,
+    /// The attribute the steps come from (`steps` or `tokens`).
+    pub steps_from: &'static str,
+    /// `train.data` as the job reads it: relative to the directory the launch runs in, which
+    /// is where `planc emit` ran (the plan names it relative to the plan file).
+    pub data: Option<String>,
+    pub checkpoint_dir: Option<String>,
+    /// Iterations between checkpoints: [`SAVE_INTERVAL`], or the whole run when shorter.
+    pub save_interval: u64,
+    /// Iterations between log lines: a hundred lines a run, every step for short runs, at
+    /// most every 100 steps (Megatron-LM's default).
+    pub log_interval: u64,
+}
+
+impl RunValues {
+    /// The run of a checked plan; `plan_file` is the plan's path as given to `planc emit`.
+    pub fn new(spec: &PlanSpec, plan: &Plan, plan_file: &str) -> RunValues {
+        let written = spec.origins.written("train", "steps");
+        let (steps, steps_from) = match train_iters(plan) {
+            Some(n) if !written => (n, "tokens"),
+            _ => (plan.train.run.steps, "steps"),
+        };
+        let data = plan
+            .train
+            .run
+            .data
+            .as_deref()
+            .map(|d| beside_plan(plan_file, d));
+        let checkpoint_dir = spec.job.as_ref().and_then(|j| j.checkpoint_dir.clone());
+        RunValues::with(steps, steps_from, data, checkpoint_dir)
+    }
+
+    /// The run of a plan alone: `train.steps`, no data file, no checkpoints.
+    pub fn of_plan(plan: &Plan) -> RunValues {
+        RunValues::with(plan.train.run.steps, "steps", None, None)
+    }
+
+    fn with(
+        steps: u64,
+        steps_from: &'static str,
+        data: Option<String>,
+        checkpoint_dir: Option<String>,
+    ) -> RunValues {
+        let steps = steps.max(1);
+        RunValues {
+            steps,
+            steps_from,
+            data,
+            checkpoint_dir,
+            save_interval: SAVE_INTERVAL.min(steps),
+            log_interval: (steps / 100).clamp(1, 100),
+        }
+    }
+}
+
+/// `path` (relative to the plan file, as `train.data` is) relative to where the plan file's
+/// path is relative to.
+fn beside_plan(plan_file: &str, path: &str) -> String {
+    let p = std::path::Path::new(path);
+    let dir = std::path::Path::new(plan_file).parent();
+    match dir {
+        Some(d) if !p.is_absolute() && !d.as_os_str().is_empty() => {
+            d.join(p).to_string_lossy().into_owned()
+        }
+        _ => path.to_string(),
+    }
+}
 
 /// The Megatron-LM arguments of the plan, grouped as the launch script prints them:
 /// (group name, arguments).
 pub fn megatron(
     plan: &Plan,
-    checkpoint_dir: Option<&str>,
+    run: &RunValues,
     notes: &mut Vec<String>,
 ) -> Result<Vec<(&'static str, Vec<Arg>)>, EmitError> {
     let m = &plan.model;
     let p = &plan.parallel;
     let t = &plan.train;
-    let unsupported = |reason: String| EmitError::Unsupported {
+    let unsupported = |(b, a): (&str, &str), reason: String| EmitError::Unsupported {
         target: Target::Megatron,
         reason,
+        at: Some(at(b, a)),
     };
 
     let mut model = vec![
@@ -106,9 +231,8 @@ pub fn megatron(
     }
     // Stated even when 0: Megatron-LM's own default is 0.1, and the memory planc predicts
     // depends on it (dropout keeps masks). The fused loss keeps logits in bf16, as priced.
-    let dropout = format!("{}", t.dropout);
-    model.push(Arg::text("--attention-dropout", dropout.clone()));
-    model.push(Arg::text("--hidden-dropout", dropout));
+    model.push(Arg::float("--attention-dropout", t.dropout));
+    model.push(Arg::float("--hidden-dropout", t.dropout));
     model.push(Arg::switch("--cross-entropy-loss-fusion"));
 
     let mut parallel = vec![
@@ -155,11 +279,14 @@ pub fn megatron(
             }
             if !p.overlaps_p2p() {
                 if p.pp <= 2 {
-                    return Err(unsupported(format!(
-                        "Megatron-LM's interleaved schedule without p2p overlap needs pp > 2 \
+                    return Err(unsupported(
+                        ("parallel", "overlap_p2p"),
+                        format!(
+                            "Megatron-LM's interleaved schedule without p2p overlap needs pp > 2 \
                          (pp = {}): remove `overlap_p2p = false` or raise pp",
-                        p.pp
-                    )));
+                            p.pp
+                        ),
+                    ));
                 }
                 parallel.push(Arg::switch("--no-overlap-p2p-communication"));
             }
@@ -171,6 +298,7 @@ pub fn megatron(
         ),
         Schedule::ZeroBubble if p.pp > 1 => {
             return Err(unsupported(
+                ("parallel", "schedule"),
                 "Megatron-LM has no ZB-H1 schedule; use `schedule = 1f1b` or `interleaved`".into(),
             ))
         }
@@ -186,6 +314,7 @@ pub fn megatron(
             // Gradients sharded under a pipeline (FSDP with pipelines, as in Meta's own
             // framework): planc has not verified Megatron-LM's FSDP with pipeline stages.
             return Err(unsupported(
+                ("parallel", "zero"),
                 "zero = 2 with pipeline parallelism: planc does not emit Megatron-LM's FSDP with \
                  pipeline stages; use `zero = 1` (the distributed optimizer) for Megatron-LM"
                     .into(),
@@ -238,6 +367,7 @@ pub fn megatron(
         }
         Offload::Params => {
             return Err(unsupported(
+                ("parallel", "offload"),
                 "Megatron-LM cannot offload parameters; use `offload = optimizer` or the \
                  deepspeed target"
                     .into(),
@@ -265,20 +395,58 @@ pub fn megatron(
             Optimizer::Sgd => "sgd",
         },
     ));
-    if let Some(iters) = train_iters(plan) {
-        training.push(Arg::num("--train-iters", iters));
+    let r = &t.run;
+    training.push(Arg::num("--train-iters", run.steps));
+    training.push(Arg::float("--lr", r.lr));
+    training.push(Arg::float("--min-lr", r.min_lr));
+    training.push(Arg::text(
+        "--lr-decay-style",
+        match r.lr_schedule {
+            LrSchedule::Constant => "constant",
+            LrSchedule::Cosine => "cosine",
+        },
+    ));
+    // Megatron-LM decays from the end of warm-up to --lr-decay-iters, which defaults to
+    // --train-iters: planc's schedule.
+    training.push(Arg::num("--lr-warmup-iters", r.warmup_steps));
+    training.push(Arg::float("--weight-decay", r.weight_decay));
+    training.push(Arg::float("--clip-grad", r.grad_clip));
+    if t.optimizer != Optimizer::Sgd {
+        training.push(Arg::float("--adam-beta1", r.adam_beta1));
+        training.push(Arg::float("--adam-beta2", r.adam_beta2));
+        training.push(Arg::float("--adam-eps", r.adam_eps));
     }
-    if let Some(dir) = checkpoint_dir {
-        training.push(Arg::text("--save", dir));
-        training.push(Arg::text("--load", dir));
-        training.push(Arg::num("--save-interval", SAVE_INTERVAL));
+    training.push(Arg::num("--seed", r.seed));
+    training.push(Arg::num("--log-interval", run.log_interval));
+    // The plan has no evaluation: none during the run (the interval is the whole run; current
+    // Megatron-LM divides by it) and none after it.
+    training.push(Arg::num("--eval-interval", run.steps));
+    training.push(Arg::num("--eval-iters", 0));
+    if let Some(dir) = &run.checkpoint_dir {
+        training.push(Arg::text("--save", dir.clone()));
+        training.push(Arg::text("--load", dir.clone()));
+        training.push(Arg::num("--save-interval", run.save_interval));
     }
 
-    let data = vec![
-        Arg::switch("--mock-data"),
-        Arg::text("--tokenizer-type", "NullTokenizer"),
-        Arg::num("--vocab-size", m.vocab),
-    ];
+    let mut data = Vec::new();
+    match &run.data {
+        Some(path) => {
+            // Megatron-LM reads an indexed dataset by its prefix (PREFIX.bin + PREFIX.idx, as
+            // its tools/preprocess_data.py writes them), all of it for training.
+            let prefix = path.strip_suffix(".bin").unwrap_or(path);
+            data.push(Arg::text("--data-path", prefix));
+            data.push(Arg::text("--split", "100,0,0"));
+            notes.push(format!(
+                "Megatron-LM reads train.data as an indexed dataset, {prefix}.bin and \
+                 {prefix}.idx (tools/preprocess_data.py writes them; planc run's flat token \
+                 file is not one); the null tokenizer takes the token ids as they are: replace \
+                 --tokenizer-type with the tokenizer the data was prepared with"
+            ));
+        }
+        None => data.push(Arg::switch("--mock-data")),
+    }
+    data.push(Arg::text("--tokenizer-type", "NullTokenizer"));
+    data.push(Arg::num("--vocab-size", m.vocab));
 
     Ok(vec![
         ("model", model),
@@ -342,6 +510,141 @@ pub fn pipeline_layout(plan: &Plan) -> String {
     out
 }
 
+/// The flags planc's training scripts take (the contract with `job.entrypoint` when the job
+/// names one; the torchrun and DeepSpeed targets pass them):
+///
+/// `--micro-batch-size N --global-batch-size N --lr X --min-lr X --lr-schedule constant|cosine
+/// --warmup-steps N --steps N --weight-decay X --grad-clip X --adam-beta1 X --adam-beta2 X
+/// --adam-eps X --seed N --precision fp32|fp16|bf16|fp8 --dropout X (--data PATH | --mock-data)
+/// [--save DIR --save-interval N] --log-interval N`
+pub fn script_args(plan: &Plan, run: &RunValues) -> Vec<Arg> {
+    let t = &plan.train;
+    let r = &t.run;
+    let mut v = vec![
+        Arg::num("--micro-batch-size", plan.parallel.micro_batch),
+        Arg::num("--global-batch-size", t.global_batch),
+        Arg::float("--lr", r.lr),
+        Arg::float("--min-lr", r.min_lr),
+        Arg::text("--lr-schedule", r.lr_schedule.as_str()),
+        Arg::num("--warmup-steps", r.warmup_steps),
+        Arg::num("--steps", run.steps),
+        Arg::float("--weight-decay", r.weight_decay),
+        Arg::float("--grad-clip", r.grad_clip),
+        Arg::float("--adam-beta1", r.adam_beta1),
+        Arg::float("--adam-beta2", r.adam_beta2),
+        Arg::float("--adam-eps", r.adam_eps),
+        Arg::num("--seed", r.seed),
+        Arg::text("--precision", t.precision.as_str()),
+        Arg::float("--dropout", t.dropout),
+    ];
+    match &run.data {
+        Some(path) => v.push(Arg::text("--data", path.clone())),
+        None => v.push(Arg::switch("--mock-data")),
+    }
+    if let Some(dir) = &run.checkpoint_dir {
+        v.push(Arg::text("--save", dir.clone()));
+        v.push(Arg::num("--save-interval", run.save_interval));
+    }
+    v.push(Arg::num("--log-interval", run.log_interval));
+    v
+}
+
+/// The same run as Hugging Face `TrainingArguments` spell it, for scripts built on its
+/// `Trainer` (`job.entrypoint_args = hf_trainer`). `ds_config` is the DeepSpeed config's path
+/// under the DeepSpeed framework (Trainer's `--deepspeed FILE`). TrainingArguments has no
+/// data or dropout (the script's own arguments and the model's config hold them): a plan
+/// that sets them is refused at the attribute rather than run without them.
+pub fn hf_trainer_args(
+    plan: &Plan,
+    run: &RunValues,
+    target: Target,
+    ds_config: Option<(&str, bool)>,
+) -> Result<Vec<Arg>, EmitError> {
+    let t = &plan.train;
+    let r = &t.run;
+    let refuse = |(b, a): (&str, &str), reason: String| {
+        Err(EmitError::Unsupported {
+            target,
+            reason,
+            at: Some(at(b, a)),
+        })
+    };
+    if r.data.is_some() {
+        return refuse(
+            ("train", "data"),
+            "Hugging Face's TrainingArguments have no data path (each Trainer script names its \
+             own, e.g. --dataset or --train_file): remove train.data and pass the script's data \
+             option as an argument of the launch script"
+                .into(),
+        );
+    }
+    if t.dropout > 0.0 {
+        return refuse(
+            ("train", "dropout"),
+            "Hugging Face's TrainingArguments have no dropout (the model's config holds it): \
+             set it in the model's config and remove train.dropout"
+                .into(),
+        );
+    }
+    if t.precision == Precision::Fp8 {
+        return refuse(
+            ("train", "precision"),
+            "Hugging Face's Trainer has no fp8 flag; use bf16".into(),
+        );
+    }
+    let p = &plan.parallel;
+    let mut v = vec![
+        Arg::num("--per_device_train_batch_size", p.micro_batch),
+        Arg::num(
+            "--gradient_accumulation_steps",
+            p.grad_accum(t.global_batch),
+        ),
+        Arg::num("--max_steps", run.steps),
+        Arg::float("--learning_rate", r.lr),
+    ];
+    match r.lr_schedule {
+        LrSchedule::Constant => v.push(Arg::text("--lr_scheduler_type", "constant_with_warmup")),
+        LrSchedule::Cosine => {
+            v.push(Arg::text("--lr_scheduler_type", "cosine_with_min_lr"));
+            v.push(Arg::text(
+                "--lr_scheduler_kwargs",
+                json!({ "min_lr": tidy(r.min_lr) }).to_string(),
+            ));
+        }
+    }
+    // Under DeepSpeed the Trainer checks its warm-up against the config's scheduler, which
+    // warms up for at least one step (see `deepspeed_config`).
+    let warmup = match (ds_config, r.lr_schedule) {
+        (Some(_), LrSchedule::Cosine) => r.warmup_steps.max(1),
+        _ => r.warmup_steps,
+    };
+    v.push(Arg::num("--warmup_steps", warmup));
+    v.push(Arg::float("--weight_decay", r.weight_decay));
+    v.push(Arg::float("--max_grad_norm", r.grad_clip));
+    v.push(Arg::float("--adam_beta1", r.adam_beta1));
+    v.push(Arg::float("--adam_beta2", r.adam_beta2));
+    v.push(Arg::float("--adam_epsilon", r.adam_eps));
+    v.push(Arg::num("--seed", r.seed));
+    match t.precision {
+        Precision::Bf16 => v.push(Arg::switch("--bf16")),
+        Precision::Fp16 => v.push(Arg::switch("--fp16")),
+        Precision::Fp32 | Precision::Fp8 => {}
+    }
+    match &run.checkpoint_dir {
+        Some(dir) => {
+            v.push(Arg::text("--output_dir", dir.clone()));
+            v.push(Arg::text("--save_strategy", "steps"));
+            v.push(Arg::num("--save_steps", run.save_interval));
+        }
+        None => v.push(Arg::text("--save_strategy", "no")),
+    }
+    v.push(Arg::num("--logging_steps", run.log_interval));
+    if let Some((path, beside)) = ds_config {
+        v.push(Arg::file("--deepspeed", path, beside));
+    }
+    Ok(v)
+}
+
 /// Optimizer steps for `train.tokens`, when given.
 pub fn train_iters(plan: &Plan) -> Option<u64> {
     let tokens = plan.train.tokens?;
@@ -355,31 +658,39 @@ pub fn train_iters(plan: &Plan) -> Option<u64> {
 /// DeepSpeed's `ds_config.json` for the plan. DeepSpeed expresses data parallelism, ZeRO and
 /// offload in its config; pipeline, context and expert parallelism live in the model code,
 /// so a plan that needs them is refused here rather than silently run without them.
-pub fn deepspeed_config(plan: &Plan, target: Target) -> Result<Value, EmitError> {
+pub fn deepspeed_config(
+    plan: &Plan,
+    run: &RunValues,
+    target: Target,
+    notes: &mut Vec<String>,
+) -> Result<Value, EmitError> {
     let p = &plan.parallel;
     let t = &plan.train;
-    let refuse = |what: &str| {
+    let r = &t.run;
+    let refuse = |(b, a): (&str, &str), what: &str| {
         Err(EmitError::Unsupported {
             target,
             reason: format!(
                 "{what}: DeepSpeed's config cannot express it (the model code must); use the \
                  megatron framework or set it to 1"
             ),
+            at: Some(at(b, a)),
         })
     };
     if p.pp > 1 {
-        return refuse(&format!("pp = {}", p.pp));
+        return refuse(("parallel", "pp"), &format!("pp = {}", p.pp));
     }
     if p.cp > 1 {
-        return refuse(&format!("cp = {}", p.cp));
+        return refuse(("parallel", "cp"), &format!("cp = {}", p.cp));
     }
     if p.ep > 1 {
-        return refuse(&format!("ep = {}", p.ep));
+        return refuse(("parallel", "ep"), &format!("ep = {}", p.ep));
     }
     if t.precision == Precision::Fp8 {
         return Err(EmitError::Unsupported {
             target,
             reason: "DeepSpeed's config has no fp8 training; use bf16".into(),
+            at: Some(at("train", "precision")),
         });
     }
     let grad_accum = p.grad_accum(t.global_batch);
@@ -401,16 +712,52 @@ pub fn deepspeed_config(plan: &Plan, target: Target) -> Result<Value, EmitError>
         "train_batch_size": t.global_batch,
         "train_micro_batch_size_per_gpu": p.micro_batch,
         "gradient_accumulation_steps": grad_accum,
-        "gradient_clipping": 1.0,
+        "gradient_clipping": tidy(r.grad_clip),
         "zero_optimization": zero,
         "optimizer": match t.optimizer {
-            Optimizer::Adamw => json!({ "type": "AdamW", "params": {} }),
-            Optimizer::Adam => json!({ "type": "Adam", "params": { "adam_w_mode": false } }),
-            Optimizer::Sgd => json!({ "type": "SGD", "params": {} }),
+            Optimizer::Adamw => json!({ "type": "AdamW", "params": {
+                "lr": tidy(r.lr), "betas": [tidy(r.adam_beta1), tidy(r.adam_beta2)], "eps": tidy(r.adam_eps),
+                "weight_decay": tidy(r.weight_decay),
+            } }),
+            Optimizer::Adam => json!({ "type": "Adam", "params": {
+                "lr": tidy(r.lr), "betas": [tidy(r.adam_beta1), tidy(r.adam_beta2)], "eps": tidy(r.adam_eps),
+                "weight_decay": tidy(r.weight_decay), "adam_w_mode": false,
+            } }),
+            Optimizer::Sgd => json!({ "type": "SGD", "params": {
+                "lr": tidy(r.lr), "weight_decay": tidy(r.weight_decay),
+            } }),
         },
-        "steps_per_print": 100,
+        "steps_per_print": run.log_interval,
         "wall_clock_breakdown": false,
     });
+    if r.weight_decay > 0.0 {
+        notes.push(
+            "DeepSpeed decays every parameter the training script gives its optimizer: \
+             planc's plan decays 2-D weights only (give biases and norm weights a group of \
+             their own with weight_decay 0)"
+                .into(),
+        );
+    }
+    // The schedule, from lr_schedules.py. Its warm-up ramps linearly from 0 over
+    // max(2, warmup_num_steps) steps and must have at least one: a plan without warm-up
+    // starts its cosine at full rate (warmup_min_ratio 1), two steps late.
+    match (r.lr_schedule, r.warmup_steps) {
+        (LrSchedule::Constant, 0) => {}
+        (LrSchedule::Constant, n) => {
+            cfg["scheduler"] = json!({ "type": "WarmupLR", "params": {
+                "warmup_min_lr": 0.0, "warmup_max_lr": tidy(r.lr), "warmup_num_steps": n,
+                "warmup_type": "linear",
+            } });
+        }
+        (LrSchedule::Cosine, n) => {
+            let min_ratio = if r.lr > 0.0 { r.min_lr / r.lr } else { 0.0 };
+            cfg["scheduler"] = json!({ "type": "WarmupCosineLR", "params": {
+                "total_num_steps": run.steps, "warmup_num_steps": n.max(1),
+                "warmup_min_ratio": if n == 0 { 1.0 } else { 0.0 },
+                "cos_min_ratio": tidy(min_ratio), "warmup_type": "linear",
+            } });
+        }
+    }
     match t.precision {
         Precision::Bf16 => cfg["bf16"] = json!({ "enabled": true }),
         Precision::Fp16 => {
@@ -446,30 +793,46 @@ pub fn deepspeed_config(plan: &Plan, target: Target) -> Result<Value, EmitError>
 /// the `planc` binary, which every node runs once (`planc run PLAN`, written by the
 /// templates with the node's place in the run); its arguments here are the checkpoint
 /// options every attempt shares.
+///
+/// `ds_config` is where the job finds DeepSpeed's config (a file beside the script, or a
+/// mounted one); `style` which flags a DeepSpeed or torch entrypoint takes.
+#[allow(clippy::too_many_arguments)]
 pub fn program(
+    plan: &Plan,
+    run: &RunValues,
     framework: Framework,
+    style: EntrypointArgs,
     entrypoint: Option<&str>,
-    checkpoint_dir: Option<&str>,
     megatron_args: Option<&[(&'static str, Vec<Arg>)]>,
-) -> (String, Vec<Arg>) {
-    match framework {
-        Framework::Megatron => (
+    (ds_config, beside): (&str, bool),
+    target: Target,
+) -> Result<(String, Vec<Arg>), EmitError> {
+    let script = || entrypoint.unwrap_or("train.py").to_string();
+    Ok(match (framework, style) {
+        (Framework::Megatron, _) => (
             entrypoint.unwrap_or("pretrain_gpt.py").to_string(),
             megatron_args
                 .map(|g| g.iter().flat_map(|(_, a)| a.iter().cloned()).collect())
                 .unwrap_or_default(),
         ),
-        Framework::Deepspeed => (
-            entrypoint.unwrap_or("train.py").to_string(),
-            vec![
-                Arg::switch("--deepspeed"),
-                Arg::text("--deepspeed_config", "ds_config.json"),
-            ],
+        (Framework::Deepspeed, EntrypointArgs::Planc) => {
+            let mut v = script_args(plan, run);
+            v.push(Arg::switch("--deepspeed"));
+            v.push(Arg::file("--deepspeed_config", ds_config, beside));
+            (script(), v)
+        }
+        (Framework::Deepspeed, EntrypointArgs::HfTrainer) => (
+            script(),
+            hf_trainer_args(plan, run, target, Some((ds_config, beside)))?,
         ),
-        Framework::Torch => (entrypoint.unwrap_or("train.py").to_string(), Vec::new()),
-        Framework::Planc => (
+        (Framework::Torch, EntrypointArgs::Planc) => (script(), script_args(plan, run)),
+        (Framework::Torch, EntrypointArgs::HfTrainer) => {
+            (script(), hf_trainer_args(plan, run, target, None)?)
+        }
+        (Framework::Planc, _) => (
             entrypoint.unwrap_or("planc").to_string(),
-            checkpoint_dir
+            run.checkpoint_dir
+                .as_deref()
                 .map(|dir| {
                     vec![
                         Arg::text("--save", dir),
@@ -478,7 +841,7 @@ pub fn program(
                 })
                 .unwrap_or_default(),
         ),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -503,7 +866,7 @@ mod tests {
     }
 
     fn flags(p: &Plan) -> Vec<(String, Option<Value>)> {
-        megatron(p, None, &mut Vec::new())
+        megatron(p, &RunValues::of_plan(p), &mut Vec::new())
             .expect("expressible")
             .into_iter()
             .flat_map(|(_, args)| args)
@@ -625,7 +988,7 @@ mod tests {
         assert!(has(&f, "--no-overlap-p2p-communication").is_some());
         // Megatron-LM's interleaved schedule without overlap needs pp > 2.
         p.parallel.pp = 2;
-        assert!(megatron(&p, None, &mut Vec::new()).is_err());
+        assert!(megatron(&p, &RunValues::of_plan(&p), &mut Vec::new()).is_err());
     }
 
     #[test]

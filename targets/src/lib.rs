@@ -24,7 +24,7 @@ use std::str::FromStr;
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use planc_compiler::check::Checked;
-use planc_compiler::plan::{Framework, Job, Plan, PlanSpec, Scheduler};
+use planc_compiler::plan::{EntrypointArgs, Framework, Job, Plan, PlanSpec, Scheduler};
 use planc_lang::codes::{self, Code};
 use planc_lang::Diagnostic;
 use serde::Serialize;
@@ -97,8 +97,13 @@ pub struct Artifact {
 pub enum EmitError {
     /// The plan has errors (P0705); the diagnostics say which.
     PlanErrors(Vec<Diagnostic>),
-    /// The target cannot express part of the plan (P0706).
-    Unsupported { target: Target, reason: String },
+    /// The target cannot express part of the plan (P0706), at the attribute that asks for it
+    /// when one does (`(block, attribute)` as the plan's origins key it).
+    Unsupported {
+        target: Target,
+        reason: String,
+        at: Option<args::Attr>,
+    },
     /// The target needs a `job` attribute the plan does not set (P0707).
     MissingJobAttribute {
         target: Target,
@@ -137,6 +142,28 @@ impl EmitError {
     }
 }
 
+impl EmitError {
+    /// The error as a diagnostic located at the plan's attribute, when it has one and the
+    /// plan says where that attribute was written (else at the attribute's block).
+    pub fn located(&self, spec: &PlanSpec) -> Option<Diagnostic> {
+        let EmitError::Unsupported {
+            at: Some((block, attr)),
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let (file, span) = spec.origins.of(block, attr)?;
+        let (block, attr) = (block.as_str(), attr.as_str());
+        let label = if spec.origins.written(block, attr) {
+            format!("{block}.{attr}")
+        } else {
+            format!("{block}.{attr} (its default)")
+        };
+        Some(Diagnostic::new(self.code(), self.to_string()).at(file, span, label))
+    }
+}
+
 impl fmt::Display for EmitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -153,7 +180,7 @@ impl fmt::Display for EmitError {
                 }
                 Ok(())
             }
-            EmitError::Unsupported { target, reason } => {
+            EmitError::Unsupported { target, reason, .. } => {
                 write!(f, "the {target} target cannot express this plan: {reason}")
             }
             EmitError::MissingJobAttribute { target, attribute } => write!(
@@ -354,6 +381,16 @@ struct Context<'a> {
     derived: Derived,
     /// `job.env`, in the order written.
     env: Vec<EnvVar>,
+    /// Whether a value refers to a variable the kubelet does not know (the image's or the
+    /// node's): the PyTorchJob's container then exports the environment from its shell.
+    shell_env: bool,
+    /// Whether the job crosses nodes over RDMA (InfiniBand or RoCE, or `NCCL_IB_*` set): the
+    /// PyTorchJob's pods then ask for an RDMA device and may lock memory.
+    rdma: bool,
+    /// Whether any value goes in the container's `env` list.
+    kube_env: bool,
+    /// The training run (steps, data, checkpoints, logging) as every target carries it.
+    run: args::RunValues,
     /// Megatron-LM flags by group (model, parallel, training, data); empty unless the
     /// framework (or target) is Megatron-LM.
     megatron_args: Vec<ArgGroup>,
@@ -389,6 +426,8 @@ struct JobCtx {
     checkpoint_dir: Option<String>,
     retries: u64,
     entrypoint: Option<String>,
+    entrypoint_args: EntrypointArgs,
+    volume: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -398,6 +437,24 @@ struct ClusterCtx {
     gpus_per_node: u64,
     world_size: u64,
     gpu: String,
+    /// Node groups of different GPUs: each is placed on its own nodes with fixed node ranks,
+    /// in the order written (the order the plan priced the pipeline stages on).
+    mixed: bool,
+    groups: Vec<GroupCtx>,
+}
+
+#[derive(Serialize)]
+struct GroupCtx {
+    name: String,
+    /// `name` as a Slurm node feature (`--constraint`).
+    word: String,
+    nodes: u64,
+    gpu: String,
+    /// The node rank of the group's first node; its nodes take the ranks after it.
+    first_node_rank: u64,
+    last_node_rank: u64,
+    /// The pipeline stages whose ranks the group holds (first, last).
+    stages: (u64, u64),
 }
 
 #[derive(Serialize)]
@@ -417,7 +474,15 @@ struct Derived {
 #[derive(Serialize)]
 struct EnvVar {
     name: String,
+    /// As written in the plan.
     value: String,
+    /// The right-hand side of a shell export (double-quoted).
+    shell: String,
+    /// The value for a container's `env` list (before YAML quoting), or `None` when it refers
+    /// to a variable the kubelet cannot expand.
+    kube: Option<String>,
+    /// A `.deepspeed_env` value, as DeepSpeed's launcher re-exports it.
+    deepspeed: String,
 }
 
 #[derive(Serialize)]
@@ -455,8 +520,12 @@ fn context<'a>(
         retries: 0,
         entrypoint: None,
         env: Vec::new(),
+        entrypoint_args: EntrypointArgs::Planc,
+        volume: None,
     };
     let job = spec.job.as_ref().unwrap_or(&default_job);
+    let unsupported =
+        |reason: String, at: Option<args::Attr>| EmitError::Unsupported { target, reason, at };
     if job.framework == Framework::Planc {
         // `planc run` is its own launcher (one process per GPU, its own rendezvous): only a
         // scheduler's artifacts, which start one `planc run` per node, can carry it. The
@@ -481,10 +550,10 @@ fn context<'a>(
             Target::Slurm | Target::K8s => None,
         };
         if let Some(why) = why {
-            return Err(EmitError::Unsupported {
-                target,
-                reason: format!("job.framework = planc, and {why}"),
-            });
+            return Err(unsupported(
+                format!("job.framework = planc, and {why}"),
+                Some(args::at("job", "framework")),
+            ));
         }
     }
     // The megatron and deepspeed targets are those frameworks, whatever the job says.
@@ -493,6 +562,17 @@ fn context<'a>(
         Target::Deepspeed => Framework::Deepspeed,
         _ => job.framework,
     };
+    if job.entrypoint_args == EntrypointArgs::HfTrainer
+        && !matches!(framework, Framework::Deepspeed | Framework::Torch)
+    {
+        return Err(unsupported(
+            format!(
+                "entrypoint_args = hf_trainer is for DeepSpeed and torch scripts built on Hugging \
+                 Face's Trainer; the {framework} framework's entrypoint takes its own flags"
+            ),
+            Some(args::at("job", "entrypoint_args")),
+        ));
+    }
     let cluster = &plan.cluster;
     if cluster.is_mixed() {
         let per_node: Vec<u64> = cluster.groups.iter().map(|g| g.gpus_per_node).collect();
@@ -502,13 +582,13 @@ fn context<'a>(
             } else {
                 "torchrun"
             };
-            return Err(EmitError::Unsupported {
-                target,
-                reason: format!(
+            return Err(unsupported(
+                format!(
                     "the node groups have different GPU counts per node ({per_node:?}); \
                      {launcher} starts the same number of processes on every node"
                 ),
-            });
+                None,
+            ));
         }
     }
     if target == Target::K8s && job.image.is_none() {
@@ -517,53 +597,46 @@ fn context<'a>(
             attribute: "image",
         });
     }
-    for (name, _) in &job.env {
-        let valid = name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(EmitError::Unsupported {
-                target,
-                reason: format!("`{name}` is not a valid environment variable name"),
-            });
-        }
-    }
-    if target == Target::Deepspeed {
-        // DeepSpeed's multi-node runner re-exports NCCL_* variables and those of
-        // .deepspeed_env to the other nodes inside double quotes (`export K="V";` through
-        // pdsh), where `$`, backquotes, `"` and `\` would still be interpreted.
-        if let Some((name, _)) = job
-            .env
-            .iter()
-            .find(|(_, v)| v.chars().any(|c| "$`\"\\\n\r".contains(c)))
-        {
-            return Err(EmitError::Unsupported {
-                target,
-                reason: format!(
-                    "the value of {name} contains $, `, \", \\ or a line break, which DeepSpeed's \
-                     launcher would interpret when it exports the variable to the other nodes"
-                ),
-            });
+    let env = env_vars(target, job)?;
+    if target == Target::K8s {
+        if let Some(dir) = &job.checkpoint_dir {
+            if job.volume.is_some() && !dir.starts_with('/') {
+                return Err(unsupported(
+                    format!(
+                        "the volume is mounted at checkpoint_dir, and a container's mount path \
+                         is absolute: `{dir}` is not"
+                    ),
+                    Some(args::at("job", "checkpoint_dir")),
+                ));
+            }
+        } else if job.volume.is_some() {
+            return Err(unsupported(
+                "the volume is mounted at job.checkpoint_dir, which the plan does not set".into(),
+                Some(args::at("job", "volume")),
+            ));
         }
     }
 
+    let run = args::RunValues::new(spec, plan, plan_file);
     let mut notes = Vec::new();
     let megatron_groups = if framework == Framework::Megatron {
-        Some(args::megatron(
-            plan,
-            job.checkpoint_dir.as_deref(),
-            &mut notes,
-        )?)
+        Some(args::megatron(plan, &run, &mut notes)?)
     } else {
         None
     };
     let ds_config = if framework == Framework::Deepspeed {
-        Some(args::deepspeed_config(plan, target)?)
+        Some(args::deepspeed_config(plan, &run, target, &mut notes)?)
     } else {
         None
     };
+    if job.entrypoint_args == EntrypointArgs::HfTrainer && job.entrypoint.is_none() {
+        return Err(unsupported(
+            "entrypoint_args = hf_trainer passes Hugging Face TrainingArguments to your Trainer \
+             script: name it with job.entrypoint (planc's generated train.py takes planc's flags)"
+                .into(),
+            Some(args::at("job", "entrypoint_args")),
+        ));
+    }
     let script = if script::wanted(target, framework, job.entrypoint.as_deref()) {
         Some(script::script(
             plan,
@@ -575,24 +648,26 @@ fn context<'a>(
     } else {
         None
     };
-    let (entrypoint, mut prog_args) = args::program(
+    // DeepSpeed's config is found beside the launch script, wherever the job starts from
+    // (the PyTorchJob mounts it from a ConfigMap).
+    let (ds_path, beside) = match target {
+        Target::K8s => ("/etc/planc/ds_config.json", false),
+        _ => ("ds_config.json", true),
+    };
+    let (entrypoint, prog_args) = args::program(
+        plan,
+        &run,
         framework,
+        job.entrypoint_args,
         job.entrypoint.as_deref(),
-        job.checkpoint_dir.as_deref(),
         megatron_groups.as_deref(),
-    );
-    if target == Target::K8s && framework == Framework::Deepspeed {
-        for a in &mut prog_args {
-            if a.flag == "--deepspeed_config" {
-                a.value = Some(serde_json::Value::String(
-                    "/etc/planc/ds_config.json".into(),
-                ));
-            }
-        }
-    }
+        (ds_path, beside),
+        target,
+    )?;
     if cluster.is_mixed() {
         notes.push(format!(
-            "the cluster mixes {}: place the node groups in pipeline-stage order",
+            "the cluster mixes {}: node ranks are fixed, group by group in the order written, \
+             so that each pipeline stage runs on the GPUs the plan priced it on",
             cluster
                 .groups
                 .iter()
@@ -600,8 +675,20 @@ fn context<'a>(
                 .collect::<Vec<_>>()
                 .join(" and ")
         ));
+        if target == Target::K8s {
+            notes.push(
+                "a PyTorchJob assigns node ranks Master first, then Workers in index order, and \
+                 cannot pin a Worker to a node group: label the groups' nodes and add a \
+                 nodeSelector or use the slurm target"
+                    .into(),
+            );
+        }
     }
 
+    if target == Target::K8s {
+        notes.extend(warnings(target, spec));
+    }
+    let rdma = rdma(plan, job);
     let name = job.name.clone().unwrap_or_else(|| plan.model.name.clone());
     let time_limit_s = job.time_limit.map(|t| t.max(60.0).ceil() as u64);
     let p = &plan.parallel;
@@ -622,6 +709,8 @@ fn context<'a>(
             checkpoint_dir: job.checkpoint_dir.clone(),
             retries: job.retries,
             entrypoint: job.entrypoint.clone(),
+            entrypoint_args: job.entrypoint_args,
+            volume: job.volume.clone(),
         },
         cluster: ClusterCtx {
             name: cluster.name.clone(),
@@ -634,6 +723,8 @@ fn context<'a>(
                 .map(|g| g.gpu.name.clone())
                 .collect::<Vec<_>>()
                 .join("+"),
+            mixed: cluster.is_mixed(),
+            groups: groups(plan),
         },
         model: &plan.model,
         train: &plan.train,
@@ -643,18 +734,15 @@ fn context<'a>(
             grad_accum: p.grad_accum(plan.train.global_batch),
             layers_per_virtual_stage: p.middle_stage_layers(plan.model.layers) / p.vpp.max(1),
             stage_layers: (0..p.pp).map(|s| plan.stage_layers(s)).collect(),
-            train_iters: args::train_iters(plan),
+            train_iters: Some(run.steps),
             master_port: 29500,
-            save_interval: args::SAVE_INTERVAL,
+            save_interval: run.save_interval,
         },
-        env: job
-            .env
-            .iter()
-            .map(|(name, value)| EnvVar {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect(),
+        run,
+        rdma,
+        shell_env: env.iter().any(|e| e.kube.is_none()),
+        kube_env: env.iter().any(|e| e.kube.is_some()),
+        env,
         megatron_args: megatron_groups
             .unwrap_or_default()
             .into_iter()
@@ -670,6 +758,118 @@ fn context<'a>(
         notes,
         plan_file: plan_file.to_string(),
     })
+}
+
+/// The node groups with their node ranks and the pipeline stages on them. Ranks follow
+/// Megatron-LM's order (tensor fastest, pipeline slowest): node rank n holds global ranks
+/// n·G … n·G + G − 1, and stage s the ranks s·(world / pp) onwards.
+fn groups(plan: &Plan) -> Vec<GroupCtx> {
+    let per_stage = (plan.cluster.world_size() / plan.parallel.pp.max(1)).max(1);
+    let mut first = 0;
+    plan.cluster
+        .groups
+        .iter()
+        .map(|g| {
+            let gpn = g.gpus_per_node.max(1);
+            let first_rank = first * gpn;
+            let last_rank = (first + g.nodes) * gpn - 1;
+            let ctx = GroupCtx {
+                name: g.name.clone(),
+                word: quote::plain_word(&g.name),
+                nodes: g.nodes,
+                gpu: g.gpu.name.clone(),
+                first_node_rank: first,
+                last_node_rank: first + g.nodes - 1,
+                stages: (first_rank / per_stage, last_rank / per_stage),
+            };
+            first += g.nodes;
+            ctx
+        })
+        .collect()
+}
+
+/// Whether the job's nodes talk over RDMA: more than one node, and an InfiniBand or RoCE
+/// inter-node link or NCCL's InfiniBand settings in `job.env` (unless it disables them).
+fn rdma(plan: &Plan, job: &Job) -> bool {
+    use planc_compiler::plan::LinkKind;
+    let disabled = job
+        .env
+        .iter()
+        .any(|(n, v)| n == "NCCL_IB_DISABLE" && v.trim() == "1");
+    let link = plan
+        .cluster
+        .inter_node
+        .as_ref()
+        .is_some_and(|i| matches!(i.link.kind, LinkKind::Infiniband | LinkKind::Roce));
+    let ib_env = job.env.iter().any(|(n, _)| n.starts_with("NCCL_IB_"));
+    plan.cluster.nodes() > 1 && !disabled && (link || ib_env)
+}
+
+/// What the artifacts of `target` will do that the user may not expect, for `planc emit` to
+/// print (the artifacts say it too, as notes).
+pub fn warnings(target: Target, spec: &PlanSpec) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(job) = &spec.job else { return out };
+    if target == Target::K8s && job.checkpoint_dir.is_some() && job.volume.is_none() {
+        out.push(
+            "job.checkpoint_dir without job.volume: the checkpoints are written to the pod's \
+             own disk and lost with it; set job.volume to a PersistentVolumeClaim"
+                .to_string(),
+        );
+    }
+    out
+}
+
+/// `job.env` in each syntax the artifacts write it in: one meaning (`$NAME` and `${NAME}`
+/// from the node's environment, the rest literal), checked again here so that `render`
+/// callers who skipped `check` cannot run a command.
+fn env_vars(target: Target, job: &Job) -> Result<Vec<EnvVar>, EmitError> {
+    let mut out: Vec<EnvVar> = Vec::new();
+    for (name, value) in &job.env {
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let at = Some(args::at("job.env", name));
+        if !valid {
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!("`{name}` is not a valid environment variable name"),
+                at,
+            });
+        }
+        let pieces =
+            planc_compiler::nccl_env::env_value(value).map_err(|bad| EmitError::Unsupported {
+                target,
+                reason: format!("the value of {name}: {} (P0713)", bad.what),
+                at: at.clone(),
+            })?;
+        if target == Target::Deepspeed && (value.trim() != value || value.contains(['\n', '\r'])) {
+            // The launcher reads .deepspeed_env line by line and strips each value.
+            return Err(EmitError::Unsupported {
+                target,
+                reason: format!(
+                    "the value of {name} starts or ends with white space or holds a line \
+                     break, which DeepSpeed's .deepspeed_env cannot carry"
+                ),
+                at,
+            });
+        }
+        let defined: Vec<&str> = out
+            .iter()
+            .filter(|e| e.kube.is_some())
+            .map(|e| e.name.as_str())
+            .collect();
+        out.push(EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+            shell: quote::shell_env(&pieces),
+            kube: quote::kube_env(&pieces, &defined),
+            deepspeed: quote::deepspeed_env(&pieces),
+        });
+    }
+    Ok(out)
 }
 
 /// Seconds as sbatch's `D-HH:MM:SS`.

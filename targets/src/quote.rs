@@ -3,6 +3,13 @@
 //! Every string that comes from the plan goes through one of these before it lands in an
 //! artifact, so that no value (a job name, a partition, an environment variable) can end a
 //! quoted word and run a command.
+//!
+//! Environment values are the one place a plan string is not all literal: `$NAME` and
+//! `${NAME}` refer to the node's environment (`planc_compiler::nccl_env::env_value` parses
+//! them). [`shell_env`], [`kube_env`] and [`deepspeed_env`] write that meaning in a shell
+//! export, a container's `env` list and DeepSpeed's `.deepspeed_env`.
+
+use planc_compiler::nccl_env::EnvPiece;
 
 /// Single-quotes `s` for POSIX shells: the only character special inside single quotes is
 /// `'` itself, written as `'\''` (close, escaped quote, reopen). Always quotes, even words
@@ -65,6 +72,64 @@ pub fn yaml(s: &str) -> String {
 /// plan string that contains `$(HOME)` reaches the program as written.
 pub fn kube_literal(s: &str) -> String {
     s.replace('$', "$$")
+}
+
+/// Text inside double quotes with every character the shell interprets there escaped.
+fn double_quoted_text(out: &mut String, text: &str) {
+    for c in text.chars() {
+        if matches!(c, '"' | '\\' | '$' | '`') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+}
+
+/// An environment value as the right-hand side of a shell export: double-quoted, the text
+/// escaped, each reference `${NAME-}` (empty when the node does not set it, as a shell user
+/// without `set -u` means it; the launch scripts run with `set -u`).
+pub fn shell_env(pieces: &[EnvPiece]) -> String {
+    let mut out = String::from("\"");
+    for p in pieces {
+        match p {
+            EnvPiece::Text(t) => double_quoted_text(&mut out, t),
+            EnvPiece::Var(n) => out.push_str(&format!("${{{n}-}}")),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// An environment value for a container's `env` list, where the kubelet reads `$(NAME)` as a
+/// variable defined earlier in the list (`defined`) and `$$` as `$`. `None` when the value
+/// refers to any other variable: the kubelet knows only the pod spec's variables, not the
+/// image's or the node's, and would leave `$(NAME)` as it is.
+pub fn kube_env(pieces: &[EnvPiece], defined: &[&str]) -> Option<String> {
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            EnvPiece::Text(t) => out.push_str(&kube_literal(t)),
+            EnvPiece::Var(n) if defined.contains(&n.as_str()) => out.push_str(&format!("$({n})")),
+            EnvPiece::Var(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+/// An environment value as a line of `.deepspeed_env` (after `NAME=`). DeepSpeed's launcher
+/// (launcher/runner.py, multinode_runner.py) strips the value, wraps it in double quotes when
+/// it holds anything but `\w@%+=:,./-`, and sends `export NAME="VALUE";` to every node
+/// through pdsh, where the node's shell expands it: so the value is written as the inside of
+/// a double-quoted word, references as `${NAME}`. (Its openmpi, mpich and slurm launchers
+/// pass the value without a shell: there a reference stays unexpanded.)
+pub fn deepspeed_env(pieces: &[EnvPiece]) -> String {
+    let mut out = String::new();
+    for p in pieces {
+        match p {
+            EnvPiece::Text(t) => double_quoted_text(&mut out, t),
+            EnvPiece::Var(n) => out.push_str(&format!("${{{n}}}")),
+        }
+    }
+    out
 }
 
 /// A name usable as a Kubernetes object name (RFC 1123 label: lowercase letters, digits and
@@ -151,6 +216,29 @@ mod tests {
             "$$(touch x) $$$$ $$HOME"
         );
         assert_eq!(kube_literal("/ckpt"), "/ckpt");
+    }
+
+    fn pieces(s: &str) -> Vec<EnvPiece> {
+        planc_compiler::nccl_env::env_value(s).unwrap()
+    }
+
+    #[test]
+    fn env_values_in_each_syntax() {
+        let v = pieces("/opt/vccl/lib:$LD_LIBRARY_PATH \"$5\\ ${A}");
+        assert_eq!(
+            shell_env(&v),
+            "\"/opt/vccl/lib:${LD_LIBRARY_PATH-} \\\"\\$5\\\\ ${A-}\""
+        );
+        assert_eq!(kube_env(&v, &["LD_LIBRARY_PATH"]), None);
+        assert_eq!(
+            kube_env(&v, &["LD_LIBRARY_PATH", "A"]).as_deref(),
+            Some("/opt/vccl/lib:$(LD_LIBRARY_PATH) \"$$5\\ $(A)")
+        );
+        assert_eq!(kube_env(&pieces("x$ $"), &[]).as_deref(), Some("x$$ $$"));
+        assert_eq!(
+            deepspeed_env(&v),
+            "/opt/vccl/lib:${LD_LIBRARY_PATH} \\\"\\$5\\\\ ${A}"
+        );
     }
 
     #[test]

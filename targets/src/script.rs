@@ -64,6 +64,7 @@ pub fn script(
                 "{what}: the training script planc generates cannot run it; name your own \
                  script with `job {{ entrypoint = \"...\" }}`"
             ),
+            at: None,
         })
     };
     for (name, v) in [("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("ep", p.ep)] {

@@ -49,6 +49,24 @@ const INJECTIONS: &[&str] = &[
     "x\n touch MARK",
 ];
 
+/// The payload as environment values, where `check` lets it through: a value that runs a
+/// command (`$(...)`, backquotes) is refused at the value (P0713), which is asserted here.
+fn env_block(payload: &str, lit: &str) -> String {
+    let block = format!("env {{ NCCL_DEBUG = \"{lit}\", NCCL_IB_HCA = \"{lit}\" }}");
+    if planc_compiler::nccl_env::env_value(payload).is_ok() {
+        return block;
+    }
+    let c = planc_compiler::check::check_source(
+        "t.tp",
+        &common::plan_with_job(&format!("name = \"e\"\n{block}")),
+    );
+    assert!(
+        c.diagnostics.iter().any(|d| d.code == "P0713"),
+        "{payload:?} in job.env is not refused"
+    );
+    String::new()
+}
+
 fn stub(dir: &Path, name: &str, body: &str) {
     let p = dir.join(name);
     std::fs::write(&p, format!("#!/bin/bash\n{body}\n")).unwrap();
@@ -87,8 +105,8 @@ fn injected_commands_never_run() {
         }
         let job = format!(
             "name = \"{lit}\"\n partition = \"{lit}\"\n entrypoint = \"{lit}\"\n \
-             checkpoint_dir = \"{lit}\"\n image = \"{lit}\"\n retries = 2\n \
-             env {{ NCCL_DEBUG = \"{lit}\", NCCL_IB_HCA = \"{lit}\" }}"
+             checkpoint_dir = \"{lit}\"\n image = \"{lit}\"\n retries = 2\n {}",
+            env_block(&payload, &lit)
         );
         let checked = common::checked(&common::plan_with_job(&job));
         let bin = tmp.path().join("bin");
@@ -148,7 +166,9 @@ fn injected_commands_never_run() {
         // expand `$(NAME)` there.
         let kube = planc_targets::quote::yaml(&planc_targets::quote::kube_literal(&payload));
         assert!(yaml.contains(&format!("- {kube}")), "{yaml}");
-        assert!(yaml.contains(&format!("value: {kube}")), "{yaml}");
+        if planc_compiler::nccl_env::env_value(&payload).is_ok() {
+            assert!(yaml.contains(&format!("value: {kube}")), "{yaml}");
+        }
     }
 }
 
@@ -452,8 +472,8 @@ fn planc_framework_passes_injected_strings_as_data() {
         let ckpt = format!("{payload}-ckpt");
         let job = format!(
             "name = \"{lit}\"\n partition = \"{lit}\"\n entrypoint = \"{lit}\"\n \
-             checkpoint_dir = \"{lit}-ckpt\"\n image = \"{lit}\"\n retries = 1\n \
-             env {{ NCCL_DEBUG = \"{lit}\", NCCL_IB_HCA = \"{lit}\" }}"
+             checkpoint_dir = \"{lit}-ckpt\"\n image = \"{lit}\"\n retries = 1\n {}",
+            env_block(&payload, &lit)
         );
         let text = common::planc_plan_with_job(&job);
         let checked = common::checked_named(&plan_path, &text);
@@ -718,4 +738,374 @@ fn planc_pod_without_a_checkpoint_folder_starts_planc_run() {
         lines(&log.join("planc")),
         node_1_args("plans/p.tp", "job-master-0:23456")
     );
+}
+
+// ----- job.env: `$NAME` is the node's variable, everything else literal ----------------------
+
+/// A literal value with every character a shell treats specially inside double quotes.
+const LITERAL: &str = "a\"b\\c $5 'x' $ {y}";
+
+fn env_plan(framework: &str) -> String {
+    let lit = LITERAL.replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        r#"
+cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+model m {{ layers = 4, hidden = 512, heads = 8, vocab = 32000, seq_len = 1024 }}
+train {{ global_batch = 64, precision = bf16, optimizer = adamw }}
+parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 2, zero = 1, recompute = none }}
+job {{
+framework = {framework}
+image = "img"
+env {{ LD_LIBRARY_PATH = "/opt/vccl/lib:$LD_LIBRARY_PATH", MY_VAR = "{lit}", BOTH = "${{MY_VAR}}+$HOME" }}
+}}
+"#
+    )
+}
+
+/// A launcher stub that logs the environment variables the test looks at.
+fn env_stub(bin: &Path, name: &str) {
+    stub(
+        bin,
+        name,
+        "printf '%s\\n' \"$LD_LIBRARY_PATH\" \"$MY_VAR\" \"$BOTH\" > \"$LOG/env\"",
+    );
+}
+
+fn expected_env(ld: &str, home: &str) -> Vec<String> {
+    vec![
+        format!("/opt/vccl/lib:{ld}"),
+        LITERAL.to_string(),
+        format!("{LITERAL}+{home}"),
+    ]
+}
+
+#[test]
+fn environment_references_expand_on_the_node() {
+    for (framework, target, launcher) in [
+        ("torch", Target::Torchrun, "torchrun"),
+        ("megatron", Target::Megatron, "torchrun"),
+        ("torch", Target::Slurm, "srun"),
+        ("deepspeed", Target::Deepspeed, "deepspeed"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+        for d in [&bin, &log] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        env_stub(&bin, launcher);
+        stub(&bin, "scontrol", "echo node-a");
+        let checked = common::checked(&env_plan(framework));
+        let artifacts = render_checked(target, &checked, None).unwrap();
+        let written = write_artifacts(&tmp.path().join("out"), &artifacts, false).unwrap();
+        let script = written.iter().find(|p| is_shell_path(p)).unwrap();
+        let out = Command::new("bash")
+            .arg(script)
+            .current_dir(tmp.path())
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("LOG", &log)
+            .env("LD_LIBRARY_PATH", "/x")
+            .env("HOME", "/home/u")
+            .env("SLURM_JOB_NODELIST", "node-a")
+            .env("SLURM_JOB_NUM_NODES", "1")
+            .env("SLURM_JOB_ID", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{target}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            lines(&log.join("env")),
+            expected_env("/x", "/home/u"),
+            "{target}"
+        );
+        // Unset on the node: the reference is empty, as in a shell without `set -u`.
+        let out = Command::new("bash")
+            .arg(script)
+            .current_dir(tmp.path())
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("LOG", &log)
+            .env("HOME", "/h")
+            .env("SLURM_JOB_NODELIST", "node-a")
+            .env("SLURM_JOB_NUM_NODES", "1")
+            .env("SLURM_JOB_ID", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{target}, unset");
+        assert_eq!(lines(&log.join("env"))[0], "/opt/vccl/lib:", "{target}");
+    }
+}
+
+fn is_shell_path(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "sh" || e == "sbatch")
+}
+
+/// `.deepspeed_env` as DeepSpeed's pdsh runner sends it (runner.py reads `KEY=VAL` lines;
+/// multinode_runner.py strips the value, double-quotes it when it holds anything but
+/// `\w@%+=:,./-`, and runs `export KEY=VAL; ...` in each node's shell).
+#[test]
+fn deepspeed_env_expands_on_every_node() {
+    let checked = common::checked(&env_plan("deepspeed"));
+    let artifacts = render_checked(Target::Deepspeed, &checked, None).unwrap();
+    let file = artifacts
+        .iter()
+        .find(|a| a.path.to_string_lossy() == ".deepspeed_env")
+        .expect(".deepspeed_env");
+    let mut exports = String::new();
+    for line in file.contents.lines() {
+        let (key, val) = line.split_once('=').unwrap();
+        let val = val.trim();
+        let plain = val
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || "@%+=:,./-".contains(c));
+        let val = if plain {
+            val.to_string()
+        } else {
+            format!("\"{val}\"")
+        };
+        exports.push_str(&format!("export {}={val}; ", key.trim()));
+    }
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{exports}printf '%s\\n' \"$LD_LIBRARY_PATH\" \"$MY_VAR\" \"$BOTH\""
+        ))
+        .env("LD_LIBRARY_PATH", "/y")
+        .env("HOME", "/home/v")
+        .output()
+        .unwrap();
+    let got: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(got, expected_env("/y", "/home/v"), "{}", file.contents);
+}
+
+/// The PyTorchJob: the kubelet cannot expand the image's variables, so those values are
+/// exported by the container's shell; a value referring to an earlier `job.env` variable
+/// alone stays in the `env` list as `$(NAME)`.
+#[test]
+fn pytorchjob_environment_expands_in_the_container() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+    for d in [&bin, &log] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    env_stub(&bin, "torchrun");
+    let checked = common::checked(&env_plan("torch"));
+    let yaml = render_checked(Target::K8s, &checked, None).unwrap()[0]
+        .contents
+        .clone();
+    // MY_VAR is literal: it stays in the env list, its `$` doubled.
+    assert!(yaml.contains("- name: \"MY_VAR\""), "{yaml}");
+    assert!(!yaml.contains("- name: \"LD_LIBRARY_PATH\""), "{yaml}");
+    let container_env = [("MY_VAR", LITERAL)];
+    let command: Vec<String> = container_command(&yaml)
+        .iter()
+        .map(|c| kubelet_expand(c, &container_env))
+        .collect();
+    assert_eq!(command[..2], ["/bin/sh", "-c"], "{command:?}");
+    let out = Command::new(&command[0])
+        .args(&command[1..])
+        .env_clear()
+        .envs(container_env)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("LOG", &log)
+        .env("LD_LIBRARY_PATH", "/usr/local/cuda/lib64")
+        .env("HOME", "/root")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        lines(&log.join("env")),
+        expected_env("/usr/local/cuda/lib64", "/root")
+    );
+}
+
+// ----- site essentials: containers and node placement ------------------------------------------
+
+/// An srun that runs its command as the task of the second node would (SLURM_PROCID 1),
+/// after logging its own options.
+const SRUN_AS_TASK_1: &str = r#"printf '%s\n' "$@" > "$LOG/srun"
+while [ "${1#--}" != "$1" ]; do shift; done
+export SLURM_PROCID=1 SLURM_NODEID=0
+exec "$@""#;
+
+#[test]
+fn slurm_runs_the_image_through_pyxis_with_the_checkpoints_mounted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+    for d in [&bin, &log] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    stub(&bin, "srun", "printf '%s\\n' \"$@\" > \"$LOG/srun\"");
+    stub(&bin, "scontrol", "echo node-a");
+    let ckpt = tmp.path().join("elsewhere/ckpt");
+    let job = format!(
+        "name = \"c\"\n framework = torch\n image = \"nvcr.io/nvidia/pytorch:24.05-py3\"\n \
+         checkpoint_dir = \"{}\"",
+        ckpt.display()
+    );
+    let checked = common::checked(&common::plan_with_job(&job));
+    let artifacts = render_checked(Target::Slurm, &checked, None).unwrap();
+    let written = write_artifacts(&tmp.path().join("out"), &artifacts, false).unwrap();
+    let work = tmp.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = Command::new("bash")
+        .arg(&written[0])
+        .current_dir(&work)
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("LOG", &log)
+        .env("SLURM_JOB_NODELIST", "node-a")
+        .env("SLURM_JOB_NUM_NODES", "2")
+        .env("SLURM_JOB_ID", "3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let argv = lines(&log.join("srun"));
+    let work = work.canonicalize().unwrap();
+    assert!(
+        argv.contains(&"--container-image=nvcr.io/nvidia/pytorch:24.05-py3".to_string()),
+        "{argv:?}"
+    );
+    assert!(
+        argv.contains(&format!("--container-workdir={}", work.display())),
+        "{argv:?}"
+    );
+    let mounts = format!(
+        "--container-mounts={w}:{w},{c}:{c}",
+        w = work.display(),
+        c = ckpt.display()
+    );
+    assert!(argv.contains(&mounts), "{argv:?}");
+    // Without an image, no container options.
+    let checked = common::checked(&common::plan_with_job("name = \"n\"\n framework = torch"));
+    let sbatch = &render_checked(Target::Slurm, &checked, None).unwrap()[0].contents;
+    assert!(!sbatch.contains("--container-image"), "{sbatch}");
+}
+
+#[test]
+fn mixed_clusters_fix_each_groups_node_ranks() {
+    let text = std::fs::read_to_string(common::examples_dir().join("mixed-a100-v100.tp"))
+        .unwrap()
+        .replace(
+            "recompute = selective",
+            "recompute = selective }\njob { framework = torch, entrypoint = \"train.py\"",
+        );
+    let checked = common::checked(&text);
+    let tmp = tempfile::tempdir().unwrap();
+    let (bin, log) = (tmp.path().join("bin"), tmp.path().join("log"));
+    for d in [&bin, &log] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    stub(&bin, "srun", SRUN_AS_TASK_1);
+    stub(&bin, "scontrol", "echo node-fast");
+    stub(
+        &bin,
+        "torchrun",
+        "printf '%s\\n' \"$@\" > \"$LOG/torchrun\"",
+    );
+    let artifacts = render_checked(Target::Slurm, &checked, None).unwrap();
+    let sbatch = &artifacts[0].contents;
+    // One heterogeneous component per node group, in the plan's order.
+    let fast = sbatch.find("#SBATCH --constraint=fast").expect("fast");
+    let het = sbatch.find("#SBATCH hetjob").expect("hetjob");
+    let slow = sbatch.find("#SBATCH --constraint=slow").expect("slow");
+    assert!(fast < het && het < slow, "{sbatch}");
+    let written = write_artifacts(&tmp.path().join("out"), &artifacts, false).unwrap();
+    let out = Command::new("bash")
+        .arg(&written[0])
+        .current_dir(tmp.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("LOG", &log)
+        .env("SLURM_JOB_NODELIST_HET_GROUP_0", "node-fast")
+        .env("SLURM_JOB_NODELIST", "node-fast,node-slow")
+        .env("SLURM_JOB_ID", "5")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lines(&log.join("srun")).contains(&"--het-group=0-1".to_string()));
+    // The second node's task is node rank 1: the V100 group, the second pipeline stage.
+    let argv = lines(&log.join("torchrun"));
+    let at = |flag: &str| argv[argv.iter().position(|a| a == flag).unwrap() + 1].clone();
+    assert_eq!(at("--node-rank"), "1", "{argv:?}");
+    assert_eq!(at("--master-addr"), "node-fast", "{argv:?}");
+    assert_eq!(at("--nnodes"), "2", "{argv:?}");
+    assert!(!argv.iter().any(|a| a.starts_with("--rdzv")), "{argv:?}");
+    // torchrun's own script takes the node rank from NODE_RANK, and refuses to guess it.
+    let t = render_checked(Target::Torchrun, &checked, None).unwrap();
+    let script = write_artifacts(&tmp.path().join("t"), &t, false).unwrap();
+    let run = |rank: Option<&str>| {
+        let mut c = Command::new("bash");
+        c.arg(&script[0])
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("LOG", &log)
+            .env("MASTER_ADDR", "node-fast");
+        if let Some(r) = rank {
+            c.env("NODE_RANK", r);
+        }
+        c.output().unwrap()
+    };
+    assert!(!run(None).status.success());
+    assert!(run(Some("1")).status.success());
+    let argv = lines(&log.join("torchrun"));
+    assert_eq!(at_in(&argv, "--node-rank"), "1");
+}
+
+fn at_in(argv: &[String], flag: &str) -> String {
+    argv[argv.iter().position(|a| a == flag).unwrap() + 1].clone()
+}
+
+#[test]
+fn pytorchjob_mounts_the_checkpoint_volume_and_asks_for_rdma() {
+    let checked = common::checked(&common::plan_with_job(
+        "name = \"k\"\n image = \"img\"\n checkpoint_dir = \"/ckpt\"\n volume = \"ckpt-pvc\"",
+    ));
+    let yaml = &render_checked(Target::K8s, &checked, None).unwrap()[0].contents;
+    assert!(yaml.contains("claimName: \"ckpt-pvc\""), "{yaml}");
+    assert!(yaml.contains("mountPath: \"/ckpt\""), "{yaml}");
+    // The plan's nodes meet over InfiniBand.
+    assert!(yaml.contains("rdma/rdma_shared_device_a: 1"), "{yaml}");
+    assert!(yaml.contains("add: [\"IPC_LOCK\"]"), "{yaml}");
+    assert!(planc_targets::warnings(Target::K8s, checked.spec.as_ref().unwrap()).is_empty());
+    // Without a volume the checkpoints die with the pod: said, not refused.
+    let checked = common::checked(&common::plan_with_job(
+        "name = \"k\"\n image = \"img\"\n checkpoint_dir = \"/ckpt\"",
+    ));
+    assert_eq!(
+        planc_targets::warnings(Target::K8s, checked.spec.as_ref().unwrap()).len(),
+        1
+    );
+    // A volume needs an absolute checkpoint folder to be mounted at.
+    let checked = common::checked(&common::plan_with_job(
+        "name = \"k\"\n image = \"img\"\n checkpoint_dir = \"ckpt\"\n volume = \"v\"",
+    ));
+    let err = render_checked(Target::K8s, &checked, None).unwrap_err();
+    let d = err.located(checked.spec.as_ref().unwrap()).unwrap();
+    assert_eq!(d.primary.unwrap().message, "job.checkpoint_dir");
+    // Ethernet between nodes, and no NCCL_IB_* settings: no RDMA device.
+    let text = common::plan_with_job("name = \"k\"\n image = \"img\"")
+        .replace("kind = infiniband", "kind = ethernet");
+    let yaml = &render_checked(Target::K8s, &common::checked(&text), None).unwrap()[0].contents;
+    assert!(!yaml.contains("rdma/"), "{yaml}");
+    let with_ib = text.replace(
+        "image = \"img\"",
+        "image = \"img\"\n env { NCCL_IB_HCA = \"mlx5_0\" }",
+    );
+    let yaml = &render_checked(Target::K8s, &common::checked(&with_ib), None).unwrap()[0].contents;
+    assert!(yaml.contains("rdma/rdma_shared_device_a"), "{yaml}");
 }
