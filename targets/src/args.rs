@@ -740,7 +740,13 @@ pub fn deepspeed_config(
     }
     // The schedule, from lr_schedules.py. Its warm-up ramps linearly from 0 over
     // max(2, warmup_num_steps) steps and must have at least one: a plan without warm-up
-    // starts its cosine at full rate (warmup_min_ratio 1), two steps late.
+    // holds the full rate through it (warmup_min_ratio 1) and starts its cosine one step
+    // late. DeepSpeed 0.19.8 on an H200 (2026-11-25), rate before each step of a 1000-step
+    // run at 2e-5, min 2e-6: with 100 warm-up steps 0, 0, 2e-7, ... 1.96e-5 (step 99),
+    // 2e-5 (101), 1.26e-5 (500), 2e-6 (999); without, 0, 2e-5, 2e-5, ... 1.1e-5 (500),
+    // 2e-6 (999). Its first step runs at 0 either way (the scheduler sets the rate of
+    // "before step 0" at construction); the Trainer accepts the config beside
+    // TrainingArguments of the same values (HfTrainerDeepSpeedConfig, transformers 5.17).
     match (r.lr_schedule, r.warmup_steps) {
         (LrSchedule::Constant, 0) => {}
         (LrSchedule::Constant, n) => {
