@@ -104,6 +104,10 @@ if want torchrun; then
     emitted torchrun-fsdp-llama1b torchrun "$(plan_for torchrun-fsdp-llama1b llama3.2-1b-1gpu.tp torch 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
 fi
 if want deepspeed; then
+    # DeepSpeed 0.19.8 compiles its fused Adam at the first step and reads the architecture
+    # list as numbers: the machines' "9.0a" (Hopper's arch-specific target) stops it. A site
+    # setting, not the plan's: 9.0 builds the same kernels for the fused Adam.
+    [[ "${TORCH_CUDA_ARCH_LIST:-}" == *a* ]] && export TORCH_CUDA_ARCH_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
     emitted deepspeed-gpt2 deepspeed "$(plan_for deepspeed-gpt2 gpt2-124m-1gpu.tp deepspeed)"
 fi
 if want torchtitan; then
