@@ -3,11 +3,17 @@
 //! `PLANC_RANK`, `PLANC_LOCAL_RANK`, `PLANC_WORLD_SIZE`, `PLANC_MASTER` set; rank 0 hosts
 //! the rendezvous. When one child fails or is killed, the others are stopped at once and
 //! the failure is named; children die with this process (no rank is left behind).
+//!
+//! SIGTERM and SIGUSR1 (a scheduler's warning before preemption or the time limit) are
+//! forwarded to every rank, which finish their step, save and exit with
+//! `stop::PREEMPTED`; the launcher keeps waiting for them and exits with that status too.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
+
+use planc_runtime::train::stop;
 
 /// Where this node stands among the nodes of the run.
 pub struct Nodes {
@@ -102,6 +108,11 @@ pub fn launch(world: usize, plan_nodes: u64, nodes: &Nodes, args: &[OsString]) -
         "launch   {local} ranks on this node (node {} of {}), {world} in all, rendezvous at {master}",
         nodes.node_rank, nodes.nnodes
     );
+    // Caught before the ranks start, so that a warning during their start reaches them.
+    if let Err(e) = stop::install() {
+        eprintln!("error: cannot catch SIGTERM to forward it to the ranks: {e}");
+        return ExitCode::from(1);
+    }
     let mut children: Vec<(usize, Child)> = Vec::new();
     for i in 0..local {
         let rank = nodes.node_rank * local + i;
@@ -131,12 +142,62 @@ pub fn launch(world: usize, plan_nodes: u64, nodes: &Nodes, args: &[OsString]) -
             }
         }
     }
+    let mut seen = stop::received();
+    let outcome = watch(&mut children, &mut || {
+        let now = stop::received();
+        if now == seen {
+            return None;
+        }
+        seen = now;
+        stop::requested()
+    });
+    match outcome {
+        Outcome::Done => ExitCode::SUCCESS,
+        Outcome::Preempted => ExitCode::from(stop::PREEMPTED),
+        Outcome::Failed => ExitCode::from(1),
+    }
+}
+
+/// How the ranks of a node ended.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Done,
+    /// Every rank ended, at least one with `stop::PREEMPTED` and none failed.
+    Preempted,
+    Failed,
+}
+
+/// Waits for the ranks; forwards each stop signal `signal` reports to the ranks still
+/// running and keeps waiting (they finish their step and save). A rank that fails or is
+/// killed stops the others.
+fn watch(
+    children: &mut Vec<(usize, Child)>,
+    signal: &mut dyn FnMut() -> Option<i32>,
+) -> Outcome {
+    let mut preempted = false;
     loop {
+        if let Some(sig) = signal() {
+            eprintln!(
+                "launch   {}: forwarded to the ranks, which finish their step and save",
+                stop::signal_name(sig)
+            );
+            for (_, c) in children.iter_mut() {
+                if let Ok(None) = c.try_wait() {
+                    // SAFETY: signalling our own child, not yet reaped.
+                    unsafe {
+                        libc::kill(c.id() as i32, sig);
+                    }
+                }
+            }
+        }
         let mut running = 0;
         for k in 0..children.len() {
             let (rank, child) = &mut children[k];
             match child.try_wait() {
                 Ok(Some(status)) if status.success() => {}
+                Ok(Some(status)) if status.code() == Some(stop::PREEMPTED.into()) => {
+                    preempted = true;
+                }
                 Ok(Some(status)) => {
                     let why = match (status.code(), status.signal()) {
                         (Some(c), _) => format!("exited with status {c}"),
@@ -149,25 +210,30 @@ pub fn launch(world: usize, plan_nodes: u64, nodes: &Nodes, args: &[OsString]) -
                         child.id()
                     );
                     children.remove(k);
-                    stop(&mut children);
-                    return ExitCode::from(1);
+                    stop(children);
+                    return Outcome::Failed;
                 }
                 Ok(None) => running += 1,
                 Err(e) => {
                     eprintln!("error: cannot watch rank {rank}: {e}");
-                    stop(&mut children);
-                    return ExitCode::from(1);
+                    stop(children);
+                    return Outcome::Failed;
                 }
             }
         }
         if running == 0 {
-            return ExitCode::SUCCESS;
+            return if preempted {
+                Outcome::Preempted
+            } else {
+                Outcome::Done
+            };
         }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
-/// SIGTERM to every child, SIGKILL to those alive 5 s later, then reap them all.
+/// SIGTERM to every child (a rank then finishes its step, unless it waits on the one that
+/// failed), SIGKILL to those alive 5 s later, then reap them all.
 fn stop(children: &mut [(usize, Child)]) {
     for (_, c) in children.iter() {
         // SAFETY: signalling our own child.
@@ -185,5 +251,53 @@ fn stop(children: &mut [(usize, Child)]) {
         }
         let _ = c.kill();
         let _ = c.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rank stand-in: exits `on_term` once SIGTERM arrives (after finishing its "step"),
+    /// `otherwise` after about `secs` seconds.
+    fn rank(on_term: u8, otherwise: u8, secs: u32) -> Child {
+        let script = format!(
+            "trap 'sleep 0.2; exit {on_term}' TERM; i=0; \
+             while [ $i -lt {} ]; do sleep 0.05; i=$((i+1)); done; exit {otherwise}",
+            secs * 20
+        );
+        Command::new("sh").args(["-c", &script]).spawn().unwrap()
+    }
+
+    #[test]
+    fn a_stop_signal_is_forwarded_and_the_ranks_are_waited_for() {
+        let mut children = vec![(0, rank(75, 0, 20)), (1, rank(75, 0, 20))];
+        // Let the shells set their traps.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut once = Some(libc::SIGTERM);
+        let t = Instant::now();
+        let got = watch(&mut children, &mut || once.take());
+        assert_eq!(got, Outcome::Preempted);
+        // Each ended through its trap (75), not killed: the launcher waited for them.
+        for (_, c) in &mut children {
+            assert_eq!(c.try_wait().unwrap().and_then(|s| s.code()), Some(75));
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn a_preempted_rank_is_not_a_failure_and_a_failed_one_stops_the_rest() {
+        // One rank preempted early, the other finishing later: preempted, after both.
+        let mut children = vec![(0, rank(1, 75, 0)), (1, rank(1, 0, 1))];
+        assert_eq!(watch(&mut children, &mut || None), Outcome::Preempted);
+        assert!(children.iter_mut().all(|(_, c)| c.try_wait().unwrap().is_some()));
+        // All finished: done.
+        let mut children = vec![(0, rank(1, 0, 0)), (1, rank(1, 0, 0))];
+        assert_eq!(watch(&mut children, &mut || None), Outcome::Done);
+        // A failure stops the others at once.
+        let mut children = vec![(0, rank(1, 3, 0)), (1, rank(9, 0, 60))];
+        let t = Instant::now();
+        assert_eq!(watch(&mut children, &mut || None), Outcome::Failed);
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     }
 }

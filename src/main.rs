@@ -202,6 +202,14 @@ enum Command {
     /// what it waits in and where its GPU is, aborts NCCL and exits 1. Checkpoints are the
     /// whole model whatever the layout: a run saved under tp 2 resumes on one GPU.
     ///
+    /// A run keeps its work. A loss or gradient norm that is not finite stops it at that
+    /// step with exit 1, naming the first non-finite tensor; no checkpoint of such weights
+    /// is written (fp16's overflow steps are skipped, counted in the summary). SIGTERM or
+    /// SIGUSR1 (Slurm's --signal, preemption, Kubernetes' pod deletion) finishes the
+    /// current step on every rank, saves it with --save, and exits 75 (EX_TEMPFAIL:
+    /// preempted, requeue); --resume DIR then continues after that step. The launcher
+    /// forwards both signals to its ranks and exits 75 with them.
+    ///
     /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc, and
     /// libnccl for several GPUs) on the library path: exit 2 without them. A plan too big
     /// for the GPU is refused with its predicted memory and the `--layers K` that fits;

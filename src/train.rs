@@ -196,8 +196,13 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             );
         }
     }
+    // A stopped run's status tells the job scripts to requeue it (run contract).
+    let status = match &summary.stopped {
+        Some(_) => ExitCode::from(planc_runtime::train::stop::PREEMPTED),
+        None => ExitCode::SUCCESS,
+    };
     if !lead {
-        return ExitCode::SUCCESS;
+        return status;
     }
     if let Some(e) = metrics_error {
         eprintln!("warning: writing the metrics failed: {e}");
@@ -210,7 +215,28 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     } else {
         print!("{}", human(&summary));
     }
-    ExitCode::SUCCESS
+    if let Some(line) = stopped_line(&summary) {
+        eprintln!("{line}");
+    }
+    status
+}
+
+/// What a stopped run says last: the step it reached and where its work is.
+fn stopped_line(s: &Summary) -> Option<String> {
+    let st = s.stopped.as_ref()?;
+    let code = planc_runtime::train::stop::PREEMPTED;
+    Some(match &st.checkpoint {
+        Some(c) => format!(
+            "stopped  by {} after step {}, saved in {}; `--resume` continues from it (exit {code}: preempted, requeue)",
+            st.signal,
+            st.step,
+            c.display()
+        ),
+        None => format!(
+            "stopped  by {} after step {}; nothing saved (no --save): a requeued run starts again from step 0 (exit {code})",
+            st.signal, st.step
+        ),
+    })
 }
 
 fn step_line(m: &StepMetrics, total: u64) -> String {
@@ -296,6 +322,13 @@ fn human(s: &Summary) -> String {
         );
     }
     out += &by_kind(s);
+    if s.skipped_steps > 0 {
+        out += &format!(
+            "skipped  {} step{} (fp16 overflow: loss scale halved, no update)\n",
+            s.skipped_steps,
+            if s.skipped_steps == 1 { "" } else { "s" }
+        );
+    }
     for c in &s.checkpoints {
         out += &format!("saved    {}\n", c.display());
     }

@@ -105,6 +105,9 @@ pub fn check_file_with_progress(
     }
     checked.diagnostics.extend(device_attention(&mut spec));
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
+    checked
+        .diagnostics
+        .extend(crate::token_file::lint(&spec, &checked.sources));
     if let Some(parallel) = choose_layout(
         &spec,
         &mut checked.diagnostics,

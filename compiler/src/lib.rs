@@ -17,5 +17,6 @@ pub mod resolve;
 pub mod schema;
 pub mod solve;
 pub mod source;
+pub mod token_file;
 pub mod validate;
 pub mod value;

@@ -72,6 +72,18 @@ codes! {
          rate that is not a positive number: an edited or damaged file), or one measured on \
          another GPU than the plan's. Paths are relative to the plan file. Measure the machine \
          with `planc calibrate -o FILE`.";
+    P0105 Warning "the token file is malformed"
+        "`train.data` names a file that is here but is not a token file `planc run` can read: its \
+         size is not a whole number of tokens, it holds fewer tokens than one sample \
+         (seq_len + 1), or it holds an id at or above `model.vocab`. The format (the run \
+         contract's \"Data\"): a flat array of little-endian token ids without a header, uint16 \
+         when `model.vocab` ≤ 65536, else uint32, relative to the plan file. An id out of range \
+         usually means a file of another tokenizer, or uint32 ids read as uint16; `check` reads \
+         the first 16 MiB for ids, `planc run` the whole file.";
+    P0106 Note "the token file is not here"
+        "`train.data` names a file that does not exist on this machine. That is fine when the \
+         file lives on the cluster the plan runs on: `planc run` reads it there, relative to the \
+         plan file. Without `data`, `planc run` trains on its synthetic corpus.";
     P0201 Error "unknown block"
         "Top-level blocks are `cluster`, `model`, `train`, `parallel`, `job`, `search` and `gpu`; \
          `cluster` may hold `intra_node`, `inter_node` and `group`; `job` may hold `env`.";

@@ -46,6 +46,9 @@ pub enum RunError {
     Usage(String),
     /// The plan asks for what `planc run` does not run yet (P0901): never a fallback.
     NotRunYet(String),
+    /// The loss or the gradient norm stopped being finite (exit 1): the message names the
+    /// step and where it shows first.
+    Diverged(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -65,7 +68,7 @@ impl std::fmt::Display for RunError {
                 "`planc run` times bf16, fp16 and fp32 products; the plan's precision is {p:?}"
             ),
             RunError::Cuda(e) => write!(f, "CUDA error: {e}"),
-            RunError::Plan(e) | RunError::Usage(e) => f.write_str(e),
+            RunError::Plan(e) | RunError::Usage(e) | RunError::Diverged(e) => f.write_str(e),
             RunError::NotRunYet(e) => write!(f, "[P0901] {e} (`planc explain P0901`)"),
         }
     }

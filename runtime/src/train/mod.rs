@@ -3,7 +3,8 @@
 //! the device (kernels from `kernels.cu`, compiled with NVRTC, and cuBLAS products),
 //! `attention` the fused (flash) attention's launches, `rows` the norms' and `activation`
 //! the MLP activation's, `engine` the memory plan and the passes, `step` the loop that
-//! executes the step's program, `predict` what planc expects of the run.
+//! executes the step's program, `stop` when a run ends early (divergence, a preemption
+//! signal) and how its ranks agree on it, `predict` what planc expects of the run.
 
 pub mod activation;
 pub mod attention;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod predict;
 pub mod rows;
 pub mod step;
+pub mod stop;
 pub mod trail;
 
 use sha2::{Digest, Sha256};

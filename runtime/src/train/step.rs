@@ -24,6 +24,7 @@ use super::dist::{self, Comm, World};
 use super::engine::HostBatch;
 use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
+use super::stop::{self, Verdict};
 use super::trail;
 use super::{checkpoint, data, predict};
 use crate::RunError;
@@ -96,6 +97,11 @@ pub struct Summary {
     pub micro_batches: u64,
     pub checkpoints: Vec<PathBuf>,
     pub resumed_from: Option<PathBuf>,
+    /// fp16 steps skipped because the scaled gradients overflowed (the loss scale halved).
+    pub skipped_steps: u64,
+    /// Set when a stop signal ended the run before its last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Stopped>,
     #[serde(skip)]
     pub spans: Vec<Span>,
     /// The last step by kind of work, measured next to predicted.
@@ -103,6 +109,18 @@ pub struct Summary {
     pub by_kind: Vec<KindRow>,
     /// Seconds from the start of the run to its first step, by phase.
     pub startup: Vec<StartPhase>,
+}
+
+/// A run ended early by SIGTERM or SIGUSR1, after finishing a step and saving it: the
+/// process exits with [`stop::PREEMPTED`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Stopped {
+    /// `SIGTERM` or `SIGUSR1` (of the first rank that saw one, when it is this one).
+    pub signal: String,
+    /// The last step finished, counted from 1: a resumed run starts after it.
+    pub step: u64,
+    /// Its checkpoint; none without `--save` (the run's work is then lost).
+    pub checkpoint: Option<PathBuf>,
 }
 
 /// A phase of a rank's start: a slow start (a cold CUDA context, NCCL finding the
@@ -313,6 +331,8 @@ pub fn train(
         return Err(RunError::Precision(precision));
     }
     refuse(plan, world)?;
+    // From here a stop signal is a request to finish the step and save, not an end.
+    stop::install().map_err(|e| RunError::Plan(format!("cannot catch SIGTERM: {e}")))?;
     // Nothing is overwritten silently: a folder that holds checkpoints is only written by
     // the run that resumes from it.
     if let Some(dir) = &opts.save {
@@ -546,6 +566,9 @@ pub fn train(
     let mut checkpoints = Vec::new();
     let mut spans = Vec::new();
     let mut good_steps = 0u64;
+    let mut skipped_steps = 0u64;
+    let mut stopped = None;
+    let end = start_step + steps;
     // Every rank takes part (the moments of a ZeRO shard are gathered first); rank 0 writes.
     let save = |eng: &mut Engine,
                 step: u64,
@@ -614,6 +637,13 @@ pub fn train(
         if world.rank != 0 {
             return Ok(None);
         }
+        // Diverged weights are never saved: the newest checkpoint stays one to resume from.
+        if let Some((name, i, x)) = stop::first_non_finite(&whole, &w) {
+            return Err(RunError::Diverged(format!(
+                "step {step}: the weights to save are not finite ({name}[{i}] = {x}); no \
+                 checkpoint written"
+            )));
+        }
         {
             let state = checkpoint::OptimizerState {
                 step: opt_step,
@@ -657,7 +687,7 @@ pub fn train(
         _ => None,
     });
     let mut ahead: Option<((u64, usize, usize), HostBatch)> = None;
-    for step in start_step..start_step + steps {
+    for step in start_step..end {
         // The last step is always timed operation by operation (CUDA events, no host
         // waits), for the by-kind comparison at the end; every step with --trace.
         if opts.trace || step + 1 == start_step + steps {
@@ -886,7 +916,7 @@ pub fn train(
             step + 1
         ));
         eng.gpu.zero(Buf {
-            bytes: 12,
+            bytes: stop::SLOTS * 4,
             ..eng.scalars
         })?;
         eng.grad_sumsq(norm_range, eng.scalars)?;
@@ -896,16 +926,25 @@ pub fn train(
         if tied_copy {
             eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |n| n == "wte")?;
         }
-        for c in [&tpc, &ppc].into_iter().flatten() {
-            c.all_reduce_sum(eng.scalars, 3, stream)?;
-        }
-        if let (Some(c), true) = (&dpc, zero >= 1) {
-            c.all_reduce_sum(eng.scalars, 3, stream)?;
+        // This rank's flags (a stop signal seen, a loss not finite) join the sums, so that
+        // every rank stops, or not, after this same step.
+        let flags = stop::flags(stop::requested().is_some(), loss.is_finite());
+        eng.gpu
+            .upload(eng.scalars.at(stop::FLAG_SLOTS.start, 4), &flags)?;
+        for (axis, slots) in stop::scalar_sums(tp, pp, dp, zero) {
+            let c = match axis {
+                stop::Axis::Tensor => &tpc,
+                stop::Axis::Pipeline => &ppc,
+                stop::Axis::Data => &dpc,
+            };
+            let c = c.as_ref().expect("a group for every summed axis");
+            c.all_reduce_sum(eng.scalars.at(slots.start, 4), slots.len(), stream)?;
         }
         if let (Some((j, chunk)), true) = (first_forward, step + 1 < start_step + steps) {
             ahead = Some(((step + 1, j, chunk), prepare(&eng, step + 1, j, chunk)));
         }
-        let sums: Vec<f32> = eng.gpu.download(eng.scalars, 3)?;
+        let sums: Vec<f32> = eng.gpu.download(eng.scalars, stop::SLOTS)?;
+        let (signals, losses_not_finite) = (sums[stop::FLAG_SLOTS][0], sums[stop::FLAG_SLOTS][1]);
         let whole_part = sums[1] as f64 * (tp - 1) as f64 / tp as f64 + sums[2] as f64;
         let raw_norm = (sums[0] as f64 - whole_part).max(0.0).sqrt();
         watchdog.done();
@@ -914,11 +953,13 @@ pub fn train(
         // resumed follows the same learning rates as one that never stopped.
         let lr = learning_rate(settings, step, settings.steps);
         let mut skipped = None;
-        if !grad_norm.is_finite() && precision == Precision::Fp16 {
+        let verdict = stop::judge(precision, losses_not_finite, grad_norm);
+        if verdict == Verdict::SkipOverflow {
             loss_scale = (loss_scale / 2.0).max(1.0);
             good_steps = 0;
             skipped = Some(true);
-        } else {
+            skipped_steps += 1;
+        } else if verdict == Verdict::Update {
             let clip = if settings.grad_clip > 0.0 && grad_norm > settings.grad_clip {
                 settings.grad_clip / (grad_norm + 1e-6)
             } else {
@@ -990,14 +1031,44 @@ pub fn train(
         on_event(Event::Step(&m));
         summary_steps.push(m);
         let done = step + 1;
-        if let (Some(_), Some(k)) = (&opts.save, opts.save_every) {
-            if k > 0 && done % k == 0 && done != start_step + steps {
-                checkpoints.extend(save(&mut eng, done, opt_step, loss_scale)?);
-            }
+        if verdict == Verdict::Diverged {
+            // Only now, on the way out, the buffers are read to say where it shows.
+            let w: Vec<f32> = eng.gpu.download(eng.w32, params.total)?;
+            let gr: Vec<f32> = eng.gpu.download(eng.grad, params.total)?;
+            let last = checkpoints
+                .last()
+                .map(|c: &PathBuf| format!("; the newest checkpoint is {}", c.display()))
+                .unwrap_or_default();
+            return Err(RunError::Diverged(format!(
+                "step {done}: the loss is {loss} and the gradient norm {grad_norm}: training \
+                 diverged; on rank {}, {}. Stopped without updating or saving these \
+                 weights{last} (lower train.lr, lengthen warmup_steps, or set grad_clip)",
+                world.rank,
+                stop::culprit(&params, &w, &gr)
+            )));
+        }
+        let preempt = stop::stop_after(signals, done, end);
+        let periodic = opts
+            .save_every
+            .is_some_and(|k| k > 0 && done % k == 0 && done != end);
+        let saved = match opts.save.is_some() && (periodic || preempt) {
+            true => save(&mut eng, done, opt_step, loss_scale)?,
+            false => None,
+        };
+        checkpoints.extend(saved.clone());
+        if preempt {
+            stopped = Some(Stopped {
+                signal: stop::requested()
+                    .map(stop::signal_name)
+                    .unwrap_or_else(|| "a stop signal (on another rank)".into()),
+                step: done,
+                checkpoint: saved,
+            });
+            break;
         }
     }
-    if opts.save.is_some() {
-        checkpoints.extend(save(&mut eng, start_step + steps, opt_step, loss_scale)?);
+    if opts.save.is_some() && stopped.is_none() {
+        checkpoints.extend(save(&mut eng, end, opt_step, loss_scale)?);
     }
     let mut times: Vec<f64> = summary_steps.iter().skip(1).map(|m| m.step_s).collect();
     if times.is_empty() {
@@ -1022,6 +1093,8 @@ pub fn train(
         micro_batches: micro_batches as u64,
         checkpoints,
         resumed_from,
+        skipped_steps,
+        stopped,
         by_kind: by_kind(&spans, &prediction),
         spans,
         startup: phases.done,
