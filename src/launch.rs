@@ -170,10 +170,7 @@ enum Outcome {
 /// Waits for the ranks; forwards each stop signal `signal` reports to the ranks still
 /// running and keeps waiting (they finish their step and save). A rank that fails or is
 /// killed stops the others.
-fn watch(
-    children: &mut Vec<(usize, Child)>,
-    signal: &mut dyn FnMut() -> Option<i32>,
-) -> Outcome {
+fn watch(children: &mut Vec<(usize, Child)>, signal: &mut dyn FnMut() -> Option<i32>) -> Outcome {
     let mut preempted = false;
     loop {
         if let Some(sig) = signal() {
@@ -290,7 +287,9 @@ mod tests {
         // One rank preempted early, the other finishing later: preempted, after both.
         let mut children = vec![(0, rank(1, 75, 0)), (1, rank(1, 0, 1))];
         assert_eq!(watch(&mut children, &mut || None), Outcome::Preempted);
-        assert!(children.iter_mut().all(|(_, c)| c.try_wait().unwrap().is_some()));
+        assert!(children
+            .iter_mut()
+            .all(|(_, c)| c.try_wait().unwrap().is_some()));
         // All finished: done.
         let mut children = vec![(0, rank(1, 0, 0)), (1, rank(1, 0, 0))];
         assert_eq!(watch(&mut children, &mut || None), Outcome::Done);

@@ -1,6 +1,6 @@
 //! The `train.data` lint: the token file `planc run` will read, looked at from `check`.
 //!
-//! The format is the run contract's (`shared/spec/run.md`, "Data"): a flat array of
+//! The format is the run contract's (`docs/spec/run.md`, "Data"): a flat array of
 //! little-endian token ids without a header, `uint16` when `model.vocab` ≤ 65536, else
 //! `uint32`, read relative to the plan file. A file that is here but cannot be that (a size
 //! that is not a whole number of tokens, fewer tokens than one sample, an id at or above the
@@ -72,8 +72,8 @@ pub fn inspect(path: &Path, vocab: u64, seq_len: u64) -> Option<Finding> {
         ));
     }
     let mut head = Vec::new();
-    let read = std::fs::File::open(path)
-        .and_then(|f| f.take(SCAN_BYTES as u64).read_to_end(&mut head));
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(SCAN_BYTES as u64).read_to_end(&mut head));
     if let Err(e) = read {
         return bad(format!("cannot be read: {e}"));
     }
@@ -164,15 +164,17 @@ mod tests {
         let d = dir.path();
         let good = write(d, "good.bin", &u16s(&[1, 2, 3, 4, 5, 6, 7, 8, 9]));
         assert_eq!(inspect(&good, 50304, 8), None);
-        assert_eq!(inspect(&d.join("none.bin"), 50304, 8), Some(Finding::Absent));
+        assert_eq!(
+            inspect(&d.join("none.bin"), 50304, 8),
+            Some(Finding::Absent)
+        );
         let odd = write(d, "odd.bin", &[0u8; 19]);
         let Some(Finding::Malformed(m)) = inspect(&odd, 50304, 8) else {
             panic!()
         };
         assert!(m.contains("19 bytes") && m.contains("uint16"), "{m}");
         // 18 bytes are whole uint16 tokens but not whole uint32 ones (vocab > 65536).
-        let Some(Finding::Malformed(m)) = inspect(&write(d, "e.bin", &[0u8; 18]), 128256, 2)
-        else {
+        let Some(Finding::Malformed(m)) = inspect(&write(d, "e.bin", &[0u8; 18]), 128256, 2) else {
             panic!()
         };
         assert!(m.contains("uint32"), "{m}");

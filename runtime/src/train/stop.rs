@@ -266,8 +266,12 @@ mod tests {
         for &(tp, pp, dp) in LAYOUTS {
             let world = tp * pp * dp;
             for zero in [0, 1] {
-                for signalled in [vec![0], vec![world - 1], vec![world / 2], (0..world).collect()]
-                {
+                for signalled in [
+                    vec![0],
+                    vec![world - 1],
+                    vec![world / 2],
+                    (0..world).collect(),
+                ] {
                     let got = stops((tp, pp, dp), zero, &signalled, 7, 20);
                     assert_eq!(
                         got,
@@ -323,7 +327,10 @@ mod tests {
         }
         // fp16: an overflowed norm is the loss scale's doing, skipped; a non-finite loss
         // is not.
-        assert_eq!(judge(Precision::Fp16, 0.0, f64::INFINITY), Verdict::SkipOverflow);
+        assert_eq!(
+            judge(Precision::Fp16, 0.0, f64::INFINITY),
+            Verdict::SkipOverflow
+        );
         assert_eq!(judge(Precision::Fp16, 0.0, f64::NAN), Verdict::SkipOverflow);
         assert_eq!(judge(Precision::Fp16, 2.0, f64::NAN), Verdict::Diverged);
         assert_eq!(judge(Precision::Fp16, 0.0, 3.0), Verdict::Update);
@@ -350,7 +357,11 @@ mod tests {
         assert_eq!(first_non_finite(&params, &w), None);
         assert!(culprit(&params, &w, &g).contains("forward overflowed"));
         let last = params.list.last().unwrap();
-        let l1 = params.list.iter().find(|p| p.name.starts_with("h.1.")).unwrap();
+        let l1 = params
+            .list
+            .iter()
+            .find(|p| p.name.starts_with("h.1."))
+            .unwrap();
         g[last.offset] = f32::INFINITY;
         g[l1.offset + 3] = f32::NAN;
         let (name, i, _) = first_non_finite(&params, &g).unwrap();
