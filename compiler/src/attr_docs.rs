@@ -37,6 +37,21 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("model", "tied_embeddings") => "input and output embeddings share weights; default true",
         ("model", "experts") => "experts per MoE layer; 1 = dense",
         ("model", "top_k") => "experts each token is routed to",
+        ("model", "expert_ffn_hidden") => {
+            "inner size of each routed and shared expert's MLP; default ffn_hidden (planc extension)"
+        }
+        ("model", "shared_experts") => {
+            "experts every token runs besides its routed ones, each of expert_ffn_hidden; default 0 (planc extension)"
+        }
+        ("model", "first_dense_layers") => {
+            "the first layers of an MoE model have a dense MLP of ffn_hidden; default 0 (planc extension)"
+        }
+        ("model", "capacity_factor") => {
+            "expert capacity as a multiple of the balanced load, buffers padded to it; default: none, dropless (planc extension)"
+        }
+        ("model", "moe_imbalance") => {
+            "busiest expert-parallel rank's routed tokens over the mean, measured; default: the fluctuation of balanced routing (planc extension)"
+        }
         ("model", "rope_theta") => "rope base frequency; default 10000 (planc extension)",
         ("train", "global_batch") => "sequences per optimizer step",
         ("train", "precision") => "fp32, fp16, bf16 or fp8",

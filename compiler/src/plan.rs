@@ -212,6 +212,19 @@ pub struct Model {
     pub tied_embeddings: bool,
     pub experts: u64,
     pub top_k: u64,
+    /// Inner size of each routed (and shared) expert's MLP; `ffn_hidden` unless the model
+    /// gives its experts their own (DeepSeek-V3: 2048 beside a dense 18432).
+    pub expert_ffn_hidden: u64,
+    /// Experts every token runs besides its routed ones, each of `expert_ffn_hidden`
+    /// (DeepSeek-V3: 1); Megatron-Core runs them as one MLP of their summed width.
+    pub shared_experts: u64,
+    /// The first layers whose MLP is dense (`ffn_hidden`) in an MoE model (DeepSeek-V3: 3).
+    pub first_dense_layers: u64,
+    /// Expert capacity as a multiple of the balanced load; `None`: dropless routing.
+    pub capacity_factor: Option<f64>,
+    /// The busiest expert-parallel rank's routed tokens over the mean, where the plan
+    /// states a measured figure; `None`: the fluctuation of balanced routing.
+    pub moe_imbalance: Option<f64>,
     /// Rope base frequency (`planc run`; the cost model does not depend on it).
     pub rope_theta: f64,
 }
@@ -219,6 +232,19 @@ pub struct Model {
 impl Model {
     pub fn head_dim(&self) -> u64 {
         self.hidden / self.heads.max(1)
+    }
+
+    pub fn is_moe(&self) -> bool {
+        self.experts > 1
+    }
+
+    /// Layers whose MLP is a mixture of experts.
+    pub fn moe_layers(&self) -> u64 {
+        if self.is_moe() {
+            self.layers.saturating_sub(self.first_dense_layers)
+        } else {
+            0
+        }
     }
 }
 
@@ -644,6 +670,43 @@ impl Plan {
     /// Transformer layers on pipeline stage `stage` (see [`Parallel::stage_layers`]).
     pub fn stage_layers(&self, stage: u64) -> u64 {
         self.parallel.stage_layers(self.model.layers, stage)
+    }
+
+    /// Of the layers of model chunk `chunk` of stage `stage`, those with a dense MLP in an
+    /// MoE model (`model.first_dense_layers`): the model's first layers, which fill the
+    /// virtual stages in order (chunk 0 of stages 0, 1, …, then chunk 1 of each).
+    pub fn chunk_dense_layers(&self, stage: u64, chunk: u64) -> u64 {
+        let (m, p) = (&self.model, &self.parallel);
+        if !m.is_moe() {
+            return 0;
+        }
+        let mut start = 0;
+        for c in 0..p.vpp.max(1) {
+            for s in 0..p.pp.max(1) {
+                let n = p.chunk_layers(m.layers, s, c);
+                if (s, c) == (stage, chunk) {
+                    return m.first_dense_layers.saturating_sub(start).min(n);
+                }
+                start += n;
+            }
+        }
+        0
+    }
+
+    /// Of stage `stage`'s layers, those with a dense MLP ([`Plan::chunk_dense_layers`]).
+    pub fn stage_dense_layers(&self, stage: u64) -> u64 {
+        (0..self.parallel.vpp.max(1))
+            .map(|c| self.chunk_dense_layers(stage, c))
+            .sum()
+    }
+
+    /// Of stage `stage`'s layers, those whose MLP is a mixture of experts.
+    pub fn stage_moe_layers(&self, stage: u64) -> u64 {
+        if self.model.is_moe() {
+            self.stage_layers(stage) - self.stage_dense_layers(stage)
+        } else {
+            0
+        }
     }
 }
 

@@ -1254,6 +1254,11 @@ impl<'a> Resolver<'a> {
             .count(n, "top_k", 1)
             .or(p.and_then(|p| p.top_k))
             .unwrap_or(1);
+        let expert_ffn_hidden = self.count(n, "expert_ffn_hidden", 1).or(ffn_hidden);
+        let shared_experts = self.count(n, "shared_experts", 0).unwrap_or(0);
+        let first_dense_layers = self.count(n, "first_dense_layers", 0).unwrap_or(0);
+        let capacity_factor = self.number(n, "capacity_factor", 0.01, 1000.0);
+        let moe_imbalance = self.number(n, "moe_imbalance", 1.0, 1000.0);
         let rope_theta = self
             .number(n, "rope_theta", 1.0, 1e12)
             .or(p.and_then(|p| p.rope_theta))
@@ -1274,6 +1279,11 @@ impl<'a> Resolver<'a> {
             tied_embeddings,
             experts,
             top_k,
+            expert_ffn_hidden: expert_ffn_hidden?,
+            shared_experts,
+            first_dense_layers,
+            capacity_factor,
+            moe_imbalance,
             rope_theta,
         })
     }

@@ -216,6 +216,19 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 }
             }
+            OpKind::GroupedGemm { count, m, n, k } => {
+                let (mi, ni, ki) = (m.round() as usize, n.round() as usize, k.round() as usize);
+                // One expert's product timed, as many times as there are local experts.
+                Measured {
+                    name: op.name,
+                    kind: "gemm",
+                    shape: format!("{count}×({mi}×{ni}×{ki})"),
+                    predicted_s: Some(count * dev.gemm(m, n, k)),
+                    predicted_constants_s: before(count * constants.gemm(m, n, k)),
+                    measured_s: Some(count * runner.gemm(mi, ni, ki, repeats)?),
+                    note: Some("one expert's product timed, times the local experts".into()),
+                }
+            }
             OpKind::Memory { bytes } | OpKind::Layout { bytes, .. } => Measured {
                 name: op.name,
                 kind: "memory",

@@ -3,12 +3,14 @@
 //! so the simulator and the closed form price the same work and differ only in how they
 //! compose it.
 
-use planc_compiler::cost::comm::{collective_time, Collective};
-use planc_compiler::cost::memory::{layer_params_per_gpu, stage_params};
+use planc_compiler::cost::memory::{
+    dense_layer_params_per_gpu, layer_expert_params_per_gpu, layer_params_per_gpu,
+    stage_expert_params, stage_layer_params, stage_params,
+};
 use planc_compiler::cost::stage_group;
 use planc_compiler::cost::time::{
-    dp_contention, embedding_sync_time, optimizer_time, pieces, placement, reduction_tail, Device,
-    BUCKET_PARAMS,
+    dp_collectives, dp_contention, embedding_sync_time, optimizer_time, pieces, placement,
+    reduction_tail, Device, BUCKET_PARAMS,
 };
 use planc_compiler::plan::{Plan, Schedule};
 
@@ -58,7 +60,8 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let pl = placement(plan, group);
         let pc = pieces(plan, &dev, &pl);
         let params = stage_params(plan, rank as u64);
-        costs.optimizer[rank as usize] = optimizer_time(plan, params, &dev);
+        let experts = stage_expert_params(plan, rank as u64);
+        costs.optimizer[rank as usize] = optimizer_time(plan, params, experts, &dev);
         if data_parallel && p.overlap_grad_reduce {
             costs.contention[rank as usize] = dp_contention(plan, rank as u64, &pl);
         }
@@ -66,20 +69,30 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         // `Parallel::chunk_layers`); the embedding sits in the first chunk of the first
         // stage, the output layer in the last chunk of the last.
         let per_layer_params = layer_params_per_gpu(plan);
-        let end_params = params - per_layer_params * plan.stage_layers(rank as u64) as f64;
+        let dense_layer_params = dense_layer_params_per_gpu(plan);
+        let expert_layer_params = layer_expert_params_per_gpu(plan);
+        let end_params = params - stage_layer_params(plan, rank as u64);
         let end_chunk = if rank == 0 { 0 } else { chunks - 1 };
         for chunk in 0..chunks {
             let v = (chunk * ranks + rank) as usize;
             let layers_per_chunk = p.chunk_layers(m.layers, rank as u64, chunk as u64) as f64;
-            let chunk_params = per_layer_params * layers_per_chunk
+            // An MoE model's first dense layers in their chunks (a dense model's layers are
+            // all "dense", each of the layer's own parameters).
+            let dense = if m.is_moe() {
+                plan.chunk_dense_layers(rank as u64, chunk as u64) as f64
+            } else {
+                layers_per_chunk
+            };
+            let moe = layers_per_chunk - dense;
+            let chunk_params = per_layer_params * moe
+                + dense_layer_params * dense
                 + if chunk == end_chunk { end_params } else { 0.0 };
+            let chunk_experts = expert_layer_params * moe;
             max_chunk_params = max_chunk_params.max(chunk_params);
             if v == 0 {
                 first_chunk_params = chunk_params;
             }
-            let mut fwd = pc.layer_fwd.scale(layers_per_chunk);
-            let mut bwd = pc.layer_bwd.scale(layers_per_chunk);
-            let mut wgrad = pc.layer_wgrad * layers_per_chunk;
+            let (mut fwd, mut bwd, mut wgrad) = pc.layers(moe, dense);
             if v == 0 {
                 fwd.add(pc.embedding_fwd);
                 bwd.add(pc.embedding_bwd);
@@ -93,15 +106,9 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
             costs.backward[v] = (bwd.compute, bwd.comm);
             costs.weight_grad[v] = wgrad;
             if data_parallel {
-                let grad_bytes = chunk_params * 4.0;
-                let param_bytes = chunk_params * plan.train.precision.bytes();
-                costs.grad_reduce[v] = if p.zero >= 1 {
-                    collective_time(Collective::ReduceScatter, grad_bytes, pl.dp, &pl.fabric)
-                } else {
-                    collective_time(Collective::AllReduce, grad_bytes, pl.dp, &pl.fabric)
-                };
-                costs.param_gather[v] =
-                    collective_time(Collective::AllGather, param_bytes, pl.dp, &pl.fabric);
+                let (reduce, gather) = dp_collectives(plan, chunk_params, chunk_experts, &pl);
+                costs.grad_reduce[v] = reduce;
+                costs.param_gather[v] = gather;
             }
         }
         if rank == 0 {

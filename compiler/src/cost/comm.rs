@@ -244,10 +244,14 @@ impl Ring {
     }
 }
 
-/// Seconds for a collective over a buffer of `bytes` (the full, unsharded buffer).
+/// Seconds for a collective over a buffer of `bytes` (the full, unsharded buffer; for an
+/// all-to-all, the buffer each rank sends: see [`all_to_all_time`]).
 pub fn collective_time(c: Collective, bytes: f64, g: GroupShape, fabric: &Fabric) -> f64 {
     if g.size <= 1 || bytes <= 0.0 {
         return 0.0;
+    }
+    if c == Collective::AllToAll {
+        return all_to_all_time(bytes, g, fabric);
     }
     if g.per_node >= g.size {
         let op = match c {
@@ -314,6 +318,46 @@ pub fn collective_time(c: Collective, bytes: f64, g: GroupShape, fabric: &Fabric
         f64::INFINITY
     };
     flat.min(hier).min(tree)
+}
+
+/// Seconds for an all-to-all in which every rank of group `g` sends `bytes`, its own
+/// buffer, an equal share to each rank (its own share staying put): NCCL runs it as a send
+/// and a receive to every peer in one group call (`ncclSend`/`ncclRecv`), all peers at once.
+/// It has no ring: the shares for the ranks in the node cross NVLink at the bus bandwidth
+/// of that many GPUs, the shares for ranks in other nodes the NICs at this GPU's share of
+/// them (every GPU of the node exchanging at once), and the slower of the two paths sets
+/// the time. Latency: NCCL's launch and a Simple-protocol step per peer (p2p operations run
+/// Simple above `NCCL_P2P_LL_THRESHOLD`, 16 KiB), plus the network's own for each peer
+/// across nodes. Inside one node of eight this is nccl-tests' `alltoall_perf` model: the
+/// bus bandwidth carries (n − 1)/n of the buffer.
+pub fn all_to_all_time(bytes: f64, g: GroupShape, fabric: &Fabric) -> f64 {
+    if g.size <= 1 || bytes <= 0.0 {
+        return 0.0;
+    }
+    let n = g.size as f64;
+    let k = g.per_node.clamp(1, g.size);
+    let share = bytes / n;
+    let intra_peers = (k - 1) as f64;
+    let inter_peers = (g.size - k) as f64;
+    let hop = Hop::of(fabric.intra.kind);
+    let simple = Protocol::Simple;
+    let mut latency = simple.base(false) + intra_peers * simple.step(hop, false);
+    let intra = if k > 1 {
+        intra_peers * share / fabric.intra_bus_bandwidth(k)
+    } else {
+        0.0
+    };
+    let inter = if inter_peers > 0.0 {
+        let link = fabric
+            .inter
+            .as_ref()
+            .expect("validated: multi-node clusters have inter_node");
+        latency += inter_peers * (simple.step(Hop::Net, false) + link.latency);
+        inter_peers * share / fabric.inter_per_gpu
+    } else {
+        0.0
+    };
+    latency + intra.max(inter)
 }
 
 /// Seconds to send `bytes` from one GPU to another: one peer, so inside a node at the
@@ -436,6 +480,36 @@ mod tests {
         );
         let bandwidth = 0.75e9 / 25e9;
         assert!(t > bandwidth && t < bandwidth * 1.01, "{t}");
+    }
+
+    #[test]
+    fn an_all_to_all_moves_each_ranks_own_buffer_and_the_nics_carry_only_other_nodes_shares() {
+        let f = fabric();
+        let b = 64e6; // what each rank sends, its own share included
+                      // Eight GPUs of a node: 7/8 of the buffer over NVLink at 240 GB/s, Simple's launch
+                      // and a step per peer; not eight buffers' worth (an all-gather's output).
+        let t = collective_time(Collective::AllToAll, b, inside(8), &f);
+        let want = 8.4e-6 + 7.0 * 3.4e-6 + 7.0 / 8.0 * b / 240e9;
+        assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+        // Eight ranks, two per node on four nodes: one share over NVLink, six over the NIC
+        // (25 GB/s): the NIC's part sets the time.
+        let g = GroupShape {
+            size: 8,
+            per_node: 2,
+        };
+        let t = collective_time(Collective::AllToAll, b, g, &f);
+        let latency = 8.4e-6 + 3.4e-6 + 6.0 * 14.0e-6;
+        let want = latency + 6.0 / 8.0 * b / 25e9;
+        assert!((t - want).abs() < 1e-12, "{t} vs {want}");
+        // A flat ring through the NIC would charge all seven shares.
+        assert!(t < 7.0 / 8.0 * b / 25e9);
+        // One rank per node: every share but its own crosses the NIC.
+        let spread = GroupShape {
+            size: 8,
+            per_node: 1,
+        };
+        let t = collective_time(Collective::AllToAll, b, spread, &f);
+        assert!((t - (8.4e-6 + 7.0 * 14.0e-6 + 7.0 / 8.0 * b / 25e9)).abs() < 1e-12);
     }
 
     #[test]

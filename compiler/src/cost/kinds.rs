@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::memory::stage_memory;
-use super::ops::{layer_forward, Op, OpKind};
+use super::ops::{dense_layer_forward, layer_forward, Op, OpKind};
 use super::time::{
     dp_exposed_parts, embedding_sync_time, layer_backward, optimizer_time, pieces, placement,
     stage_time, time_ops, Device, PassTime,
@@ -66,7 +66,7 @@ impl WorkKind {
             ) => WorkKind::Attention,
             (_, "attention_dropout") => WorkKind::Attention,
             (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
-            (_, "mlp_activation") => WorkKind::Activation,
+            (OpKind::Activation { .. }, _) => WorkKind::Activation,
             _ => WorkKind::Linear,
         }
     }
@@ -85,15 +85,25 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     };
     let pl = placement(plan, group);
     let mb = micro_batches as f64;
-    let layers = plan.stage_layers(stage) as f64;
+    let moe = plan.stage_moe_layers(stage) as f64;
+    let dense = plan.stage_layers(stage) as f64 - moe;
     let mut out: Vec<(WorkKind, f64)> = Vec::new();
     let mut add = |k: WorkKind, s: f64| match out.iter_mut().find(|(x, _)| *x == k) {
         Some(e) => e.1 += s,
         None => out.push((k, s)),
     };
-    for (kind, fwd, bwd) in layer_by_kind(plan, &dev, &pl) {
-        add(kind, mb * layers * (fwd.compute + bwd.compute));
-        add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
+    // An MoE model's layers, and its first dense ones (every layer of a dense model).
+    for (ops, layers) in [
+        (layer_forward(plan), moe),
+        (dense_layer_forward(plan), dense),
+    ] {
+        if layers == 0.0 {
+            continue;
+        }
+        for (kind, fwd, bwd) in ops_by_kind(plan, &ops, &dev, &pl) {
+            add(kind, mb * layers * (fwd.compute + bwd.compute));
+            add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
+        }
     }
     let pc = pieces(plan, &dev, &pl);
     if stage == 0 {
@@ -121,7 +131,11 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     let (exposed, lost) = dp_exposed_parts(plan, stage, params, &st, &pl);
     add(WorkKind::Communication, exposed);
     add(WorkKind::Linear, lost);
-    add(WorkKind::Optimizer, optimizer_time(plan, params, &dev));
+    let experts = super::memory::stage_expert_params(plan, stage);
+    add(
+        WorkKind::Optimizer,
+        optimizer_time(plan, params, experts, &dev),
+    );
     out.retain(|(_, s)| *s > 0.0);
     out
 }
@@ -133,7 +147,16 @@ pub fn layer_by_kind(
     dev: &Device,
     pl: &super::time::Placement,
 ) -> Vec<(WorkKind, PassTime, PassTime)> {
-    let ops = layer_forward(plan);
+    ops_by_kind(plan, &layer_forward(plan), dev, pl)
+}
+
+/// A layer's forward operations `ops` and their backward by kind.
+fn ops_by_kind(
+    plan: &Plan,
+    ops: &[Op],
+    dev: &Device,
+    pl: &super::time::Placement,
+) -> Vec<(WorkKind, PassTime, PassTime)> {
     let mut kinds: Vec<WorkKind> = ops.iter().map(WorkKind::of_op).collect();
     kinds.sort();
     kinds.dedup();

@@ -31,14 +31,13 @@ pub struct StageMemory {
 pub const RUNTIME_OVERHEAD_BYTES: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// Parameters on one GPU of stage `stage`: its layers (uneven stages hold their own
-/// count), the embedding on the first stage, the output layer on the last (a tied
-/// embedding is kept on both ends).
+/// count; an MoE model's first dense layers their own MLP), the embedding on the first
+/// stage, the output layer on the last (a tied embedding is kept on both ends).
 pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
     let m = &plan.model;
     let p = &plan.parallel;
-    let layers = plan.stage_layers(stage) as f64;
     let tp = p.tp as f64;
-    let mut total = layer_params_per_gpu(plan) * layers;
+    let mut total = stage_layer_params(plan, stage);
     let vocab_h = (m.vocab * m.hidden) as f64 / tp;
     if stage == 0 {
         total += embedding_params(m) - (m.vocab * m.hidden) as f64 + vocab_h;
@@ -57,15 +56,58 @@ pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
     total
 }
 
+/// Parameters of stage `stage`'s transformer layers on one GPU (its MoE and dense layers).
+pub fn stage_layer_params(plan: &Plan, stage: u64) -> f64 {
+    let moe = plan.stage_moe_layers(stage);
+    let dense = plan.stage_layers(stage) - moe;
+    layer_params_per_gpu(plan) * moe as f64 + dense_layer_params_per_gpu(plan) * dense as f64
+}
+
+/// Of [`stage_params`], the routed experts' parameters: sharded and reduced over the expert
+/// data-parallel group, not the data-parallel one.
+pub fn stage_expert_params(plan: &Plan, stage: u64) -> f64 {
+    layer_expert_params_per_gpu(plan) * plan.stage_moe_layers(stage) as f64
+}
+
 /// Parameters of one transformer layer held by one GPU (its tensor-parallel shard, its
-/// experts).
+/// experts): an MoE layer in an MoE model.
 pub fn layer_params_per_gpu(plan: &Plan) -> f64 {
     let m = &plan.model;
     let p = &plan.parallel;
     let lp = layer_params(m);
     let tp = p.tp as f64;
     let experts_here = (m.experts / p.ep.max(1)) as f64;
-    lp.attention / tp + lp.mlp_per_expert * experts_here / tp + lp.router + lp.norms
+    lp.attention / tp
+        + lp.mlp_per_expert * experts_here / tp
+        + lp.shared / tp
+        + lp.router
+        + lp.norms
+}
+
+/// Parameters of a layer with a dense MLP held by one GPU.
+pub fn dense_layer_params_per_gpu(plan: &Plan) -> f64 {
+    let lp = layer_params(&plan.model);
+    (lp.attention + lp.dense_mlp) / plan.parallel.tp as f64 + lp.norms
+}
+
+/// Of [`layer_params_per_gpu`], the routed experts' (zero in a dense model). Their tensor
+/// parallelism is tp (Megatron-Core's default expert tensor parallelism).
+pub fn layer_expert_params_per_gpu(plan: &Plan) -> f64 {
+    let m = &plan.model;
+    if !m.is_moe() {
+        return 0.0;
+    }
+    let p = &plan.parallel;
+    layer_params(m).mlp_per_expert * (m.experts / p.ep.max(1)) as f64 / p.tp as f64
+}
+
+/// The ranks a distributed optimizer (ZeRO) shards (dense, expert) parameters over: the
+/// data-parallel group (dp × cp) and the expert data-parallel group (dp × cp / ep), as
+/// Megatron-Core's distributed optimizer shards each buffer over the group that reduces it.
+pub fn shard_groups(plan: &Plan) -> (f64, f64) {
+    let p = &plan.parallel;
+    let dense = (p.dp * p.cp) as f64;
+    (dense, (dense / p.ep.max(1) as f64).max(1.0))
 }
 
 /// Bytes per parameter of (weights, gradients, optimizer state), unsharded.
@@ -81,8 +123,26 @@ pub fn bytes_per_param(precision: Precision, optimizer: Optimizer) -> (f64, f64,
     (weight, grad, states + master)
 }
 
-/// Activation bytes of one layer for one micro-batch on one GPU.
+/// Activation bytes of one layer (an MoE layer in an MoE model) for one micro-batch on one
+/// GPU.
 pub fn layer_activation_bytes(plan: &Plan) -> f64 {
+    activation_bytes_of(plan, plan.model.is_moe())
+}
+
+/// Activation bytes of one layer of stage `stage` on average, its MoE and dense layers
+/// together.
+pub fn stage_layer_activation_bytes(plan: &Plan, stage: u64) -> f64 {
+    let layers = plan.stage_layers(stage);
+    if layers == 0 {
+        return 0.0;
+    }
+    let moe = plan.stage_moe_layers(stage) as f64;
+    let dense = layers as f64 - moe;
+    (activation_bytes_of(plan, true) * moe + activation_bytes_of(plan, false) * dense)
+        / layers as f64
+}
+
+fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
     let m = &plan.model;
     let p = &plan.parallel;
     let elem = plan.train.precision.bytes() / 2.0; // Table 2 counts 2-byte elements
@@ -100,7 +160,6 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
         m.kv_heads
     };
     let kv = (kv_heads * m.head_dim()) as f64;
-    let f = m.ffn_hidden as f64 * if m.experts > 1 { m.top_k as f64 } else { 1.0 };
     let sbh = s * b * h;
     if p.recompute == Recompute::Full {
         // Only the layer input is kept; sharded by sequence parallelism.
@@ -108,15 +167,33 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
         return 2.0 * sbh / shard * elem;
     }
     let dropout = plan.train.dropout > 0.0;
-    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs (8·sbh), and with
-    // dropout its two 1-byte masks (2·sbh in Table 2's 2-byte units).
+    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs (8·sbh; an MoE layer's
+    // router input in the FC1 input's place), and with dropout its two 1-byte masks (2·sbh
+    // in Table 2's 2-byte units).
     let replicated = if dropout { 10.0 } else { 8.0 } * sbh;
+    let mid = |f: f64| match m.mlp {
+        Mlp::Gelu => 4.0 * s * b * f,
+        Mlp::Swiglu => 6.0 * s * b * f,
+    };
+    let replicated_div = if p.sequence_parallel { t } else { 1.0 };
     // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
     let qkv = 2.0 * s * b * (h + 2.0 * kv);
     let attn_out = 2.0 * sbh;
-    let mlp_mid = match m.mlp {
-        Mlp::Gelu => 4.0 * s * b * f,
-        Mlp::Swiglu => 6.0 * s * b * f,
+    let (mlp_mid, whole) = if moe {
+        // The experts' rows (each token's top_k copies, at the busiest rank's load): their
+        // products' input, gathered over tp, kept whole; their intermediates split by tp;
+        // the rows combined back, kept for the router probabilities' gradient (this rank's
+        // own tokens' copies). The shared experts as a dense MLP: its input gathered from the
+        // sequence-parallel shard in backward, as the dense MLP's.
+        let rows = m.top_k as f64 * super::ops::expert_load_factor(plan);
+        let shared = (m.shared_experts * m.expert_ffn_hidden) as f64;
+        let shared_in = if m.shared_experts > 0 { 2.0 * sbh } else { 0.0 };
+        (
+            mid(m.expert_ffn_hidden as f64 * rows) + mid(shared),
+            2.0 * sbh * rows + (2.0 * sbh * rows + shared_in) / replicated_div,
+        )
+    } else {
+        (mid(m.ffn_hidden as f64), 0.0)
     };
     let split = qkv + attn_out + mlp_mid;
     // The s×s attention matrix: the softmax output (2), and with dropout its mask (1) and
@@ -128,8 +205,7 @@ pub fn layer_activation_bytes(plan: &Plan) -> f64 {
     } else {
         0.0
     };
-    let replicated_div = if p.sequence_parallel { t } else { 1.0 };
-    (replicated / replicated_div + split / t + core / t) * elem
+    (replicated / replicated_div + split / t + core / t + whole) * elem
 }
 
 /// Micro-batches whose activations stage `stage` holds at its peak, in units of the
@@ -176,10 +252,19 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     let m = &plan.model;
     let params = stage_params(plan, stage);
     let (w, g, o) = bytes_per_param(plan.train.precision, plan.train.optimizer);
-    let shard = (p.dp * p.cp) as f64;
-    let weights = params * w / if p.zero >= 3 { shard } else { 1.0 };
-    let gradients = params * g / if p.zero >= 2 { shard } else { 1.0 };
-    let mut optimizer = params * o / if p.zero >= 1 { shard } else { 1.0 };
+    // The routed experts' state is sharded over their own (smaller) data-parallel group.
+    let experts = stage_expert_params(plan, stage);
+    let (shard, expert_shard) = shard_groups(plan);
+    let sharded = |bytes: f64, on: bool| {
+        if on {
+            (params - experts) * bytes / shard + experts * bytes / expert_shard
+        } else {
+            params * bytes
+        }
+    };
+    let weights = sharded(w, p.zero >= 3);
+    let gradients = sharded(g, p.zero >= 2);
+    let mut optimizer = sharded(o, p.zero >= 1);
     let mut weights_on_gpu = weights;
     if p.offload != Offload::None {
         optimizer = 0.0;
@@ -187,7 +272,7 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     if p.offload == Offload::Params {
         weights_on_gpu = 0.0;
     }
-    let per_layer = layer_activation_bytes(plan);
+    let per_layer = stage_layer_activation_bytes(plan, stage);
     let mut activations = per_layer * in_flight_layers(plan, stage, micro_batches);
     let elem = plan.train.precision.bytes();
     // In 128 bits: three counts of up to 2^24 overflow 64.

@@ -122,7 +122,8 @@ pub fn estimate(plan: &Plan) -> Estimate {
         let mem = stage_memory(plan, s, micro_batches);
         let t = stage_time(plan, s, &dev, &pl);
         let (exposed, contention) = dp_exposed_parts(plan, s, mem.params, &t, &pl);
-        let opt = optimizer_time(plan, mem.params, &dev);
+        let experts = memory::stage_expert_params(plan, s);
+        let opt = optimizer_time(plan, mem.params, experts, &dev);
         stages.push(StageEstimate {
             capacity_bytes: group.gpu.memory,
             gpu: group.gpu.name.clone(),

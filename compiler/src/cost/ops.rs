@@ -19,6 +19,10 @@ pub enum Group {
 pub enum OpKind {
     /// A matrix product `m×k · k×n`.
     Gemm { m: f64, n: f64, k: f64 },
+    /// `count` products of `m×k · k×n` in one grouped kernel (an MoE layer's local experts,
+    /// each over the tokens routed to it): many small products, each at the efficiency of
+    /// its own shape, not one large one.
+    GroupedGemm { count: f64, m: f64, n: f64, k: f64 },
     /// The attention core (scores, softmax, weighted sum) as one fused kernel: its causal
     /// forward FLOPs, the sequence and head size a measured rate depends on, and whether
     /// planc's own kernel runs it (`job.framework = planc`: a device profile measured that
@@ -63,7 +67,8 @@ pub enum OpKind {
     /// q, k and v heads-major: `bytes` in forward, `backward_bytes` in backward (not
     /// twice the forward's, as a kernel's backward usually is).
     Layout { bytes: f64, backward_bytes: f64 },
-    /// A collective over `bytes` (the full buffer the group exchanges).
+    /// A collective over `bytes`: the full buffer the group exchanges, but for an
+    /// all-to-all the buffer each rank sends (its own, nccl-tests' size).
     Collective {
         op: Collective,
         bytes: f64,
@@ -84,8 +89,49 @@ fn op(name: &'static str, kind: OpKind) -> Op {
     Op { name, kind }
 }
 
-/// The forward operations of one layer for one micro-batch on one GPU.
+/// The forward operations of one layer for one micro-batch on one GPU: the model's usual
+/// layer, a mixture of experts in an MoE model.
 pub fn layer_forward(plan: &Plan) -> Vec<Op> {
+    layer_ops(plan, plan.model.is_moe())
+}
+
+/// The forward operations of a layer with a dense MLP of `ffn_hidden` (an MoE model's
+/// `first_dense_layers`; any layer of a dense model).
+pub fn dense_layer_forward(plan: &Plan) -> Vec<Op> {
+    layer_ops(plan, false)
+}
+
+/// The busiest expert-parallel rank's routed tokens over the balanced load, which the
+/// grouped products and the all-to-all's receiving side carry (the slowest rank paces the
+/// group: the all-to-all waits for it).
+///
+/// - `model.capacity_factor = c`: every expert's buffer padded to `c` times the balanced
+///   load (GShard; Switch Transformer, Fedus et al. 2021, §2.2; Megatron-Core's
+///   `--moe-expert-capacity-factor` with `--moe-pad-expert-input-to-capacity`): `c`.
+/// - else `model.moe_imbalance`, a measured figure the plan states.
+/// - else dropless routing whose router is balanced in expectation (what the load-balancing
+///   loss aims at): each rank's load is then a binomial draw of the group's routed tokens,
+///   and the largest of `ep` of them exceeds the mean `μ` by about `√(2 μ ln ep)` (balls into
+///   bins, Raab & Steger 1998, m ≫ n log n), with `μ` the tokens × top_k an expert-parallel
+///   rank computes. A lower bound: real routers are less even than their expectation.
+pub fn expert_load_factor(plan: &Plan) -> f64 {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    if let Some(c) = m.capacity_factor {
+        return c;
+    }
+    if let Some(x) = m.moe_imbalance {
+        return x;
+    }
+    if p.ep <= 1 {
+        return 1.0;
+    }
+    let ep = p.ep as f64;
+    let mean = p.micro_batch as f64 * (m.seq_len / p.cp) as f64 * m.top_k as f64;
+    1.0 + (2.0 * ep.ln() * (1.0 - 1.0 / ep) / mean.max(1.0)).sqrt()
+}
+
+fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     let m = &plan.model;
     let p = &plan.parallel;
     let e = plan.train.precision.bytes();
@@ -245,71 +291,21 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
             planc_kernel,
         },
     ));
-    if let Some(g) = gather {
-        tp_comm(&mut ops, "mlp_all_gather", g);
-    }
-    let moe = m.experts > 1;
-    let routed = if moe { tokens * m.top_k as f64 } else { tokens };
     if moe {
-        ops.push(op(
-            "router",
-            OpKind::Gemm {
-                m: tokens,
-                n: m.experts as f64,
-                k: h,
-            },
-        ));
-        if p.ep > 1 {
-            ops.push(op(
-                "moe_dispatch",
-                OpKind::Collective {
-                    op: Collective::AllToAll,
-                    bytes: routed * h * e * p.ep as f64,
-                    group: Group::Ep,
-                },
-            ));
+        moe_mlp(&mut ops, plan, tokens, planc_kernel);
+        // Under sequence parallelism the experts' tensor-parallel exchanges ran on their
+        // rows; without it, the partial sums of every output are reduced here as a dense
+        // MLP's are (after the shared experts').
+        if !p.sequence_parallel {
+            tp_comm(&mut ops, "mlp_reduce", scatter);
         }
+    } else {
+        if let Some(g) = gather {
+            tp_comm(&mut ops, "mlp_all_gather", g);
+        }
+        mlp_products(&mut ops, plan, "mlp", tokens, f, planc_kernel);
+        tp_comm(&mut ops, "mlp_reduce", scatter);
     }
-    let up = match m.mlp {
-        Mlp::Gelu => f,
-        Mlp::Swiglu => 2.0 * f,
-    };
-    ops.push(op(
-        "mlp_up_proj",
-        OpKind::Gemm {
-            m: routed,
-            n: up / t,
-            k: h,
-        },
-    ));
-    ops.push(op(
-        "mlp_activation",
-        OpKind::Activation {
-            bytes: activation_bytes(m.mlp, routed, f / t, e),
-            width: f / t,
-            mlp: m.mlp,
-            planc_kernel,
-        },
-    ));
-    ops.push(op(
-        "mlp_down_proj",
-        OpKind::Gemm {
-            m: routed,
-            n: h,
-            k: f / t,
-        },
-    ));
-    if moe && p.ep > 1 {
-        ops.push(op(
-            "moe_combine",
-            OpKind::Collective {
-                op: Collective::AllToAll,
-                bytes: routed * h * e * p.ep as f64,
-                group: Group::Ep,
-            },
-        ));
-    }
-    tp_comm(&mut ops, "mlp_reduce", scatter);
     ops.push(op(
         "mlp_residual",
         OpKind::Memory {
@@ -317,6 +313,203 @@ pub fn layer_forward(plan: &Plan) -> Vec<Op> {
         },
     ));
     ops
+}
+
+/// A dense MLP of inner size `f` over `rows` tokens (split by tp): its up product (gate
+/// and up together for SwiGLU), activation and down product, named `{prefix}_…`.
+fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, prefix: &str, rows: f64, f: f64, planc: bool) {
+    let m = &plan.model;
+    let t = plan.parallel.tp as f64;
+    let e = plan.train.precision.bytes();
+    let h = m.hidden as f64;
+    let up = match m.mlp {
+        Mlp::Gelu => f,
+        Mlp::Swiglu => 2.0 * f,
+    };
+    let (up_name, act_name, down_name) = match prefix {
+        "mlp" => ("mlp_up_proj", "mlp_activation", "mlp_down_proj"),
+        _ => ("shared_up_proj", "shared_activation", "shared_down_proj"),
+    };
+    ops.push(op(
+        up_name,
+        OpKind::Gemm {
+            m: rows,
+            n: up / t,
+            k: h,
+        },
+    ));
+    ops.push(op(
+        act_name,
+        OpKind::Activation {
+            bytes: activation_bytes(m.mlp, rows, f / t, e),
+            width: f / t,
+            mlp: m.mlp,
+            planc_kernel: planc,
+        },
+    ));
+    ops.push(op(
+        down_name,
+        OpKind::Gemm {
+            m: rows,
+            n: h,
+            k: f / t,
+        },
+    ));
+}
+
+/// The MLP of an MoE layer as Megatron-Core runs it (`MoELayer` with the all-to-all token
+/// dispatcher, `MoEAlltoAllTokenDispatcher`), for `tokens` tokens of the tensor-parallel
+/// group (before sequence-parallel sharding):
+///
+/// - the router (`h × E` product) and its softmax and top-k over this rank's own tokens
+///   (under sequence parallelism, its 1/tp of them);
+/// - the permutation of each token's `top_k` copies by expert, and the dispatch all-to-all
+///   over the expert-parallel group: each rank sends its own routed tokens, an equal share
+///   to each rank of the group;
+/// - under sequence parallelism with tp > 1, an all-gather of the received rows over the
+///   tensor-parallel group (the experts' weights are split by tp: expert tensor
+///   parallelism = tp, Megatron-Core's default), so each rank computes every row routed
+///   to its experts with its 1/tp of their width;
+/// - the local experts' products (`experts / ep` of them, each over its own rows: a grouped
+///   product), their activation, and the way back (reduce-scatter, combine all-to-all,
+///   un-permutation weighted by the router's probabilities);
+/// - the shared experts, one MLP of `shared_experts × expert_ffn_hidden` on every token
+///   (Megatron-Core's `SharedExpertMLP`), with the dense MLP's tensor-parallel exchanges.
+///
+/// Rows that the experts compute and the all-to-all delivers carry
+/// [`expert_load_factor`]: the slowest rank paces the group.
+fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
+    let m = &plan.model;
+    let p = &plan.parallel;
+    let e = plan.train.precision.bytes();
+    let t = p.tp as f64;
+    let h = m.hidden as f64;
+    let k = m.top_k as f64;
+    let sp = p.sequence_parallel && p.tp > 1;
+    let local = if sp { tokens / t } else { tokens };
+    let load = expert_load_factor(plan);
+    let experts_here = (m.experts / p.ep.max(1)).max(1) as f64;
+    ops.push(op(
+        "router",
+        OpKind::Gemm {
+            m: local,
+            n: m.experts as f64,
+            k: h,
+        },
+    ));
+    // The logits in fp32 (Megatron-Core's router upcasts them): softmax read and written,
+    // top-k read.
+    ops.push(op(
+        "router_topk",
+        OpKind::Memory {
+            bytes: 3.0 * local * m.experts as f64 * 4.0,
+        },
+    ));
+    let routed_here = local * k; // rows this rank sends
+    let received = routed_here * load; // rows the busiest rank receives
+                                       // Each token read once and written as its top_k copies; after the all-to-all the
+                                       // received rows sorted by local expert (read and write) where there are several.
+    let sort = if experts_here > 1.0 && p.ep > 1 {
+        2.0 * received * h * e
+    } else {
+        0.0
+    };
+    ops.push(op(
+        "moe_permute",
+        OpKind::Memory {
+            bytes: (local + routed_here) * h * e + sort,
+        },
+    ));
+    let a2a = |ops: &mut Vec<Op>, name| {
+        if p.ep > 1 {
+            ops.push(op(
+                name,
+                OpKind::Collective {
+                    op: Collective::AllToAll,
+                    bytes: received * h * e,
+                    group: Group::Ep,
+                },
+            ));
+        }
+    };
+    let tp_rows = |ops: &mut Vec<Op>, name, c| {
+        if sp {
+            ops.push(op(
+                name,
+                OpKind::Collective {
+                    op: c,
+                    bytes: received * t * h * e,
+                    group: Group::Tp,
+                },
+            ));
+        }
+    };
+    a2a(ops, "moe_dispatch");
+    tp_rows(ops, "moe_tp_all_gather", Collective::AllGather);
+    // Rows on this rank's experts: every token's routed copies that land here, over the
+    // tensor-parallel group (gathered, or held whole without sequence parallelism).
+    let rows = tokens * k * load;
+    let per_expert = rows / experts_here;
+    let f = m.expert_ffn_hidden as f64;
+    let up = match m.mlp {
+        Mlp::Gelu => f,
+        Mlp::Swiglu => 2.0 * f,
+    };
+    ops.push(op(
+        "expert_up_proj",
+        OpKind::GroupedGemm {
+            count: experts_here,
+            m: per_expert,
+            n: up / t,
+            k: h,
+        },
+    ));
+    ops.push(op(
+        "expert_activation",
+        OpKind::Activation {
+            bytes: activation_bytes(m.mlp, rows, f / t, e),
+            width: f / t,
+            mlp: m.mlp,
+            planc_kernel: planc,
+        },
+    ));
+    ops.push(op(
+        "expert_down_proj",
+        OpKind::GroupedGemm {
+            count: experts_here,
+            m: per_expert,
+            n: h,
+            k: f / t,
+        },
+    ));
+    tp_rows(ops, "moe_tp_reduce_scatter", Collective::ReduceScatter);
+    a2a(ops, "moe_combine");
+    // The top_k rows of each token read, weighted and summed into it.
+    ops.push(op(
+        "moe_unpermute",
+        OpKind::Memory {
+            bytes: (routed_here * load + local) * h * e + sort,
+        },
+    ));
+    if m.shared_experts > 0 {
+        let shared = (m.shared_experts * m.expert_ffn_hidden) as f64;
+        let act = tokens * h * e;
+        let tp_shared = |ops: &mut Vec<Op>, name, c| {
+            if sp {
+                ops.push(op(
+                    name,
+                    OpKind::Collective {
+                        op: c,
+                        bytes: act,
+                        group: Group::Tp,
+                    },
+                ));
+            }
+        };
+        tp_shared(ops, "shared_all_gather", Collective::AllGather);
+        mlp_products(ops, plan, "shared", tokens, shared, planc);
+        tp_shared(ops, "shared_reduce", Collective::ReduceScatter);
+    }
 }
 
 /// Bytes the MLP's activation moves in forward over `rows` rows of `width` (F) elements of
@@ -418,9 +611,16 @@ pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {
     let e = plan.train.precision.bytes();
     ops.iter()
         .filter_map(|o| match (o.name, &o.kind) {
-            ("qkv_proj" | "mlp_up_proj", OpKind::Gemm { m, n, .. }) => Some(m * n * e),
-            ("attention_out_proj" | "mlp_down_proj", OpKind::Gemm { m, n, .. }) => {
-                Some(m * n * e / sp)
+            ("qkv_proj" | "mlp_up_proj" | "shared_up_proj", OpKind::Gemm { m, n, .. }) => {
+                Some(m * n * e)
+            }
+            (
+                "attention_out_proj" | "mlp_down_proj" | "shared_down_proj",
+                OpKind::Gemm { m, n, .. },
+            ) => Some(m * n * e / sp),
+            // Each expert's bias sums its own rows (whole: the rows were gathered).
+            ("expert_up_proj" | "expert_down_proj", OpKind::GroupedGemm { count, m, n, .. }) => {
+                Some(count * m * n * e)
             }
             _ => None,
         })
@@ -470,6 +670,161 @@ mod tests {
         checked
             .plan
             .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    /// Mixtral 8x7B (seq 4096) on one node of eight, micro-batch 1, with `parallel` and
+    /// `model` attributes added.
+    fn mixtral(parallel: &str, model: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ preset = \"mixtral-8x7b\" {model} }}
+             train {{ global_batch = 64, precision = bf16 }}
+             parallel {{ pp = 1, micro_batch = 1, {parallel} }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    fn named<'a>(ops: &'a [Op], name: &str) -> Vec<&'a OpKind> {
+        ops.iter()
+            .filter(|o| o.name == name)
+            .map(|o| &o.kind)
+            .collect()
+    }
+
+    fn a2a_bytes(p: &Plan, name: &str) -> f64 {
+        match named(&layer_forward(p), name)[..] {
+            [OpKind::Collective {
+                op: Collective::AllToAll,
+                bytes,
+                group: Group::Ep,
+            }] => *bytes,
+            ref other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_rank_dispatches_its_own_routed_tokens_not_the_groups() {
+        // ep 8, tp 1: a rank holds 4096 tokens, sends each to its top 2 experts: 4096 × 2
+        // rows of 4096 in bf16, an eighth of it to itself. (The old formula sent the
+        // group's whole buffer, ep times this.)
+        let p = mixtral("tp = 1, dp = 8, ep = 8", ", moe_imbalance = 1");
+        let own = 4096.0 * 2.0 * 4096.0 * 2.0;
+        assert_eq!(a2a_bytes(&p, "moe_dispatch"), own);
+        assert_eq!(a2a_bytes(&p, "moe_combine"), own);
+        // Under sequence parallelism a tp rank dispatches its own 1/tp of the tokens, then
+        // gathers the rows it received over tp (the experts' weights are split by tp), and
+        // scatters them back; the dense MLP's gather is not run.
+        let sp = mixtral(
+            "tp = 2, dp = 4, ep = 4, sequence_parallel = true",
+            ", moe_imbalance = 1",
+        );
+        assert_eq!(a2a_bytes(&sp, "moe_dispatch"), own / 2.0);
+        let ops = layer_forward(&sp);
+        assert!(named(&ops, "mlp_all_gather").is_empty());
+        assert_eq!(
+            named(&ops, "moe_tp_all_gather"),
+            [&OpKind::Collective {
+                op: Collective::AllGather,
+                bytes: own,
+                group: Group::Tp
+            }]
+        );
+        assert_eq!(named(&ops, "moe_tp_reduce_scatter").len(), 1);
+    }
+
+    #[test]
+    fn the_experts_are_many_small_products_at_the_busiest_ranks_load() {
+        let grouped = |p: &Plan| match named(&layer_forward(p), "expert_up_proj")[..] {
+            [OpKind::GroupedGemm { count, m, n, k }] => (*count, *m, *n, *k),
+            ref other => panic!("{other:?}"),
+        };
+        // ep 2: four experts a rank, each over a quarter of the rank's 4096 × 2 routed rows,
+        // gate and up together (2 × 14336), no tensor parallelism.
+        let p = mixtral("tp = 1, dp = 8, ep = 2", ", moe_imbalance = 1");
+        assert_eq!(grouped(&p), (4.0, 2048.0, 28672.0, 4096.0));
+        // Capacity factor 1.25: every expert's buffer padded to 1.25 × the balanced load,
+        // and the all-to-all carries it.
+        let cf = mixtral("tp = 1, dp = 8, ep = 2", ", capacity_factor = 1.25");
+        assert_eq!(grouped(&cf), (4.0, 2560.0, 28672.0, 4096.0));
+        assert_eq!(
+            a2a_bytes(&cf, "moe_dispatch"),
+            1.25 * a2a_bytes(&p, "moe_dispatch")
+        );
+        // Dropless without a stated imbalance: the busiest of ep binomial loads, a little
+        // above the mean for 8192 rows, none without expert parallelism.
+        let dropless = mixtral("tp = 1, dp = 8, ep = 8", "");
+        let mean = 8192.0;
+        let want = 1.0 + (2.0 * 8f64.ln() * 7.0 / 8.0 / mean).sqrt();
+        assert!((expert_load_factor(&dropless) - want).abs() < 1e-12);
+        assert!(want > 1.02 && want < 1.05, "{want}");
+        assert_eq!(
+            expert_load_factor(&mixtral("tp = 1, dp = 8, ep = 1", "")),
+            1.0
+        );
+        // Priced one expert at a time: eight products of 1024 rows take longer than one of
+        // 8192 (tiles, thin rows), never less than eight times an eighth.
+        let dev = crate::cost::time::Device {
+            gpu: &p.cluster.groups[0].gpu,
+            precision: p.train.precision,
+        };
+        let pl = crate::cost::time::placement(&p, &p.cluster.groups[0]);
+        let t = |count, m| {
+            crate::cost::time::time_ops(
+                &[op(
+                    "expert_up_proj",
+                    OpKind::GroupedGemm {
+                        count,
+                        m,
+                        n: 1000.0,
+                        k: 4096.0,
+                    },
+                )],
+                &dev,
+                &pl,
+            )
+            .compute
+        };
+        assert!(t(8.0, 1000.0) > t(1.0, 8000.0));
+    }
+
+    #[test]
+    fn shared_experts_run_on_every_token_and_dense_layers_keep_their_own_mlp() {
+        let p = mixtral(
+            "tp = 2, dp = 4, ep = 4, sequence_parallel = true",
+            ", shared_experts = 2, expert_ffn_hidden = 1024, moe_imbalance = 1",
+        );
+        let ops = layer_forward(&p);
+        // Two shared experts of 1024 as one MLP of 2048 (gate and up: 4096), split by tp,
+        // over all 4096 tokens of the tensor-parallel group, between its own gather and
+        // reduce-scatter.
+        assert_eq!(
+            named(&ops, "shared_up_proj"),
+            [&OpKind::Gemm {
+                m: 4096.0,
+                n: 2048.0,
+                k: 4096.0
+            }]
+        );
+        assert_eq!(named(&ops, "shared_all_gather").len(), 1);
+        assert_eq!(named(&ops, "shared_reduce").len(), 1);
+        match named(&ops, "expert_down_proj")[..] {
+            [OpKind::GroupedGemm { count, k, .. }] => assert_eq!((*count, *k), (2.0, 512.0)),
+            ref other => panic!("{other:?}"),
+        }
+        // A dense layer of the same model: the MLP of ffn_hidden, no router.
+        let dense = dense_layer_forward(&p);
+        assert!(named(&dense, "router").is_empty());
+        assert_eq!(
+            named(&dense, "mlp_up_proj"),
+            [&OpKind::Gemm {
+                m: 4096.0,
+                n: 14336.0,
+                k: 4096.0
+            }]
+        );
     }
 
     fn layouts(p: &Plan) -> Vec<(&'static str, f64, f64)> {

@@ -11,41 +11,73 @@ use crate::plan::{Mlp, Model, Norm, Position};
 pub struct LayerParams {
     /// Attention projections (sharded by tp).
     pub attention: f64,
-    /// The MLP of one expert (sharded by tp; experts spread by ep).
+    /// The MLP of one routed expert, of `expert_ffn_hidden` (sharded by tp; experts spread
+    /// by ep); a dense model's MLP.
     pub mlp_per_expert: f64,
+    /// The shared experts' MLP (sharded by tp, on every expert-parallel rank).
+    pub shared: f64,
     /// The MoE router (replicated).
     pub router: f64,
     /// Norm weights (replicated across tp).
     pub norms: f64,
+    /// The MLP of a dense layer, of `ffn_hidden` (an MoE model's first dense layers).
+    pub dense_mlp: f64,
 }
 
 impl LayerParams {
+    /// A layer with `experts` of its routed experts (all of them, the active ones, or an
+    /// expert-parallel rank's).
     pub fn total(&self, experts: u64) -> f64 {
-        self.attention + self.mlp_per_expert * experts as f64 + self.router + self.norms
+        self.attention
+            + self.mlp_per_expert * experts as f64
+            + self.shared
+            + self.router
+            + self.norms
+    }
+
+    /// A layer whose MLP is dense.
+    pub fn dense_total(&self) -> f64 {
+        self.attention + self.dense_mlp + self.norms
+    }
+}
+
+fn mlp_params(m: &Model, f: f64) -> f64 {
+    let h = m.hidden as f64;
+    let b = if m.bias { 1.0 } else { 0.0 };
+    match m.mlp {
+        Mlp::Gelu => 2.0 * h * f + b * (f + h),
+        Mlp::Swiglu => 3.0 * h * f + b * (2.0 * f + h),
     }
 }
 
 pub fn layer_params(m: &Model) -> LayerParams {
     let h = m.hidden as f64;
     let kv = (m.kv_heads * m.head_dim()) as f64;
-    let f = m.ffn_hidden as f64;
     let b = if m.bias { 1.0 } else { 0.0 };
     let attention = h * h + 2.0 * h * kv + h * h + b * (h + 2.0 * kv + h);
-    let mlp_per_expert = match m.mlp {
-        Mlp::Gelu => 2.0 * h * f + b * (f + h),
-        Mlp::Swiglu => 3.0 * h * f + b * (2.0 * f + h),
-    };
-    let router = if m.experts > 1 {
-        h * m.experts as f64
+    let dense_mlp = mlp_params(m, m.ffn_hidden as f64);
+    let (mlp_per_expert, shared, router) = if m.is_moe() {
+        let shared = if m.shared_experts > 0 {
+            mlp_params(m, (m.shared_experts * m.expert_ffn_hidden) as f64)
+        } else {
+            0.0
+        };
+        (
+            mlp_params(m, m.expert_ffn_hidden as f64),
+            shared,
+            h * m.experts as f64,
+        )
     } else {
-        0.0
+        (dense_mlp, 0.0, 0.0)
     };
     let norms = 2.0 * norm_params(m);
     LayerParams {
         attention,
         mlp_per_expert,
+        shared,
         router,
         norms,
+        dense_mlp,
     }
 }
 
@@ -76,25 +108,56 @@ pub fn head_params(m: &Model) -> f64 {
     out as f64 + norm_params(m)
 }
 
-pub fn total_params(m: &Model) -> f64 {
-    layer_params(m).total(m.experts) * m.layers as f64 + embedding_params(m) + head_params(m)
+/// Layers whose MLP is dense: every layer of a dense model, an MoE model's first ones.
+fn dense_layers(m: &Model) -> f64 {
+    (m.layers - m.moe_layers()) as f64
 }
 
-/// Forward FLOPs of one layer for one token, matrix products only, with the attention
-/// core over `seq` keys.
+/// All parameters: every expert of every MoE layer.
+pub fn total_params(m: &Model) -> f64 {
+    let lp = layer_params(m);
+    lp.total(m.experts) * m.moe_layers() as f64
+        + lp.dense_total() * dense_layers(m)
+        + embedding_params(m)
+        + head_params(m)
+}
+
+/// Parameters one token runs through: its `top_k` routed experts (and the shared ones) in
+/// an MoE layer. Equal to [`total_params`] for a dense model.
+pub fn active_params(m: &Model) -> f64 {
+    let lp = layer_params(m);
+    lp.total(m.top_k) * m.moe_layers() as f64
+        + lp.dense_total() * dense_layers(m)
+        + embedding_params(m)
+        + head_params(m)
+}
+
+/// Forward FLOPs of one MoE layer (the model's usual layer; a dense model's layer) for one
+/// token, matrix products only, with the attention core over `seq` keys: the active
+/// experts only.
 pub fn layer_forward_flops_per_token(m: &Model, seq: f64) -> f64 {
     let p = layer_params(m);
     let h = m.hidden as f64;
-    let proj = 2.0 * (p.attention + p.mlp_per_expert * m.top_k as f64 + p.router);
     let core = 4.0 * seq * h;
-    proj + core
+    if !m.is_moe() {
+        return 2.0 * (p.attention + p.dense_mlp) + core;
+    }
+    2.0 * (p.attention + p.mlp_per_expert * m.top_k as f64 + p.shared + p.router) + core
 }
 
-/// Model FLOPs of one optimizer step (forward and backward, no recompute).
+/// Model FLOPs of one optimizer step (forward and backward, no recompute), from the active
+/// parameters: MFU of an MoE model counts the experts a token runs, not all of them.
 pub fn flops_per_step(m: &Model, global_batch: u64) -> f64 {
     let s = m.seq_len as f64;
     let tokens = global_batch as f64 * s;
-    let layers = layer_forward_flops_per_token(m, s) * m.layers as f64;
+    let p = layer_params(m);
+    let h = m.hidden as f64;
+    let dense = 2.0 * (p.attention + p.dense_mlp) + 4.0 * s * h;
+    let layers = if m.is_moe() {
+        layer_forward_flops_per_token(m, s) * m.moe_layers() as f64 + dense * dense_layers(m)
+    } else {
+        dense * m.layers as f64
+    };
     let logits = 2.0 * (m.hidden * m.vocab) as f64;
     3.0 * tokens * (layers + logits)
 }
@@ -121,6 +184,11 @@ mod tests {
             tied_embeddings: true,
             experts: 1,
             top_k: 1,
+            expert_ffn_hidden: 4 * hidden,
+            shared_experts: 0,
+            first_dense_layers: 0,
+            capacity_factor: None,
+            moe_imbalance: None,
             rope_theta: 10000.0,
         }
     }
@@ -162,6 +230,11 @@ mod tests {
                 tied_embeddings: false,
                 experts: p.experts.unwrap_or(1),
                 top_k: p.top_k.unwrap_or(1),
+                expert_ffn_hidden: p.ffn_hidden.unwrap(),
+                shared_experts: 0,
+                first_dense_layers: 0,
+                capacity_factor: None,
+                moe_imbalance: None,
                 rope_theta: 500000.0,
             }
         };
@@ -169,7 +242,49 @@ mod tests {
         assert!((l70 - 70.55).abs() < 0.1, "{l70}");
         let l8 = total_params(&to_model("llama3-8b")) / 1e9;
         assert!((l8 - 8.03).abs() < 0.02, "{l8}");
-        let mx = total_params(&to_model("mixtral-8x7b")) / 1e9;
+        let mixtral = to_model("mixtral-8x7b");
+        let mx = total_params(&mixtral) / 1e9;
         assert!((mx - 46.7).abs() < 0.1, "{mx}");
+        // Two of eight experts a token: 12.9B active (Jiang et al. 2024, §2).
+        let active = active_params(&mixtral) / 1e9;
+        assert!((active - 12.9).abs() < 0.1, "{active}");
+        assert_eq!(active_params(&to_model("llama3-8b")), l8 * 1e9);
+    }
+
+    #[test]
+    fn a_deepseek_v3_shaped_model_counts_its_shared_experts_and_dense_layers() {
+        // DeepSeek-V3 (arXiv 2412.19437, §4.2): 61 layers, hidden 7168, 256 routed experts
+        // of 2048 and one shared, top 8, the first 3 layers dense with an MLP of 18432,
+        // vocabulary 129280. Attention as 128 standard heads (MLA is not modelled: its
+        // 187M parameters a layer become 4h² = 206M), so the totals land near the report's
+        // 671B (37B active) rather than on them.
+        let mut m = gpt(61, 7168, 128);
+        m.vocab = 129280;
+        m.seq_len = 4096;
+        m.mlp = Mlp::Swiglu;
+        m.norm = Norm::Rmsnorm;
+        m.position = Position::Rope;
+        m.bias = false;
+        m.tied_embeddings = false;
+        m.ffn_hidden = 18432;
+        m.experts = 256;
+        m.top_k = 8;
+        m.expert_ffn_hidden = 2048;
+        m.shared_experts = 1;
+        m.first_dense_layers = 3;
+        let (total, active) = (total_params(&m) / 1e9, active_params(&m) / 1e9);
+        assert!((total - 672.0).abs() < 5.0, "{total}");
+        assert!((active - 38.0).abs() < 2.0, "{active}");
+        // The dense layers count their own MLP: three of them less 3 MoE layers' worth.
+        let lp = layer_params(&m);
+        let all_moe = lp.total(256) * 61.0 + embedding_params(&m) + head_params(&m);
+        let want = all_moe - 3.0 * (lp.total(256) - lp.dense_total());
+        assert!((total_params(&m) - want).abs() < 1.0);
+        // Model FLOPs follow the active parameters: 6 per active parameter a token (the
+        // norms' aside), plus the attention core.
+        let tokens = 2.0 * 4096.0;
+        let core = 3.0 * 4.0 * 4096.0 * 7168.0 * 61.0 * tokens;
+        let six_n = 6.0 * (active_params(&m) - embedding_params(&m)) * tokens;
+        assert!((flops_per_step(&m, 2) / (six_n + core) - 1.0).abs() < 1e-4);
     }
 }

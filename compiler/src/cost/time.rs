@@ -10,10 +10,13 @@
 use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
-use super::memory::{layer_params_per_gpu, stage_params};
+use super::memory::{
+    dense_layer_params_per_gpu, layer_params_per_gpu, shard_groups, stage_expert_params,
+    stage_layer_params, stage_params,
+};
 use super::ops::{
-    embedding_forward, head_backward, head_forward, layer_bias_gradients, layer_forward, Group, Op,
-    OpKind,
+    dense_layer_forward, embedding_forward, head_backward, head_forward, layer_bias_gradients,
+    layer_forward, Group, Op, OpKind,
 };
 use super::params::embedding_params;
 use crate::plan::{
@@ -254,13 +257,17 @@ impl PassTime {
 }
 
 /// Where the groups of the plan sit on the cluster (Megatron's rank order: tp fastest,
-/// then cp, dp, pp).
+/// then cp, dp, pp; the expert layers' groups in Megatron-Core's own order, tp fastest,
+/// then ep, the expert data-parallel group, pp).
 pub struct Placement {
     pub fabric: Fabric,
     pub tp: GroupShape,
     pub cp: GroupShape,
     pub dp: GroupShape,
     pub ep: GroupShape,
+    /// The expert data-parallel group: the ranks holding the same experts, over which the
+    /// experts' gradients are reduced (dp × cp / ep of them).
+    pub edp: GroupShape,
     pub pp_crosses_nodes: bool,
 }
 
@@ -298,7 +305,13 @@ pub fn placement(plan: &Plan, group: &NodeGroup) -> Placement {
         },
         cp: shape(p.cp, p.tp),
         dp: shape(p.dp * p.cp, p.tp),
-        ep: shape(p.ep, p.tp * p.cp),
+        // Megatron-Core (0.10 and later, "MoE parallel folding", Liu et al. 2025,
+        // arXiv 2504.14960) ranks the expert layers by their own generator,
+        // `RankGenerator(tp=etp, ep, dp=edp, pp, order="tp-ep-dp-pp")`, expert tensor
+        // parallelism defaulting to tp: ep's ranks are tp apart, the expert data-parallel
+        // group's tp × ep apart.
+        ep: shape(p.ep, p.tp),
+        edp: shape((p.dp * p.cp / p.ep.max(1)).max(1), p.tp * p.ep),
         pp_crosses_nodes: p.tp * p.cp * p.dp >= gpn && plan.cluster.nodes() > 1,
         fabric,
     }
@@ -329,6 +342,10 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
             OpKind::Gemm { m, n, k } => {
                 t.compute += dev.gemm(*m, *n, *k);
                 t.flops += 2.0 * m * n * k;
+            }
+            OpKind::GroupedGemm { count, m, n, k } => {
+                t.compute += count * dev.gemm(*m, *n, *k);
+                t.flops += count * 2.0 * m * n * k;
             }
             OpKind::FlashAttention {
                 flops,
@@ -401,12 +418,29 @@ pub struct Pieces {
     /// The weight-gradient products inside `layer_bwd.compute` (zero-bubble schedules
     /// defer them).
     pub layer_wgrad: f64,
+    /// The same three of a layer with a dense MLP: an MoE model's first dense layers (equal
+    /// to the layer's own in a dense model).
+    pub dense_fwd: PassTime,
+    pub dense_bwd: PassTime,
+    pub dense_wgrad: f64,
     pub embedding_fwd: PassTime,
     pub embedding_bwd: PassTime,
     pub head_fwd: PassTime,
     pub head_bwd: PassTime,
     /// One micro-batch's activation (or its gradient) crossing a pipeline boundary.
     pub p2p: f64,
+}
+
+impl Pieces {
+    /// Forward, backward and weight-gradient work of `moe` MoE layers and `dense` dense
+    /// ones (of a dense model, `dense` layers).
+    pub fn layers(&self, moe: f64, dense: f64) -> (PassTime, PassTime, f64) {
+        let mut fwd = self.layer_fwd.scale(moe);
+        fwd.add(self.dense_fwd.scale(dense));
+        let mut bwd = self.layer_bwd.scale(moe);
+        bwd.add(self.dense_bwd.scale(dense));
+        (fwd, bwd, self.layer_wgrad * moe + self.dense_wgrad * dense)
+    }
 }
 
 /// The backward of `ops` (a layer's forward operations, or some of them) whose forward
@@ -533,10 +567,9 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
     if p.grad_accumulation_fusion {
         return (0.0, 0.0);
     }
-    let layer = layer_params_per_gpu(plan);
-    let first_extra = stage_params(plan, 0) - layer * plan.stage_layers(0) as f64;
+    let first_extra = stage_params(plan, 0) - stage_layer_params(plan, 0);
     let last = p.pp - 1;
-    let last_extra = stage_params(plan, last) - layer * plan.stage_layers(last) as f64;
+    let last_extra = stage_params(plan, last) - stage_layer_params(plan, last);
     let (embedding, head) = if p.pp > 1 {
         (first_extra, last_extra)
     } else {
@@ -552,21 +585,43 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
     )
 }
 
-pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
-    let p = &plan.parallel;
-    let layer_ops = layer_forward(plan);
-    let layer_fwd = time_ops(&layer_ops, dev, pl);
-    let mut layer_bwd = layer_backward(plan, &layer_ops, layer_fwd, dev, pl);
-    let layer_accumulation = grad_accumulation(plan, layer_params_per_gpu(plan), dev);
-    layer_bwd.compute += layer_accumulation;
+/// One layer's forward, backward and weight-gradient work from its forward operations
+/// `ops`, whose parameters on this GPU are `params`.
+fn layer_passes(
+    plan: &Plan,
+    ops: &[Op],
+    params: f64,
+    dev: &Device,
+    pl: &Placement,
+) -> (PassTime, PassTime, f64) {
+    let fwd = time_ops(ops, dev, pl);
+    let mut bwd = layer_backward(plan, ops, fwd, dev, pl);
+    let accumulation = grad_accumulation(plan, params, dev);
+    bwd.compute += accumulation;
     // A weight gradient is one product of the same size as the forward product.
-    let weight_products: Vec<Op> = layer_ops
+    let weight_products: Vec<Op> = ops
         .iter()
-        .filter(|o| matches!(o.kind, OpKind::Gemm { .. }) && !is_core(o))
+        .filter(|o| {
+            matches!(o.kind, OpKind::Gemm { .. } | OpKind::GroupedGemm { .. }) && !is_core(o)
+        })
         .cloned()
         .collect();
     // The accumulation follows the weight gradients it adds.
-    let layer_wgrad = time_ops(&weight_products, dev, pl).compute + layer_accumulation;
+    let wgrad = time_ops(&weight_products, dev, pl).compute + accumulation;
+    (fwd, bwd, wgrad)
+}
+
+pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
+    let p = &plan.parallel;
+    let layer_ops = layer_forward(plan);
+    let (layer_fwd, layer_bwd, layer_wgrad) =
+        layer_passes(plan, &layer_ops, layer_params_per_gpu(plan), dev, pl);
+    let (dense_fwd, dense_bwd, dense_wgrad) = if plan.model.is_moe() {
+        let ops = dense_layer_forward(plan);
+        layer_passes(plan, &ops, dense_layer_params_per_gpu(plan), dev, pl)
+    } else {
+        (layer_fwd, layer_bwd, layer_wgrad)
+    };
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
     let mut embedding_bwd = embedding_fwd;
     let (embedding_accumulation, head_accumulation) = ends_accumulation(plan, dev);
@@ -611,6 +666,9 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         layer_fwd,
         layer_bwd,
         layer_wgrad,
+        dense_fwd,
+        dense_bwd,
+        dense_wgrad,
         embedding_fwd,
         embedding_bwd,
         head_fwd,
@@ -624,10 +682,10 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
 /// by the slowest.
 pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
     let p = &plan.parallel;
-    let layers = plan.stage_layers(stage) as f64;
+    let moe = plan.stage_moe_layers(stage) as f64;
+    let dense = plan.stage_layers(stage) as f64 - moe;
     let pc = pieces(plan, dev, pl);
-    let mut forward = pc.layer_fwd.scale(layers);
-    let mut backward = pc.layer_bwd.scale(layers);
+    let (mut forward, mut backward, mut weight_grad) = pc.layers(moe, dense);
     if stage == 0 {
         forward.add(pc.embedding_fwd);
         backward.add(pc.embedding_bwd);
@@ -643,7 +701,6 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
     } else {
         2.0 * p.vpp as f64 * pc.p2p
     };
-    let mut weight_grad = pc.layer_wgrad * layers;
     if stage == p.pp - 1 {
         weight_grad += pc.head_fwd.compute;
     }
@@ -674,7 +731,7 @@ pub fn embedding_sync_time(plan: &Plan, pl: &Placement) -> f64 {
 pub fn reduction_tail(plan: &Plan, stage: u64) -> f64 {
     let m = &plan.model;
     if plan.framework() == Framework::Planc {
-        stage_params(plan, stage) - layer_params_per_gpu(plan) * plan.stage_layers(stage) as f64
+        stage_params(plan, stage) - stage_layer_params(plan, stage)
     } else if stage == 0 {
         embedding_params(m) - (m.vocab * m.hidden) as f64 * (1.0 - 1.0 / plan.parallel.tp as f64)
     } else {
@@ -711,22 +768,12 @@ pub fn dp_exposed_parts(
     if pl.dp.size <= 1 {
         return (0.0, 0.0);
     }
-    let grad_bytes = params * 4.0;
-    let param_bytes = params * plan.train.precision.bytes();
     let buckets = (params / BUCKET_PARAMS).max(1.0);
     // Of which the last, exposed after backward, is never smaller than the tail.
     let n_pieces = reduction_pieces(plan, stage, params);
-    let (reduce, gather) = if p.zero >= 1 {
-        (
-            collective_time(Collective::ReduceScatter, grad_bytes, pl.dp, &pl.fabric),
-            collective_time(Collective::AllGather, param_bytes, pl.dp, &pl.fabric),
-        )
-    } else {
-        (
-            collective_time(Collective::AllReduce, grad_bytes, pl.dp, &pl.fabric),
-            0.0,
-        )
-    };
+    let experts = stage_expert_params(plan, stage).min(params);
+    let (reduce, gather) = dp_collectives(plan, params, experts, pl);
+    let gather = if p.zero >= 1 { gather } else { 0.0 };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
     if !p.overlap_grad_reduce {
         // After the backward passes (and the parameter gather before the forward ones),
@@ -771,6 +818,31 @@ pub fn dp_exposed_parts(
         exposed_reduce + exposed_gather,
         slow_reduce * (reduce - exposed_reduce) + slow_gather * (gather - exposed_gather),
     )
+}
+
+/// Seconds of the data-parallel gradient reduction (all-reduce, or reduce-scatter under
+/// ZeRO) and parameter all-gather of `params` parameters, of which `experts` are routed
+/// experts': those are reduced and gathered over the expert data-parallel group
+/// (Megatron-Core's expert-parallel gradient buffers), the rest over the data-parallel
+/// group. Gradients travel in fp32.
+pub fn dp_collectives(plan: &Plan, params: f64, experts: f64, pl: &Placement) -> (f64, f64) {
+    let e = plan.train.precision.bytes();
+    let parts = [(params - experts, pl.dp), (experts, pl.edp)];
+    let mut reduce = 0.0;
+    let mut gather = 0.0;
+    for (n, group) in parts {
+        if n <= 0.0 {
+            continue;
+        }
+        let c = if plan.parallel.zero >= 1 {
+            Collective::ReduceScatter
+        } else {
+            Collective::AllReduce
+        };
+        reduce += collective_time(c, n * 4.0, group, &pl.fabric);
+        gather += collective_time(Collective::AllGather, n * e, group, &pl.fabric);
+    }
+    (reduce, gather)
 }
 
 /// The share of the passes' rate a data-parallel reduction and parameter gather take while
@@ -845,14 +917,18 @@ fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
 /// - the Adam (or SGD) update itself;
 /// - `_copy_main_params_to_model_params` reads the fp32 master again to write the 16-bit
 ///   weight (read 4, write 2).
-pub fn optimizer_time(plan: &Plan, params: f64, dev: &Device) -> f64 {
+///
+/// The distributed optimizer shards the routed experts' `experts` of the `params` over the
+/// expert data-parallel group, the rest over the data-parallel group.
+pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f64 {
     let p = &plan.parallel;
-    let sharded = if p.zero >= 1 {
-        (p.dp * p.cp) as f64
+    let (dense_shard, expert_shard) = if p.zero >= 1 {
+        shard_groups(plan)
     } else {
-        1.0
+        (1.0, 1.0)
     };
-    let local = params / sharded;
+    let experts = experts.min(params);
+    let local = (params - experts) / dense_shard + experts / expert_shard;
     let mixed = plan.train.precision != Precision::Fp32;
     // The update: read grad, master, states; write master, states.
     let update = match plan.train.optimizer {
@@ -940,6 +1016,7 @@ mod tests {
             cp: one,
             dp: one,
             ep: one,
+            edp: one,
             pp_crosses_nodes: false,
         }
     }
@@ -1465,7 +1542,7 @@ mod tests {
         let d = a100();
         let params = 1e9;
         let rate = d.gpu.hbm_bandwidth * d.gpu.memory_efficiency;
-        let t = |plan: &Plan| optimizer_time(plan, params, &d) - KERNEL_RAMP_S;
+        let t = |plan: &Plan| optimizer_time(plan, params, 0.0, &d) - KERNEL_RAMP_S;
         // fp16: zero the buffer 4, unscale 8, norm 4, Adam 28, master to model 6.
         let fp16 = t(&a100_plan("fp16", 0, 1));
         assert!(
