@@ -225,6 +225,25 @@ pub fn megatron(
     if m.experts > 1 {
         model.push(Arg::num("--num-experts", m.experts));
         model.push(Arg::num("--moe-router-topk", m.top_k));
+        // What planc prices: the all-to-all dispatcher, the experts' own width, the shared
+        // experts as one MLP, the dense first layers, capacity buffers padded.
+        model.push(Arg::text("--moe-token-dispatcher-type", "alltoall"));
+        model.push(Arg::num("--moe-ffn-hidden-size", m.expert_ffn_hidden));
+        if m.shared_experts > 0 {
+            let shared = m.shared_experts * m.expert_ffn_hidden;
+            model.push(Arg::num("--moe-shared-expert-intermediate-size", shared));
+        }
+        if m.first_dense_layers > 0 {
+            let (dense, moe) = (m.first_dense_layers, m.moe_layers());
+            model.push(Arg::text(
+                "--moe-layer-freq",
+                format!("([0]*{dense}+[1]*{moe})"),
+            ));
+        }
+        if let Some(c) = m.capacity_factor {
+            model.push(Arg::text("--moe-expert-capacity-factor", c.to_string()));
+            model.push(Arg::switch("--moe-pad-expert-input-to-capacity"));
+        }
     }
     if t.attention == Attention::Standard {
         model.push(Arg::text("--attention-backend", "unfused"));
