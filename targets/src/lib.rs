@@ -84,6 +84,10 @@ impl FromStr for Target {
     }
 }
 
+// The torchtitan target's form for torchtitan 0.2.x (TOML job files), to be wired into
+// the torchtitan target with its launch choosing the form by the installed version.
+pub mod torchtitan_v02;
+
 /// One file to write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Artifact {
