@@ -691,3 +691,21 @@ fn the_emitting_guide_has_a_row_for_every_target() {
         );
     }
 }
+
+#[test]
+fn every_example_has_a_row_in_the_guide() {
+    let path = "docs/guide/writing-plans.md";
+    let guide = std::fs::read_to_string(common::root().join(path)).unwrap();
+    let table = guide
+        .split("\n## Examples\n")
+        .nth(1)
+        .expect("the guide has an Examples section");
+    let table = table.split("\n## ").next().unwrap();
+    for example in common::plans_in("examples") {
+        assert!(
+            table.contains(&format!("`{example}`")),
+            "{example} has no row in the examples table of {path}: add \
+             \"| `{example}` | <what it shows> |\""
+        );
+    }
+}
