@@ -674,6 +674,19 @@ fn planc_jobs_resume_for_the_steps_left() {
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(lines(&log.join("requeued")), ["7"]);
 
+    // A preempted attempt (planc run's 75) is requeued without using up a retry: the
+    // next one, at Slurm's restart count 1, still counts as the first.
+    let out = slurm("75");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(lines(&log.join("requeued")), ["7"]);
+    assert_eq!(lines(&work.join(".planc-7.preemptions")), ["1"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not counted against retries"));
+
     // The checkpoint of the last step ends the run: nothing is started.
     checkpoint(&ckpt, "step-0000500", true);
     std::fs::write(ckpt.join("latest"), "step-0000500\n").unwrap();

@@ -1056,6 +1056,21 @@ pub fn train(
             false => None,
         };
         checkpoints.extend(saved.clone());
+        if preempt && world.size > 1 {
+            // A barrier: no rank ends (and no launcher such as srun --kill-on-bad-exit kills
+            // the rest) before rank 0 has written the checkpoint. Summed along every axis in
+            // turn, every rank's result needs every rank's part.
+            for (axis, _) in stop::scalar_sums(tp, pp, dp, zero) {
+                let c = match axis {
+                    stop::Axis::Tensor => &tpc,
+                    stop::Axis::Pipeline => &ppc,
+                    stop::Axis::Data => &dpc,
+                };
+                let c = c.as_ref().expect("a group for every summed axis");
+                c.all_reduce_sum(eng.scalars.at(stop::FLAG_SLOTS.start, 4), 1, stream)?;
+            }
+            eng.gpu.sync()?;
+        }
         if preempt {
             stopped = Some(Stopped {
                 signal: stop::requested()
