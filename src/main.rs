@@ -122,8 +122,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
-    /// Write the launch artifacts of a plan: Megatron-LM, DeepSpeed, torchrun, Slurm or
-    /// Kubernetes (Kubeflow PyTorchJob).
+    /// Write the launch artifacts of a plan: Megatron-LM, DeepSpeed, torchrun, torchtitan,
+    /// Slurm or Kubernetes (Kubeflow PyTorchJob).
     ///
     /// The plan is checked first and refused if it has errors; holes are filled with the
     /// best layout of `planc solve`. Every value from the plan is quoted for the shell or
@@ -137,7 +137,7 @@ enum Command {
     Emit {
         /// The plan file (`.tp`).
         file: PathBuf,
-        /// megatron, deepspeed, torchrun, slurm or k8s.
+        /// megatron, deepspeed, torchrun, torchtitan, slurm or k8s.
         #[arg(long, short = 't', value_parser = parse_target)]
         target: planc_targets::Target,
         /// Output folder (default: planc-out/<target>/).

@@ -59,6 +59,28 @@ fn candidate_json(rank: usize, c: &Candidate) -> serde_json::Value {
     })
 }
 
+/// One line when `job.framework` kept a better layout out: which, how much better, and why.
+fn left_out_line(s: &Solution) -> Option<String> {
+    let l = s.left_out.as_ref()?;
+    let c = &l.candidate;
+    let p = &c.plan.parallel;
+    let named = format!(
+        "tp={} pp={} dp={} cp={} ep={} vpp={} mb={} {} zero={} recompute={}",
+        p.tp, p.pp, p.dp, p.cp, p.ep, p.vpp, p.micro_batch, p.schedule, p.zero, p.recompute
+    );
+    let than = match s.best() {
+        Some(best) => format!(
+            "{:.3} s a step against {:.3} s",
+            c.estimate.step_s, best.estimate.step_s
+        ),
+        None => format!("{:.3} s a step, where it runs none", c.estimate.step_s),
+    };
+    Some(format!(
+        "job.framework = {} left out a better layout ({}): {} ({})",
+        l.limit.framework, named, than, l.limit.reason
+    ))
+}
+
 fn search_line(s: &Solution) -> String {
     let rejected: usize = s.rejected.iter().map(|(_, n)| *n).sum();
     let rate = s.layouts as f64 / s.elapsed.as_secs_f64().max(1e-9);
@@ -119,6 +141,14 @@ pub fn run(
                 .iter()
                 .map(|(r, n)| (format!("{r:?}"), json!(n)))
                 .collect();
+            if let Some(l) = &s.left_out {
+                out["left_out_by_framework"] = json!({
+                    "framework": l.limit.framework,
+                    "attribute": l.limit.attr,
+                    "reason": l.limit.reason,
+                    "candidate": candidate_json(0, &l.candidate),
+                });
+            }
             out["search"] = json!({
                 "space": s.space_size,
                 "layouts": s.layouts,
@@ -157,6 +187,9 @@ pub fn run(
         };
     };
     println!("{}", search_line(solution));
+    if let Some(line) = left_out_line(solution) {
+        println!("{line}");
+    }
     if solution.ranked.is_empty() {
         let code = if solution.refused { "P0802" } else { "P0801" };
         eprintln!("{}: no valid layout (see {code} above)", file.display());

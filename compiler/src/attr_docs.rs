@@ -111,7 +111,8 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
-            "what the launch scripts run: megatron (default), deepspeed, torch, or planc (`planc run`); \
+            "what the launch scripts run: megatron (default), deepspeed, torch, torchtitan, or planc \
+             (`planc run`); \
              the cost model prices the step as that framework runs it (the loss: fp32 upcast in \
              Megatron-LM and the others, fused in the storage type in planc)"
         }
@@ -123,7 +124,7 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("job", "retries") => "attempts after a failure (Slurm requeue, Kubernetes backoff limit)",
         ("job", "entrypoint") => {
             "what the launchers start: the training script (default pretrain_gpt.py; train.py for \
-             deepspeed and torch) or, for framework planc, the planc binary (default `planc` on PATH); \
+             deepspeed and torch, which planc writes when the plan names none) or, for framework planc, the planc binary (default `planc` on PATH); \
              planc extension"
         }
         ("job", "entrypoint_args") => {

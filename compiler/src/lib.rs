@@ -6,6 +6,7 @@
 //! command line, tests and (later) the LSP call.
 
 pub mod attr_docs;
+pub mod capability;
 pub mod catalog;
 pub mod check;
 pub mod cost;

@@ -54,9 +54,10 @@ enumeration!(
 enumeration!(Recompute { None = "none", Selective = "selective", Full = "full" });
 enumeration!(Offload { None = "none", Optimizer = "optimizer", Params = "params" });
 enumeration!(
-    /// What the launch artifacts run: Megatron-LM, DeepSpeed, a torch script, or `planc run`
-    /// itself (planc's native runtime, which starts one process per GPU on its own).
-    Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch", Planc = "planc" }
+    /// What the launch artifacts run: Megatron-LM, DeepSpeed, a torch script, `planc run`
+    /// itself (planc's native runtime, which starts one process per GPU on its own), or
+    /// torchtitan (PyTorch's FSDP2 + TP + PP + CP stack; priced as `torch`).
+    Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch", Planc = "planc", Torchtitan = "torchtitan" }
 );
 enumeration!(Scheduler { Slurm = "slurm", K8s = "k8s", None = "none" });
 enumeration!(

@@ -290,8 +290,9 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     }
     // ZeRO-2 under a pipeline reduce-scatters each micro-batch's gradients into their
     // shards (FSDP sharding gradients, as Meta trained Llama 3 405B): priced, and allowed.
-    // ZeRO-3 would also gather every chunk's parameters before every pass.
-    if p.zero >= 3 && p.pp > 1 {
+    // ZeRO-3 would also gather every chunk's parameters before every pass; torchtitan runs
+    // it (FSDP2 inside each pipeline stage), the other frameworks do not.
+    if p.zero >= 3 && p.pp > 1 && spec.framework() != crate::plan::Framework::Torchtitan {
         let (f, s) = v.at("parallel", "zero");
         v.out.push(
             Diagnostic::new(
@@ -299,7 +300,7 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
                 format!("ZeRO-{} with pipeline parallelism (pp = {})", p.zero, p.pp),
             )
             .at(f, s, format!("zero = {} and pp > 1", p.zero))
-            .help("use zero = 1 (Megatron's distributed optimizer) or 2 (gradients sharded too) with pp > 1, or pp = 1"),
+            .help("use zero = 1 (Megatron's distributed optimizer) or 2 (gradients sharded too) with pp > 1, or pp = 1, or job.framework = torchtitan (FSDP inside each stage)"),
         );
     }
     if p.overlap_p2p == Some(true) && !p.overlaps_p2p() {
@@ -351,6 +352,19 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
             "set `zero = 3`".into(),
         ),
         _ => {}
+    }
+    if let Some(limit) = crate::capability::limit(spec, p) {
+        v.push(
+            codes::P0330,
+            format!("job.framework = {} cannot run this layout", limit.framework),
+            "parallel",
+            limit.attr,
+            &limit.reason,
+            format!(
+                "change `{}`, or the framework (`planc solve` searches only what {} runs)",
+                limit.attr, limit.framework
+            ),
+        );
     }
     v.out
 }

@@ -209,6 +209,13 @@ codes! {
          all-gathers it on arrival. There is nothing to split with one pipeline stage or one \
          tensor-parallel rank, and under sequence parallelism each rank already holds and sends \
          1/tp of the tokens. The plan is priced as if the attribute were absent.";
+    P0330 Error "the framework cannot run this layout"
+        "The plan's `job.framework` has no way to run this part of the layout: DeepSpeed's config \
+         has no pipeline, context or expert parallelism (and the training script planc generates \
+         splits data only), Megatron-LM has no ZB-H1 schedule, no parameter offload and (as planc \
+         emits it) no FSDP with pipeline stages, torchtitan has no ZeRO-1. `planc emit` would \
+         refuse the layout (P0706), and `planc solve` searches only layouts the framework runs. \
+         Change the attribute, or the framework.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";
@@ -257,7 +264,8 @@ codes! {
     P0706 Error "the target cannot express the plan"
         "The launcher or framework of `--target` has no way to run part of the layout (a ZB-H1 \
          schedule under Megatron-LM, pipeline parallelism in a DeepSpeed config, node groups with \
-         different GPU counts under torchrun), or the plan's `job.framework = planc` under a target \
+         different GPU counts under torchrun, ZeRO-1 or dropout under torchtitan, model parallelism in \
+         the training script planc generates), or the plan's `job.framework = planc` under a target \
          that would start something else than `planc run` (megatron, deepspeed, torchrun: use \
          slurm or k8s). Change the plan or choose another target.";
     P0707 Error "the target needs a job attribute"
@@ -274,7 +282,7 @@ codes! {
     P0711 Error "cannot write artifact"
         "Writing an artifact (a temporary file in the output folder, then renamed) failed.";
     P0712 Error "unknown target"
-        "`--target` takes megatron, deepspeed, torchrun, slurm or k8s.";
+        "`--target` takes megatron, deepspeed, torchrun, torchtitan, slurm or k8s.";
     P0713 Error "command substitution in an environment value"
         "A `job.env` value contains `$(...)`, a backquote, or `${...}` with more than a variable \
          name in it. planc writes each value in every target's own syntax (a shell export, the \

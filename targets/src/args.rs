@@ -854,6 +854,11 @@ pub fn program(
         (Framework::Torch, EntrypointArgs::HfTrainer) => {
             (script(), hf_trainer_args(plan, run, target, None)?)
         }
+        // Only the torchtitan target runs it, through `-m torchtitan.train`.
+        (Framework::Torchtitan, _) => (
+            entrypoint.unwrap_or("torchtitan.train").to_string(),
+            Vec::new(),
+        ),
         (Framework::Planc, _) => (
             entrypoint.unwrap_or("planc").to_string(),
             run.checkpoint_dir

@@ -15,6 +15,7 @@ pub mod args;
 pub mod quote;
 pub mod script;
 mod templates;
+pub mod torchtitan;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,6 +38,7 @@ pub enum Target {
     Megatron,
     Deepspeed,
     Torchrun,
+    Torchtitan,
     Slurm,
     K8s,
 }
@@ -46,6 +48,7 @@ impl Target {
         Target::Megatron,
         Target::Deepspeed,
         Target::Torchrun,
+        Target::Torchtitan,
         Target::Slurm,
         Target::K8s,
     ];
@@ -55,6 +58,7 @@ impl Target {
             Target::Megatron => "megatron",
             Target::Deepspeed => "deepspeed",
             Target::Torchrun => "torchrun",
+            Target::Torchtitan => "torchtitan",
             Target::Slurm => "slurm",
             Target::K8s => "k8s",
         }
@@ -404,6 +408,8 @@ struct Context<'a> {
     ds_config: Option<serde_json::Value>,
     /// The generated `train.py`, when the target writes one ([`script::wanted`]).
     script: Option<script::Script>,
+    /// torchtitan's run module, for the torchtitan target.
+    titan: Option<torchtitan::Titan>,
     /// Things the reader of an artifact should know (printed as comments).
     notes: Vec<String>,
     /// The plan as `planc run` is given it (framework planc): the path given to `planc
@@ -514,6 +520,7 @@ fn context<'a>(
         name: None,
         framework: match target {
             Target::Deepspeed => Framework::Deepspeed,
+            Target::Torchtitan => Framework::Torchtitan,
             _ => Framework::Megatron,
         },
         scheduler: Scheduler::None,
@@ -535,13 +542,13 @@ fn context<'a>(
         // scheduler's artifacts, which start one `planc run` per node, can carry it. The
         // megatron and deepspeed targets would silently train with another framework.
         let why = match target {
-            Target::Megatron | Target::Deepspeed => Some(format!(
+            Target::Megatron | Target::Deepspeed | Target::Torchtitan => Some(format!(
                 "this target's script runs {} instead of `planc run`; emit with --target slurm \
                  or k8s (or set job.framework = {target})",
-                if target == Target::Megatron {
-                    "Megatron-LM"
-                } else {
-                    "DeepSpeed"
+                match target {
+                    Target::Megatron => "Megatron-LM",
+                    Target::Deepspeed => "DeepSpeed",
+                    _ => "torchtitan",
                 }
             )),
             Target::Torchrun => Some(
@@ -560,10 +567,12 @@ fn context<'a>(
             ));
         }
     }
-    // The megatron and deepspeed targets are those frameworks, whatever the job says.
+    // The megatron, deepspeed and torchtitan targets are those frameworks, whatever the job
+    // says.
     let framework = match target {
         Target::Megatron => Framework::Megatron,
         Target::Deepspeed => Framework::Deepspeed,
+        Target::Torchtitan => Framework::Torchtitan,
         _ => job.framework,
     };
     if job.entrypoint_args == EntrypointArgs::HfTrainer
@@ -575,6 +584,16 @@ fn context<'a>(
                  Face's Trainer; the {framework} framework's entrypoint takes its own flags"
             ),
             Some(args::at("job", "entrypoint_args")),
+        ));
+    }
+    if framework == Framework::Torchtitan && target != Target::Torchtitan {
+        // torchtitan's run is a Python module its own trainer loads: only its target writes
+        // it.
+        return Err(unsupported(
+            "job.framework = torchtitan: its run is the module --target torchtitan writes; \
+             emit with --target torchtitan"
+                .into(),
+            Some(args::at("job", "framework")),
         ));
     }
     let cluster = &plan.cluster;
@@ -646,6 +665,17 @@ fn context<'a>(
             plan,
             framework,
             target,
+            job.checkpoint_dir.as_deref(),
+            plan_file,
+        )?)
+    } else {
+        None
+    };
+    let titan = if target == Target::Torchtitan {
+        let name = job.name.clone().unwrap_or_else(|| plan.model.name.clone());
+        Some(torchtitan::titan(
+            plan,
+            &quote::plain_word(&name),
             job.checkpoint_dir.as_deref(),
             plan_file,
         )?)
@@ -759,6 +789,7 @@ fn context<'a>(
         },
         ds_config,
         script,
+        titan,
         notes,
         plan_file: plan_file.to_string(),
     })
@@ -1039,7 +1070,7 @@ mod tests {
         assert_eq!(e.code().id, "P0712");
         assert!(e
             .to_string()
-            .contains("megatron, deepspeed, torchrun, slurm, k8s"));
+            .contains("megatron, deepspeed, torchrun, torchtitan, slurm, k8s"));
     }
 
     #[test]

@@ -236,7 +236,7 @@ pub fn script(
 
 /// `train.data` is relative to the plan file; the script gets it as seen from where `planc
 /// emit` was given the plan.
-fn data_path(plan_file: &str, data: &str) -> String {
+pub(crate) fn data_path(plan_file: &str, data: &str) -> String {
     let d = std::path::Path::new(data);
     if d.is_absolute() {
         return data.to_string();
@@ -248,7 +248,7 @@ fn data_path(plan_file: &str, data: &str) -> String {
 }
 
 /// A float as Python reads it back exactly (Rust's shortest round-trip form).
-fn py_float(v: f64) -> String {
+pub(crate) fn py_float(v: f64) -> String {
     if v.is_finite() {
         format!("{v:?}")
     } else if v.is_nan() {

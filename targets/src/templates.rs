@@ -36,6 +36,15 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../templates/slurm.sbatch.j2"),
     ),
     ("train.py.j2", include_str!("../templates/train.py.j2")),
+    ("tokens.py.j2", include_str!("../templates/tokens.py.j2")),
+    (
+        "torchtitan.sh.j2",
+        include_str!("../templates/torchtitan.sh.j2"),
+    ),
+    (
+        "torchtitan.py.j2",
+        include_str!("../templates/torchtitan.py.j2"),
+    ),
     (
         "pytorchjob.yaml.j2",
         include_str!("../templates/pytorchjob.yaml.j2"),
@@ -104,6 +113,10 @@ fn launch_artifacts(target: Target, framework: Framework, has_env: bool) -> Vec<
             }
             v
         }
+        Target::Torchtitan => vec![
+            a("torchtitan.py.j2", "planc_torchtitan.py", false),
+            a("torchtitan.sh.j2", "launch-torchtitan.sh", true),
+        ],
         Target::K8s => vec![a("pytorchjob.yaml.j2", "pytorchjob.yaml", false)],
     }
 }

@@ -70,6 +70,16 @@ pub struct Solution {
     pub elapsed: Duration,
     /// The space is larger than [`MAX_SPACE`]: nothing was searched.
     pub refused: bool,
+    /// The best layout that only `job.framework`'s limits kept out, when it beats the best
+    /// layout the framework runs (or when the framework runs none).
+    pub left_out: Option<LeftOut>,
+}
+
+/// A better layout the framework cannot run, and why.
+#[derive(Clone, Debug)]
+pub struct LeftOut {
+    pub candidate: Candidate,
+    pub limit: crate::capability::Limit,
 }
 
 /// The largest space searched. Real plans have thousands to a hundred thousand layouts; a
@@ -140,40 +150,48 @@ pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solu
     let done = AtomicUsize::new(0);
     let mut rejected: Vec<(Rule, usize)> = Vec::new();
     let mut valid: Vec<Parallel> = Vec::new();
+    // Layouts only the framework's limits reject (its rule is the last one asked), costed
+    // apart to say what the framework costs.
+    let mut framework_only: Vec<Parallel> = Vec::new();
     for p in &layouts {
         match broken_rule(spec, p) {
-            Some(r) => match rejected.iter_mut().find(|(x, _)| *x == r) {
-                Some((_, n)) => *n += 1,
-                None => rejected.push((r, 1)),
-            },
+            Some(r) => {
+                match rejected.iter_mut().find(|(x, _)| *x == r) {
+                    Some((_, n)) => *n += 1,
+                    None => rejected.push((r, 1)),
+                }
+                if r == Rule::FrameworkRuns {
+                    framework_only.push(p.clone());
+                }
+            }
             None => valid.push(p.clone()),
         }
     }
-    let costed: Vec<Option<Candidate>> = valid
-        .into_par_iter()
-        .map(|p| {
-            let n = done.fetch_add(1, Ordering::Relaxed);
-            if n.is_multiple_of(64) {
-                progress(n, total);
-            }
-            let plan = plan_of(spec, p);
-            let fraction = memory_fraction(&plan);
-            if fraction > 1.0 - headroom {
-                return None;
-            }
-            let estimate = estimate(&plan);
-            let limiter = classify(&estimate, fraction, headroom);
-            Some(Candidate {
-                plan,
-                estimate,
-                memory_fraction: fraction,
-                limiter,
-            })
+    let cost = |p: Parallel| {
+        let n = done.fetch_add(1, Ordering::Relaxed);
+        if n.is_multiple_of(64) {
+            progress(n.min(total), total);
+        }
+        let plan = plan_of(spec, p);
+        let fraction = memory_fraction(&plan);
+        if fraction > 1.0 - headroom {
+            return None;
+        }
+        let estimate = estimate(&plan);
+        let limiter = classify(&estimate, fraction, headroom);
+        Some(Candidate {
+            plan,
+            estimate,
+            memory_fraction: fraction,
+            limiter,
         })
-        .collect();
+    };
+    let costed: Vec<Option<Candidate>> = valid.into_par_iter().map(cost).collect();
     let over_memory = costed.iter().filter(|c| c.is_none()).count();
     let mut ranked: Vec<Candidate> = costed.into_iter().flatten().collect();
     rank(spec, &mut ranked);
+    let blocked: Vec<Candidate> = framework_only.into_par_iter().filter_map(cost).collect();
+    let left_out = left_out(spec, &ranked, blocked);
     let pareto = pareto_front(&ranked);
     progress(total, total);
     Solution {
@@ -186,7 +204,26 @@ pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solu
         explanation: None,
         elapsed: started.elapsed(),
         refused: false,
+        left_out,
     }
+}
+
+/// The best of the layouts only the framework rejects, when it beats `ranked`'s best.
+fn left_out(spec: &PlanSpec, ranked: &[Candidate], mut blocked: Vec<Candidate>) -> Option<LeftOut> {
+    rank(spec, &mut blocked);
+    let best = blocked.into_iter().next()?;
+    if let Some(runs) = ranked.first() {
+        let mut pair = vec![runs.clone(), best.clone()];
+        rank(spec, &mut pair);
+        if pair[0].plan.parallel == runs.plan.parallel {
+            return None;
+        }
+    }
+    let limit = crate::capability::limit(spec, &best.plan.parallel)?;
+    Some(LeftOut {
+        candidate: best,
+        limit,
+    })
 }
 
 /// Sorts candidates best first by the plan's objective (ties: simpler layouts first).

@@ -5,7 +5,8 @@
 
 use z3::ast::{Bool, Int};
 
-use crate::plan::{Offload, Parallel, PlanSpec, Recompute, Schedule};
+use crate::capability;
+use crate::plan::{Framework, Offload, Parallel, PlanSpec, Recompute, Schedule};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Rule {
@@ -24,6 +25,9 @@ pub enum Rule {
     PrecisionSupported,
     OffloadNeedsZero,
     ZeroShardsWithoutPipeline,
+    /// What `job.framework` runs (`crate::capability`); last, so that a layout counted
+    /// against it breaks no other rule.
+    FrameworkRuns,
     MemoryFits,
 }
 
@@ -43,6 +47,7 @@ pub const ALL: &[Rule] = &[
     Rule::PrecisionSupported,
     Rule::OffloadNeedsZero,
     Rule::ZeroShardsWithoutPipeline,
+    Rule::FrameworkRuns,
 ];
 
 impl Rule {
@@ -80,7 +85,11 @@ impl Rule {
                 spec.train.precision
             ),
             Rule::OffloadNeedsZero => "optimizer offload needs zero ≥ 1, parameter offload zero = 3".into(),
-            Rule::ZeroShardsWithoutPipeline => "zero = 3 needs pp = 1 (no pipeline engine gathers every chunk's parameters before every pass)".into(),
+            Rule::ZeroShardsWithoutPipeline => "zero = 3 needs pp = 1 (no pipeline engine but torchtitan's gathers every chunk's parameters before every pass)".into(),
+            Rule::FrameworkRuns => match capability::framework_of(spec) {
+                Some(f) => capability::sentence(f, capability::generates_script(spec)),
+                None => "the framework runs the layout".into(),
+            },
             Rule::MemoryFits => {
                 let g = &spec.cluster.groups[0].gpu;
                 format!(
@@ -107,6 +116,7 @@ impl Rule {
             Rule::PrecisionSupported => &[],
             Rule::OffloadNeedsZero => &["offload", "zero"],
             Rule::ZeroShardsWithoutPipeline => &["zero", "pp"],
+            Rule::FrameworkRuns => &["pp", "cp", "ep", "tp", "schedule", "zero", "offload"],
             Rule::MemoryFits => &["tp", "pp"],
         }
     }
@@ -150,10 +160,16 @@ impl Rule {
                 Offload::Optimizer => p.zero >= 1,
                 Offload::Params => p.zero == 3,
             },
-            Rule::ZeroShardsWithoutPipeline => p.zero < 3 || p.pp == 1,
+            Rule::ZeroShardsWithoutPipeline => p.zero < 3 || p.pp == 1 || fsdp_in_stages(spec),
+            Rule::FrameworkRuns => capability::limit(spec, p).is_none(),
             Rule::MemoryFits => true, // decided by the cost model, per candidate
         }
     }
+}
+
+/// torchtitan runs FSDP inside each pipeline stage, so ZeRO-3 with pp > 1 is a layout it runs.
+fn fsdp_in_stages(spec: &PlanSpec) -> bool {
+    spec.framework() == Framework::Torchtitan
 }
 
 /// `first_stage_layers = 7 and last_stage_layers = 7` when the plan writes either.
@@ -329,7 +345,59 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
             &v.offload.eq(k(1)).implies(v.zero.ge(&one)),
             &v.offload.eq(k(2)).implies(v.zero.eq(k(3))),
         ]),
-        Rule::ZeroShardsWithoutPipeline => v.zero.ge(k(3)).implies(v.pp.eq(&one)),
+        Rule::ZeroShardsWithoutPipeline => {
+            if fsdp_in_stages(spec) {
+                return Bool::from_bool(true);
+            }
+            v.zero.ge(k(3)).implies(v.pp.eq(&one))
+        }
+        Rule::FrameworkRuns => encode_framework(spec, v),
         Rule::MemoryFits => Bool::from_bool(true),
+    }
+}
+
+/// [`Rule::FrameworkRuns`] as a formula: `capability::layout_limit` over the variables.
+/// The schedule is a variable only as interleaved or not; a plan that fixes `zb_h1` is
+/// taken as such.
+fn encode_framework(spec: &PlanSpec, v: &Vars) -> Bool {
+    let k = |x: i64| Int::from_i64(x);
+    let one = k(1);
+    let zb = spec.parallel.schedule.fixed() == Some(Schedule::ZeroBubble);
+    let no_zb = if zb {
+        v.pp.eq(&one)
+    } else {
+        Bool::from_bool(true)
+    };
+    match capability::framework_of(spec) {
+        Some(Framework::Deepspeed) => {
+            let tp = if capability::generates_script(spec) {
+                v.tp.eq(&one)
+            } else {
+                Bool::from_bool(true)
+            };
+            Bool::and(&[&v.pp.eq(&one), &v.cp.eq(&one), &v.ep.eq(&one), &tp])
+        }
+        Some(Framework::Megatron) => {
+            let overlap_off = spec.parallel.overlap_p2p == Some(false);
+            let interleave = if overlap_off {
+                v.interleaved.implies(v.pp.gt(k(2)))
+            } else {
+                Bool::from_bool(true)
+            };
+            Bool::and(&[
+                &no_zb,
+                &v.zero.ge(k(2)).implies(v.pp.eq(&one)),
+                &v.offload.eq(k(2)).not(),
+                &interleave,
+            ])
+        }
+        Some(Framework::Torchtitan) => Bool::and(&[
+            &v.zero.eq(&one).not(),
+            &v.offload.eq(k(1)).not(),
+            &v.offload.eq(k(2)).implies(v.zero.ge(k(2))),
+            &no_zb,
+            &v.ep.eq(&one),
+        ]),
+        _ => Bool::from_bool(true),
     }
 }

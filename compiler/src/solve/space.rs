@@ -19,8 +19,8 @@
 //! - sequence_parallel: on exactly when tp > 1 (it saves memory at the same communication);
 //! - zero: 0–3 (1 is Megatron's distributed optimizer), and with pp > 1 only 0–1: ZeRO-2
 //!   under a pipeline is what FSDP-based frameworks run (Meta's, for Llama 3), not
-//!   Megatron-LM or DeepSpeed, so `auto` does not propose it; write or list it to consider
-//!   it; recompute: none, selective, full
+//!   Megatron-LM or DeepSpeed, so `auto` does not propose it (but for `job.framework =
+//!   torchtitan`, which runs it); write or list it to consider it; recompute: none, selective, full
 //!   (none and full with flash attention, where selective recomputes nothing);
 //! - offload: none (list `optimizer` or `params` to consider offloading).
 
@@ -112,7 +112,14 @@ impl Space {
                 h => pick(h, Vec::new),
             },
             zero: pick(&ps.zero, || vec![0, 1, 2, 3]),
-            zero_with_pipeline_max: if ps.zero == Hole::Auto { 1 } else { 3 },
+            // torchtitan runs FSDP inside each pipeline stage: its `auto` proposes it.
+            zero_with_pipeline_max: if ps.zero == Hole::Auto
+                && spec.framework() != crate::plan::Framework::Torchtitan
+            {
+                1
+            } else {
+                3
+            },
             // With flash attention, selective recompute has nothing to recompute (the
             // attention scores are never stored), so it is the same plan as none.
             recompute: pick(&ps.recompute, || match spec.train.attention {

@@ -1,0 +1,281 @@
+//! What each framework can run, as layouts: the one statement of the limits that `planc
+//! emit` enforces per target (P0706), which `validate` (P0330) and `solve`'s rule
+//! `FrameworkRuns` ask too, so that a plan whose `job.framework` is set is only ever given a
+//! layout its framework runs.
+//!
+//! Only an explicit `job.framework` constrains: without a `job` block the plan is priced
+//! as Megatron-LM but not tied to it (the published layouts of Meta's 405B, say, are
+//! Megatron-priced FSDP-with-pipeline runs). Limits of the model or the training values
+//! (a GPT-2 layout under torchtitan, fp16) are not layouts and stay with the targets.
+
+use crate::plan::{Framework, Offload, Parallel, PlanSpec, Schedule};
+
+/// One limit a framework puts on the layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// The framework's name, as `job.framework` spells it.
+    pub framework: &'static str,
+    /// What the layout asks and why the framework cannot, in words.
+    pub reason: String,
+    /// The `parallel` attribute to change.
+    pub attr: &'static str,
+}
+
+/// The framework whose limits apply: `job.framework` when the plan sets it.
+pub fn framework_of(spec: &PlanSpec) -> Option<Framework> {
+    spec.job.as_ref().map(|j| j.framework)
+}
+
+/// Whether planc writes the training script (no `job.entrypoint`): its script splits data
+/// only (`targets/src/script.rs`).
+fn generated_script(spec: &PlanSpec) -> bool {
+    spec.job.as_ref().is_some_and(|j| j.entrypoint.is_none())
+}
+
+/// The first limit of the plan's framework that layout `p` breaks, if any.
+pub fn limit(spec: &PlanSpec, p: &Parallel) -> Option<Limit> {
+    let framework = framework_of(spec)?;
+    layout_limit(framework, generated_script(spec), p)
+}
+
+/// The first limit of `framework` that `p` breaks; `generated` when the job runs the
+/// training script planc writes.
+pub fn layout_limit(framework: Framework, generated: bool, p: &Parallel) -> Option<Limit> {
+    let lim = |attr, reason: String| {
+        Some(Limit {
+            framework: framework.as_str(),
+            reason,
+            attr,
+        })
+    };
+    match framework {
+        Framework::Deepspeed => {
+            for (attr, v) in [("pp", p.pp), ("cp", p.cp), ("ep", p.ep)] {
+                if v > 1 {
+                    return lim(
+                        attr,
+                        format!(
+                            "{attr} = {v}: DeepSpeed's config has no {} (the model code would \
+                             have to provide it)",
+                            match attr {
+                                "pp" => "pipeline stages",
+                                "cp" => "context parallelism",
+                                _ => "expert parallelism",
+                            }
+                        ),
+                    );
+                }
+            }
+            if generated && p.tp > 1 {
+                return lim(
+                    "tp",
+                    format!(
+                        "tp = {}: the training script planc generates splits data only (name \
+                         your own with job.entrypoint)",
+                        p.tp
+                    ),
+                );
+            }
+            None
+        }
+        Framework::Megatron => {
+            if p.schedule == Schedule::ZeroBubble && p.pp > 1 {
+                return lim(
+                    "schedule",
+                    "schedule = zb_h1: Megatron-LM has no ZB-H1 schedule".into(),
+                );
+            }
+            if p.zero >= 2 && p.pp > 1 {
+                return lim(
+                    "zero",
+                    format!(
+                        "zero = {} with pp = {}: planc does not emit Megatron-LM's FSDP with \
+                         pipeline stages (zero = 1 is its distributed optimizer)",
+                        p.zero, p.pp
+                    ),
+                );
+            }
+            if p.offload == Offload::Params {
+                return lim(
+                    "offload",
+                    "offload = params: Megatron-LM cannot offload parameters".into(),
+                );
+            }
+            if p.schedule == Schedule::Interleaved
+                && p.vpp > 1
+                && p.overlap_p2p == Some(false)
+                && p.pp <= 2
+            {
+                return lim(
+                    "pp",
+                    format!(
+                        "pp = {} with `overlap_p2p = false`: Megatron-LM's interleaved schedule \
+                         without p2p overlap needs pp > 2",
+                        p.pp
+                    ),
+                );
+            }
+            None
+        }
+        Framework::Torchtitan => {
+            if p.zero == 1 {
+                return lim(
+                    "zero",
+                    "zero = 1: torchtitan has no optimizer-only sharding (zero = 0 is DDP, 2 and \
+                     3 FSDP2)"
+                        .into(),
+                );
+            }
+            if p.offload == Offload::Optimizer {
+                return lim(
+                    "offload",
+                    "offload = optimizer: torchtitan's FSDP2 offloads parameters, gradients and \
+                     optimizer state together (offload = params)"
+                        .into(),
+                );
+            }
+            if p.offload == Offload::Params && p.zero < 2 {
+                return lim(
+                    "offload",
+                    "offload = params: torchtitan offloads through FSDP2, which zero = 2 or 3 use"
+                        .into(),
+                );
+            }
+            if p.schedule == Schedule::ZeroBubble && p.pp > 1 {
+                return lim(
+                    "schedule",
+                    "schedule = zb_h1: torch's pipelining has zero-bubble schedules only for \
+                     several stages per rank; use 1f1b or interleaved"
+                        .into(),
+                );
+            }
+            if p.ep > 1 {
+                return lim(
+                    "ep",
+                    format!("ep = {}: torchtitan's Llama 3 is a dense model", p.ep),
+                );
+            }
+            None
+        }
+        Framework::Torch | Framework::Planc => None,
+    }
+}
+
+/// The limits of `framework` in one sentence, for `solve`'s rule list and its explanations.
+pub fn sentence(framework: Framework, generated: bool) -> String {
+    match framework {
+        Framework::Deepspeed => format!(
+            "DeepSpeed's config runs pp = 1, cp = 1, ep = 1{}",
+            if generated {
+                ", and the training script planc generates tp = 1"
+            } else {
+                ""
+            }
+        ),
+        Framework::Megatron => "Megatron-LM runs no zb_h1 schedule, no zero = 2 or 3 with pp > 1, \
+                                no offload = params, and interleaving without p2p overlap only with pp > 2"
+            .into(),
+        Framework::Torchtitan => "torchtitan runs zero = 0, 2 or 3 (not 1), offload = params only \
+                                  with FSDP2, no zb_h1 schedule, ep = 1"
+            .into(),
+        Framework::Torch | Framework::Planc => format!("{framework} runs any layout"),
+    }
+}
+
+/// The `parallel` attributes the framework's limits are about.
+pub fn attrs(framework: Framework) -> &'static [&'static str] {
+    match framework {
+        Framework::Deepspeed => &["pp", "cp", "ep", "tp"],
+        Framework::Megatron => &["schedule", "zero", "offload", "pp"],
+        Framework::Torchtitan => &["zero", "offload", "schedule", "ep"],
+        Framework::Torch | Framework::Planc => &[],
+    }
+}
+
+/// Whether planc writes the job's training script, for [`sentence`].
+pub fn generates_script(spec: &PlanSpec) -> bool {
+    generated_script(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use z3::ast::Int;
+    use z3::{SatResult, Solver};
+
+    use crate::check::check_source;
+    use crate::solve::rules::{encode, offload_index, Rule, Vars};
+    use crate::solve::space::Space;
+    use crate::validate::validate;
+
+    /// Every layout of a mixture-of-experts plan with everything left open, under `job`.
+    fn layouts(job: &str) -> (crate::plan::PlanSpec, Vec<crate::plan::Parallel>) {
+        let text = format!(
+            "cluster c {{ nodes = 4, gpus_per_node = 8, gpu = H100_SXM_80GB
+                 inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }} }}
+             model m {{ preset = \"mixtral-8x7b\" }}
+             train {{ global_batch = 256, precision = bf16, optimizer = adamw }}
+             parallel {{ tp = auto, pp = auto, dp = auto, cp = auto, ep = auto,
+                         schedule = [1f1b, interleaved, zb_h1], vpp = auto, micro_batch = [1, 2],
+                         zero = [0, 1, 2, 3], offload = [none, optimizer, params] }}
+             job {{ {job} }}"
+        );
+        let c = check_source("t.tp", &text);
+        let spec = c.spec.expect("a spec");
+        let all = Space::of(&spec).layouts(spec.cluster.world_size());
+        (spec, all)
+    }
+
+    #[test]
+    fn validate_the_rule_and_its_formula_agree_for_every_framework() {
+        for job in [
+            "framework = deepspeed",
+            "framework = deepspeed, entrypoint = \"mine.py\"",
+            "framework = megatron",
+            "framework = torchtitan",
+            "framework = torch",
+        ] {
+            let (spec, all) = layouts(job);
+            assert!(all.len() > 5000, "{job}: {}", all.len());
+            let (mut runs, mut refused) = (0, 0);
+            let v = Vars::new();
+            let formula = encode(Rule::FrameworkRuns, &spec, &v);
+            for p in all.iter().step_by(41) {
+                let holds = Rule::FrameworkRuns.holds(&spec, p);
+                let p0330 = validate(&spec, p).iter().any(|d| d.code == "P0330");
+                assert_eq!(holds, !p0330, "{job}: {p:?}");
+                if p.schedule == crate::plan::Schedule::ZeroBubble {
+                    // A schedule among candidates is a variable only as interleaved or not
+                    // (`encode_framework`): zb_h1 is read from a plan that fixes it.
+                    continue;
+                }
+                let s = Solver::new();
+                for (var, x) in [
+                    (&v.tp, p.tp as i64),
+                    (&v.pp, p.pp as i64),
+                    (&v.cp, p.cp as i64),
+                    (&v.ep, p.ep as i64),
+                    (&v.zero, p.zero as i64),
+                    (&v.offload, offload_index(p.offload)),
+                ] {
+                    s.assert(var.eq(Int::from_i64(x)));
+                }
+                s.assert(v.interleaved.eq(z3::ast::Bool::from_bool(p.vpp > 1)));
+                s.assert(&formula);
+                assert_eq!(s.check() == SatResult::Sat, holds, "{job}: z3 on {p:?}");
+                if holds {
+                    runs += 1;
+                } else {
+                    refused += 1;
+                }
+            }
+            if job == "framework = torch" {
+                assert_eq!(refused, 0, "a torch job's own script may run anything");
+            } else {
+                assert!(
+                    runs > 0 && refused > 0,
+                    "{job}: {runs} run, {refused} refused"
+                );
+            }
+        }
+    }
+}
