@@ -149,7 +149,11 @@ pub fn titan(
                 LrSchedule::Constant => "linear",
             }),
         ),
-        ("min_lr_factor", py_float(min_factor)),
+        // 12 significant digits: 2e-6 / 2e-5 is 0.1, not 0.09999999999999999.
+        (
+            "min_lr_factor",
+            py_float(format!("{min_factor:.11e}").parse().unwrap_or(min_factor)),
+        ),
     ];
     // Without a pipeline a data-parallel rank takes one micro-batch at a time and torchtitan
     // accumulates global / (micro · dp) of them; with one, the rank's whole share is one

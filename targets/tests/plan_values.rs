@@ -195,6 +195,10 @@ fn every_train_value_reaches_every_target() {
         let text = plan(extra, &format!("framework = {framework}"));
         let checked = common::checked(&text);
         for &target in Target::ALL {
+            if target == Target::Torchtitan {
+                // A Llama-only target with no ZeRO-1: `torchtitan_carries_every_train_value`.
+                continue;
+            }
             let fw = match target {
                 Target::Megatron => "megatron",
                 Target::Deepspeed => "deepspeed",
@@ -318,4 +322,44 @@ fn without_data_the_frameworks_mock_it() {
         let text = all_text(&render_checked(target, &checked, None).unwrap());
         assert_switch(&text, target.as_str(), "--mock-data");
     }
+}
+
+#[test]
+fn torchtitan_carries_every_train_value() {
+    let text = plan(", data = \"data/tokens.bin\"", "framework = torchtitan")
+        .replace(
+            "seq_len = 1024 }",
+            "seq_len = 1024, mlp = swiglu, norm = rmsnorm, position = rope, bias = false }",
+        )
+        .replace("zero = 1", "zero = 3");
+    let checked = common::checked(&text);
+    let a = render_checked(Target::Torchtitan, &checked, None).expect("torchtitan runs it");
+    let module = &a[0].contents;
+    for field in [
+        "lr=2e-5,",
+        "betas=(0.85, 0.97),",
+        "eps=1e-7,",
+        "weight_decay=0.01,",
+        "warmup_steps=100,",
+        "decay_type=\"cosine\",",
+        "min_lr_factor=0.1",
+        "steps=1000,",
+        "max_norm=0.5,",
+        "mixed_precision_param=\"bfloat16\",",
+        "SEED = 7",
+        "DATA = \"data/tokens.bin\"",
+        "folder=\"ckpt\",",
+        "local_batch_size=2,",
+        "global_batch_size=64,",
+    ] {
+        assert!(module.contains(field), "{field}:\n{module}");
+    }
+    // What torchtitan cannot carry is refused at the attribute.
+    let e = render_checked(
+        Target::Torchtitan,
+        &common::checked(&text.replace("seed = 7", "seed = 7, dropout = 0.1")),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("dropout"), "{e}");
 }
