@@ -1,5 +1,6 @@
 //! What each framework can run, as layouts: the one statement of the limits that `planc
-//! emit` enforces per target (P0706), which `validate` (P0330) and `solve`'s rule
+//! emit` enforces per target (P0706), which `validate` warns of (P0330: a published run may
+//! have had model code that did more, so the plan is still priced) and `solve`'s rule
 //! `FrameworkRuns` ask too, so that a plan whose `job.framework` is set is only ever given a
 //! layout its framework runs.
 //!

@@ -356,7 +356,10 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     if let Some(limit) = crate::capability::limit(spec, p) {
         v.push(
             codes::P0330,
-            format!("job.framework = {} cannot run this layout", limit.framework),
+            format!(
+                "planc cannot emit this layout for job.framework = {}",
+                limit.framework
+            ),
             "parallel",
             limit.attr,
             &limit.reason,

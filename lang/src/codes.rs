@@ -209,13 +209,15 @@ codes! {
          all-gathers it on arrival. There is nothing to split with one pipeline stage or one \
          tensor-parallel rank, and under sequence parallelism each rank already holds and sends \
          1/tp of the tokens. The plan is priced as if the attribute were absent.";
-    P0330 Error "the framework cannot run this layout"
-        "The plan's `job.framework` has no way to run this part of the layout: DeepSpeed's config \
-         has no pipeline, context or expert parallelism (and the training script planc generates \
-         splits data only), Megatron-LM has no ZB-H1 schedule, no parameter offload and (as planc \
-         emits it) no FSDP with pipeline stages, torchtitan has no ZeRO-1. `planc emit` would \
-         refuse the layout (P0706), and `planc solve` searches only layouts the framework runs. \
-         Change the attribute, or the framework.";
+    P0330 Warning "planc cannot emit this layout for the framework"
+        "The plan's `job.framework` cannot run this part of the layout as planc writes its launch: \
+         DeepSpeed's config has no pipeline, context or expert parallelism (the model code would \
+         have to provide them, as Megatron-DeepSpeed's does, and the training script planc \
+         generates splits data only), Megatron-LM has no ZB-H1 schedule, no parameter offload \
+         and (as planc emits it) no FSDP with pipeline stages, torchtitan has no ZeRO-1. The plan \
+         is priced as written (a published run may have had such model code), but `planc emit` \
+         refuses the layout (P0706), and `planc solve` searches only layouts the framework runs. \
+         Change the attribute, or the framework, to emit it.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

@@ -25,8 +25,9 @@ pub enum Rule {
     PrecisionSupported,
     OffloadNeedsZero,
     ZeroShardsWithoutPipeline,
-    /// What `job.framework` runs (`crate::capability`); last, so that a layout counted
-    /// against it breaks no other rule.
+    /// What `job.framework` runs as planc emits it (`crate::capability`); last, so that a
+    /// layout counted against it breaks no other rule. `validate` warns of it (P0330) rather
+    /// than refusing, so it is the one rule a fixed layout may break.
     FrameworkRuns,
     MemoryFits,
 }
