@@ -16,6 +16,7 @@ pub mod quote;
 pub mod script;
 mod templates;
 pub mod torchtitan;
+pub mod torchtitan_v02;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -87,10 +88,6 @@ impl FromStr for Target {
             .ok_or_else(|| EmitError::UnknownTarget(s.to_string()))
     }
 }
-
-// The torchtitan target's form for torchtitan 0.2.x (TOML job files), to be wired into
-// the torchtitan target with its launch choosing the form by the installed version.
-pub mod torchtitan_v02;
 
 /// One file to write.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,7 +272,13 @@ pub fn render(
     let framework = ctx.job.framework;
     let mut out = Vec::new();
     let with_script = ctx.script.is_some();
-    for spec in templates::artifacts(target, framework, !ctx.env.is_empty(), with_script) {
+    for spec in templates::artifacts(
+        target,
+        framework,
+        !ctx.env.is_empty(),
+        with_script,
+        ctx.titan02.is_some(),
+    ) {
         let tmpl = env
             .get_template(spec.template)
             .map_err(|e| template_error(spec.template, e))?;
@@ -410,6 +413,11 @@ struct Context<'a> {
     script: Option<script::Script>,
     /// torchtitan's run module, for the torchtitan target.
     titan: Option<torchtitan::Titan>,
+    /// The same run for torchtitan 0.2.x (a TOML job file and a model flavor), which the
+    /// launch runs when the installed torchtitan is 0.2.x.
+    titan02: Option<torchtitan_v02::TitanV02>,
+    /// Why torchtitan 0.2.x cannot run a plan that torchtitan 0.3 can (the launch says it).
+    titan02_refused: Option<String>,
     /// Things the reader of an artifact should know (printed as comments).
     notes: Vec<String>,
     /// The plan as `planc run` is given it (framework planc): the path given to `planc
@@ -682,6 +690,18 @@ fn context<'a>(
     } else {
         None
     };
+    // torchtitan 0.2.x runs less than 0.3 (no tie under FSDP, no planc token files): its
+    // refusal leaves the 0.3 form alone, and the launch says it when 0.2.x is installed.
+    let (titan02, titan02_refused) = if target == Target::Torchtitan {
+        let name = job.name.clone().unwrap_or_else(|| plan.model.name.clone());
+        match torchtitan_v02::job(plan, target, &name, &run) {
+            Ok(t) => (Some(t), None),
+            Err(EmitError::Unsupported { reason, .. }) => (None, Some(reason)),
+            Err(e) => return Err(e),
+        }
+    } else {
+        (None, None)
+    };
     // DeepSpeed's config is found beside the launch script, wherever the job starts from
     // (the PyTorchJob mounts it from a ConfigMap).
     let (ds_path, beside) = match target {
@@ -790,6 +810,8 @@ fn context<'a>(
         ds_config,
         script,
         titan,
+        titan02,
+        titan02_refused,
         notes,
         plan_file: plan_file.to_string(),
     })

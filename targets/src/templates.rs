@@ -38,6 +38,14 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("train.py.j2", include_str!("../templates/train.py.j2")),
     ("tokens.py.j2", include_str!("../templates/tokens.py.j2")),
     (
+        "torchtitan_v02.toml.j2",
+        include_str!("../templates/torchtitan_v02.toml.j2"),
+    ),
+    (
+        "torchtitan_flavor.py.j2",
+        include_str!("../templates/torchtitan_flavor.py.j2"),
+    ),
+    (
         "torchtitan.sh.j2",
         include_str!("../templates/torchtitan.sh.j2"),
     ),
@@ -70,16 +78,22 @@ const fn a(template: &'static str, output: &'static str, executable: bool) -> Ar
 /// PyTorchJob carries it in a ConfigMap instead). The deepspeed target writes `.deepspeed_env`
 /// when the plan sets environment variables: DeepSpeed's launcher exports what it lists to
 /// every node. `train.py` comes with the torchrun and deepspeed launches that start it
-/// (`crate::script`).
+/// (`crate::script`). The torchtitan target adds torchtitan 0.2.x's job file and model
+/// module when 0.2.x can run the plan (`crate::torchtitan_v02`).
 pub fn artifacts(
     target: Target,
     framework: Framework,
     has_env: bool,
     with_script: bool,
+    titan02: bool,
 ) -> Vec<ArtifactSpec> {
     let mut v = launch_artifacts(target, framework, has_env);
     if with_script {
         v.push(a("train.py.j2", "train.py", true));
+    }
+    if target == Target::Torchtitan && titan02 {
+        v.push(a("torchtitan_v02.toml.j2", "torchtitan-job.toml", false));
+        v.push(a("torchtitan_flavor.py.j2", "planc_flavor.py", false));
     }
     v
 }

@@ -44,6 +44,9 @@ pub struct TitanV02 {
     pub model_name: &'static str,
     pub flavor_name: &'static str,
     pub job_file: &'static str,
+    /// Where torchtitan 0.2.x runs the plan differently from planc's pricing (comments in
+    /// the job file).
+    pub notes: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -102,8 +105,8 @@ pub fn job(
     target: Target,
     job_name: &str,
     run: &args::RunValues,
-    notes: &mut Vec<String>,
 ) -> Result<TitanV02, EmitError> {
+    let mut notes = Vec::new();
     let checkpoint_dir = run.checkpoint_dir.as_deref();
     let m = &plan.model;
     let p = &plan.parallel;
@@ -554,6 +557,7 @@ pub fn job(
         model_name: MODEL_NAME,
         flavor_name: FLAVOR,
         job_file: JOB_FILE,
+        notes,
     })
 }
 
@@ -638,7 +642,7 @@ mod tests {
                 &format!("tp = 1, pp = 1, dp = 4, micro_batch = 2, zero = {zero}"),
                 4,
             );
-            let j = job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).unwrap();
+            let j = job(&p, Target::Torchtitan, "j", &run(&p, None)).unwrap();
             assert_eq!(
                 value(&j, "parallelism", "data_parallel_replicate_degree"),
                 Some(&json!(replicate))
@@ -656,7 +660,7 @@ mod tests {
             assert_eq!(value(&j, "training", "global_batch_size"), Some(&json!(16)));
         }
         let p = plan(LLAMA, "", "tp = 1, pp = 1, dp = 4, zero = 1", 4);
-        let e = job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).unwrap_err();
+        let e = job(&p, Target::Torchtitan, "j", &run(&p, None)).unwrap_err();
         assert!(e.to_string().contains("no ZeRO-1"), "{e}");
     }
 
@@ -669,7 +673,7 @@ mod tests {
             "tp = 1, pp = 2, dp = 1, micro_batch = 1, schedule = interleaved, vpp = 2",
             2,
         );
-        let j = job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).unwrap();
+        let j = job(&p, Target::Torchtitan, "j", &run(&p, None)).unwrap();
         let parts = model_parts(&p);
         assert_eq!(parts.len(), 4);
         assert_eq!(parts[0], ["tok_embeddings", "layers.0", "layers.1"]);
@@ -710,7 +714,7 @@ mod tests {
         let gpt = "layers = 4, hidden = 256, heads = 4, vocab = 1000, seq_len = 256, mlp = gelu, \
                    norm = layernorm, position = learned, bias = true";
         let p = plan(gpt, "", "tp = 1, pp = 1, dp = 1", 1);
-        let e = job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).unwrap_err();
+        let e = job(&p, Target::Torchtitan, "j", &run(&p, None)).unwrap_err();
         // Located at the first attribute to change.
         assert!(
             matches!(&e, EmitError::Unsupported { at: Some((b, a)), .. } if b == "model" && a == "mlp"),
@@ -728,12 +732,12 @@ mod tests {
         let tied = LLAMA.replace("tied_embeddings = false", "tied_embeddings = true");
         // One GPU keeps the tie; FSDP over 2 ranks would break it.
         let p = plan(&tied, "", "tp = 1, pp = 1, dp = 1", 1);
-        assert!(job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).is_ok());
+        assert!(job(&p, Target::Torchtitan, "j", &run(&p, None)).is_ok());
         let p = plan(&tied, "", "tp = 1, pp = 1, dp = 2, zero = 3", 2);
-        let e = job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).unwrap_err();
+        let e = job(&p, Target::Torchtitan, "j", &run(&p, None)).unwrap_err();
         assert!(e.to_string().contains("FSDP"), "{e}");
         let p = plan(&tied, "", "tp = 1, pp = 1, dp = 2, zero = 0", 2);
-        assert!(job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).is_ok());
+        assert!(job(&p, Target::Torchtitan, "j", &run(&p, None)).is_ok());
         let p = plan(LLAMA, "", "tp = 1, pp = 1, dp = 1", 1);
         let p = Plan {
             train: planc_compiler::plan::Train {
@@ -742,7 +746,7 @@ mod tests {
             },
             ..p
         };
-        assert!(job(&p, Target::Torchrun, "j", &run(&p, None), &mut Vec::new()).is_err());
+        assert!(job(&p, Target::Torchtitan, "j", &run(&p, None)).is_err());
     }
 
     #[test]
@@ -754,14 +758,7 @@ mod tests {
             "tp = 1, pp = 1, dp = 1",
             1,
         );
-        let j = job(
-            &p,
-            Target::Torchrun,
-            "j",
-            &run(&p, Some("/ck")),
-            &mut Vec::new(),
-        )
-        .unwrap();
+        let j = job(&p, Target::Torchtitan, "j", &run(&p, Some("/ck"))).unwrap();
         assert_eq!(value(&j, "optimizer", "lr"), Some(&json!(2e-5)));
         assert_eq!(value(&j, "optimizer", "weight_decay"), Some(&json!(0.01)));
         assert_eq!(value(&j, "lr_scheduler", "warmup_steps"), Some(&json!(100)));
