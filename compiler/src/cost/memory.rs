@@ -449,6 +449,31 @@ mod tests {
     }
 
     #[test]
+    fn the_experts_state_is_sharded_over_their_own_data_parallel_group() {
+        // Mixtral 8x7B, pp 4 over 64 GPUs: dp 16, ep 8, so each expert's weights live on
+        // 16 / 8 = 2 ranks, and the distributed optimizer shards their state over those 2,
+        // the rest over 16 (Megatron-Core's expert data-parallel group).
+        let text = "cluster c { nodes = 8, gpus_per_node = 8, gpu = H100_SXM_80GB
+                inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s } }
+             model m { preset = \"mixtral-8x7b\" }
+             train { global_batch = 256, precision = bf16, optimizer = adamw }
+             parallel { tp = 1, pp = 4, dp = 16, ep = 8, micro_batch = 1, zero = 1 }";
+        let c = check_source("t.tp", text);
+        let plan = c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics));
+        let params = stage_params(&plan, 1);
+        let experts = stage_expert_params(&plan, 1);
+        // Eight layers of one expert each: 3 · 4096 · 14336 parameters an expert.
+        assert!(close(experts, 8.0 * 3.0 * 4096.0 * 14336.0, 1e-12));
+        let m = stage_memory(&plan, 1, 16);
+        let want = (params - experts) * 12.0 / 16.0 + experts * 12.0 / 2.0;
+        assert!(
+            close(m.optimizer_bytes, want, 1e-12),
+            "{}",
+            m.optimizer_bytes
+        );
+    }
+
+    #[test]
     fn without_dropout_no_masks_and_only_the_softmax_output_are_kept() {
         let sbh = S * H;
         let no_dropout = |parallel: &str, train: &str| {
