@@ -111,6 +111,9 @@ if want deepspeed; then
     emitted deepspeed-gpt2 deepspeed "$(plan_for deepspeed-gpt2 gpt2-124m-1gpu.tp deepspeed)"
 fi
 if want torchtitan; then
+    # torchtitan 0.2.x (the one that runs on the machines' torch) reads its test corpus and
+    # tokenizer from a folder of its repository: .fw/titan-assets travels with the call.
+    export TORCHTITAN_ASSETS=${TORCHTITAN_ASSETS:-$root/.fw/titan-assets}
     emitted torchtitan-llama1b torchtitan "$(plan_for torchtitan-llama1b llama3.2-1b-1gpu.tp torchtitan 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
 fi
 
