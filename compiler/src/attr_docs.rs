@@ -109,6 +109,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "scatter_gather_p2p") => {
             "without sequence parallelism, each tensor-parallel rank sends 1/tp of a pipeline transfer and the receivers all-gather it (Megatron-LM before Megatron-core); default false (planc extension)"
         }
+        ("parallel", "grad_dtype") => {
+            "the gradient buffer's type, fp32 | bf16 | fp16: its memory and the optimizer's passes over it; default (auto) fp32, as Megatron-LM (bf16 accumulates in fp32), PyTorch DDP/FSDP2 (the fp32 parameters' type) and DeepSpeed hold it; bf16 as NeMo's distributed fused Adam (planc extension)"
+        }
+        ("parallel", "reduce_dtype") => {
+            "the type of the data-parallel reduction, fp32 | bf16 | fp16: the bytes it moves; default (auto) the gradient buffer's (Megatron-LM, torchtitan's float32 reduce, Composer's DEFAULT) (planc extension)"
+        }
         ("job", "name") => "the job's name, in every launcher",
         ("job", "framework") => {
             "what the launch scripts run: megatron (default), deepspeed, torch, torchtitan, or planc \

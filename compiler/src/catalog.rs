@@ -39,6 +39,7 @@ struct GpuEntry {
     pair_bus_bandwidth_gbs: Option<f64>,
     flash_forward_tflops: Option<f64>,
     flash_backward_tflops: Option<f64>,
+    sustained_clock: Option<f64>,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -144,6 +145,7 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
                 backward: backward * T,
             },
         ),
+        sustained_clock: e.sustained_clock.unwrap_or(1.0),
     };
     (names, gpu)
 }

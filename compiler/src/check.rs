@@ -245,6 +245,8 @@ fn choose_layout(
         overlap_p2p: ps.overlap_p2p,
         grad_accumulation_fusion: ps.grad_accumulation_fusion,
         scatter_gather_p2p: ps.scatter_gather_p2p,
+        grad_dtype: ps.grad_dtype,
+        reduce_dtype: ps.reduce_dtype,
     })
 }
 
@@ -469,24 +471,41 @@ fn memory_checks(spec: &PlanSpec, plan: &Plan, est: &Estimate) -> Vec<Diagnostic
     out
 }
 
+/// The P0401/P0402 hint: the largest term of the stage's memory, named, and what shrinks
+/// it in this layout.
 fn memory_advice(plan: &Plan, m: &crate::cost::memory::StageMemory) -> String {
     let p = &plan.parallel;
-    let states = m.gradients_bytes + m.optimizer_bytes;
-    if m.activations_bytes >= states && m.activations_bytes >= m.weights_bytes {
-        return match p.recompute {
+    let sharded = p.dp * p.cp > 1;
+    let terms = [
+        ("weights", m.weights_bytes),
+        ("gradients", m.gradients_bytes),
+        ("optimizer state", m.optimizer_bytes),
+        ("activations", m.activations_bytes),
+    ];
+    let (largest, _) = terms
+        .iter()
+        .copied()
+        .fold(("", f64::MIN), |a, t| if t.1 > a.1 { t } else { a });
+    match largest {
+        "activations" => match p.recompute {
             Recompute::None => "activations dominate: set `recompute = selective` (or `full`), or lower micro_batch".into(),
             Recompute::Selective => "activations dominate: set `recompute = full`, lower micro_batch, or raise tp/pp".into(),
             Recompute::Full => "activations dominate: lower micro_batch or seq_len, or raise tp, pp or cp".into(),
-        };
+        },
+        "optimizer state" if p.zero < 1 && sharded => {
+            "optimizer state dominates: set `zero = 1` to shard it over data-parallel ranks".into()
+        }
+        "optimizer state" if p.offload == crate::plan::Offload::None => {
+            "optimizer state dominates: shard it over more data-parallel ranks (more GPUs), raise tp or pp, or set `offload = optimizer`".into()
+        }
+        "gradients" if p.zero < 2 && sharded => {
+            "gradients dominate: set `zero = 2`, or raise tp or pp (or `grad_dtype = bf16` where the framework keeps them so)".into()
+        }
+        "weights" if p.zero < 3 && sharded => {
+            "weights dominate: set `zero = 3`, or raise tp or pp".into()
+        }
+        _ => "the model's state does not fit: raise tp or pp (or use more GPUs)".into(),
     }
-    if p.zero < 1 && p.dp * p.cp > 1 {
-        return "optimizer state dominates: set `zero = 1` to shard it over data-parallel ranks"
-            .into();
-    }
-    if p.zero < 2 && p.dp * p.cp > 1 && m.gradients_bytes > m.weights_bytes {
-        return "gradients dominate: set `zero = 2`, or raise tp or pp".into();
-    }
-    "the model's state does not fit: raise tp or pp (or use more GPUs)".into()
 }
 
 /// Loads `cluster.profile` (relative to the file that names it) onto the groups of the GPU
@@ -556,5 +575,36 @@ mod tests {
         assert_eq!(plan.parallel.dp, 8);
         let e = c.estimate.unwrap();
         assert!(e.mfu > 0.2 && e.mfu < 0.7, "{}", e.mfu);
+    }
+
+    #[test]
+    fn the_out_of_memory_hint_names_the_largest_term() {
+        // Nemotron-4 340B as NeMo's table ran it on 128 H100s (dp 2): with fp32 gradients
+        // the optimizer state (12 bytes a parameter over 2 ranks) is the largest term, not
+        // the gradients, which ZeRO-2 would not shrink enough.
+        let text = |grad: &str| {
+            format!(
+                "cluster c {{ nodes = 16, gpus_per_node = 8, gpu = H100_SXM_80GB
+                     inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s }} }}
+                 model m {{ layers = 96, hidden = 18432, heads = 96, kv_heads = 8, ffn_hidden = 73728,
+                            vocab = 256000, seq_len = 4096, mlp = gelu, bias = false }}
+                 train {{ global_batch = 32, precision = bf16, optimizer = adam }}
+                 parallel {{ tp = 8, pp = 8, vpp = 12, dp = 2, micro_batch = 1, schedule = interleaved,
+                             sequence_parallel = true, zero = 1, recompute = selective, grad_dtype = {grad} }}"
+            )
+        };
+        let c = check_source("t.tp", &text("fp32"));
+        let oom = c
+            .diagnostics
+            .iter()
+            .find(|d| d.code == codes::P0401.id)
+            .expect("refused");
+        let help = format!("{:?}", oom.help);
+        assert!(help.contains("optimizer state dominates"), "{help}");
+        // NeMo keeps them in bf16: 10.75 GiB less on the first stage.
+        let bf16 = check_source("t.tp", &text("bf16"));
+        let fp32 = c.estimate.as_ref().unwrap().stages[0].memory.total_bytes;
+        let half = bf16.estimate.as_ref().unwrap().stages[0].memory.total_bytes;
+        assert!((fp32 - half) / (1u64 << 30) as f64 > 10.0);
     }
 }

@@ -54,6 +54,20 @@ enumeration!(
 enumeration!(Recompute { None = "none", Selective = "selective", Full = "full" });
 enumeration!(Offload { None = "none", Optimizer = "optimizer", Params = "params" });
 enumeration!(
+    /// The type of the gradient buffer or of the data-parallel reduction
+    /// (`parallel.grad_dtype`, `parallel.reduce_dtype`).
+    GradDtype { Fp32 = "fp32", Bf16 = "bf16", Fp16 = "fp16" }
+);
+
+impl GradDtype {
+    pub fn bytes(self) -> f64 {
+        match self {
+            GradDtype::Fp32 => 4.0,
+            GradDtype::Bf16 | GradDtype::Fp16 => 2.0,
+        }
+    }
+}
+enumeration!(
     /// What the launch artifacts run: Megatron-LM, DeepSpeed, a torch script, `planc run`
     /// itself (planc's native runtime, which starts one process per GPU on its own), or
     /// torchtitan (PyTorch's FSDP2 + TP + PP + CP stack; priced as `torch`).
@@ -112,6 +126,11 @@ pub struct Gpu {
     /// 16-bit precision, where published: its rates are not a fixed fraction of the
     /// products' (see `catalog/gpus.toml`).
     pub flash_attention: Option<FlashRates>,
+    /// The fraction of its burst rate a compute-bound kernel keeps on this device through
+    /// hours of training, at the board's power limit (`sustained_clock` in
+    /// `catalog/gpus.toml`, with its measurement); 1 where not measured. Memory-bound
+    /// kernels keep theirs: the HBM clock does not drop.
+    pub sustained_clock: f64,
 }
 
 /// A fused attention kernel's FLOP/s at long sequences (head size 128), counted as
@@ -347,6 +366,12 @@ pub struct Parallel {
     /// Megatron-core's `p2p_communication.py` dropped it); `false`: every rank sends the
     /// whole activation it holds. Default false.
     pub scatter_gather_p2p: bool,
+    /// Extension: the type of the gradient buffer (`parallel.grad_dtype`); `None`: the
+    /// framework's default, see [`Plan::grad_bytes`].
+    pub grad_dtype: Option<GradDtype>,
+    /// Extension: the type the data-parallel reduction runs in (`parallel.reduce_dtype`);
+    /// `None`: the gradient buffer's, see [`Plan::reduce_bytes`].
+    pub reduce_dtype: Option<GradDtype>,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -388,6 +413,8 @@ impl Parallel {
             overlap_p2p: None,
             grad_accumulation_fusion: true,
             scatter_gather_p2p: false,
+            grad_dtype: None,
+            reduce_dtype: None,
         }
     }
 
@@ -561,6 +588,8 @@ pub struct ParallelSpec {
     pub overlap_p2p: Option<bool>,
     pub grad_accumulation_fusion: bool,
     pub scatter_gather_p2p: bool,
+    pub grad_dtype: Option<GradDtype>,
+    pub reduce_dtype: Option<GradDtype>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -707,6 +736,35 @@ impl Plan {
             self.stage_layers(stage) - self.stage_dense_layers(stage)
         } else {
             0
+        }
+    }
+
+    /// Bytes of one gradient as the framework holds it between the backward passes and
+    /// the optimizer: `parallel.grad_dtype` where written, else fp32 in every framework
+    /// planc prices. Megatron-LM accumulates 16-bit training's gradients in an fp32
+    /// `main_grad` buffer unless told `--grad-reduce-in-bf16` (`arguments.py`: bf16 sets
+    /// `accumulate_allreduce_grads_in_fp32`; Megatron-Core's DDP sizes its buffer in that
+    /// type); PyTorch's DDP and FSDP2 give a parameter's gradient its parameter's type, and
+    /// under mixed precision the (sharded) parameters they update are fp32 (FSDP2's
+    /// `MixedPrecisionPolicy` casts only the gathered copy); DeepSpeed's bf16 optimizer
+    /// accumulates in fp32; planc's runtime keeps one flat fp32 buffer. NeMo's distributed
+    /// fused Adam (`grad_sync_dtype: bf16` in its large recipes) is the common exception:
+    /// such a plan writes `grad_dtype = bf16`.
+    pub fn grad_bytes(&self) -> f64 {
+        match self.parallel.grad_dtype {
+            Some(d) => d.bytes(),
+            None => 4.0,
+        }
+    }
+
+    /// Bytes of one gradient on the data-parallel link: `parallel.reduce_dtype` where
+    /// written, else the buffer's type (Megatron-Core reduces its buffer in place;
+    /// torchtitan's default `mixed_precision_reduce = "float32"` and Composer's `DEFAULT`
+    /// FSDP mixed precision both reduce fp32 gradients of a bf16 forward).
+    pub fn reduce_bytes(&self) -> f64 {
+        match self.parallel.reduce_dtype {
+            Some(d) => d.bytes(),
+            None => self.grad_bytes(),
         }
     }
 }

@@ -879,6 +879,8 @@ impl<'a> Resolver<'a> {
             compute_capability: None,
             pair_bus_bandwidth: None,
             flash_attention: None,
+            // A plan's own device states its rates as it measured them.
+            sustained_clock: 1.0,
         })
     }
 
@@ -1432,6 +1434,8 @@ impl<'a> Resolver<'a> {
         let overlap_p2p = self.fixed_bool(n, "overlap_p2p");
         let grad_accumulation_fusion = self.fixed_bool(n, "grad_accumulation_fusion");
         let scatter_gather_p2p = self.fixed_bool(n, "scatter_gather_p2p");
+        let grad_dtype = self.grad_dtype(n, "grad_dtype");
+        let reduce_dtype = self.grad_dtype(n, "reduce_dtype");
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1451,7 +1455,24 @@ impl<'a> Resolver<'a> {
             overlap_p2p: overlap_p2p?,
             grad_accumulation_fusion: grad_accumulation_fusion?.unwrap_or(true),
             scatter_gather_p2p: scatter_gather_p2p?.unwrap_or(false),
+            grad_dtype: grad_dtype?,
+            reduce_dtype: reduce_dtype?,
         })
+    }
+
+    /// `parallel.grad_dtype` / `reduce_dtype`: a type the framework is configured with,
+    /// never a hole; `auto` (or absent) is the framework's default. `Some(None)` then,
+    /// `None` when written wrongly (reported).
+    fn grad_dtype(&mut self, n: usize, name: &str) -> Option<Option<GradDtype>> {
+        if self.find_attr(n, name).is_none() {
+            return Some(None);
+        }
+        let (v, span) = self.get(n, name)?;
+        if matches!(v, Value::Auto) {
+            return Some(None);
+        }
+        self.read_enum(n, span, name, &v, GradDtype::NAMES, GradDtype::parse)
+            .map(Some)
     }
 
     /// A `parallel` boolean that is never a hole (`overlap_grad_reduce`, `overlap_p2p`,

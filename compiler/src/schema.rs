@@ -138,6 +138,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "overlap_p2p",
             "grad_accumulation_fusion",
             "scatter_gather_p2p",
+            "grad_dtype",
+            "reduce_dtype",
         ],
         &[],
     ),

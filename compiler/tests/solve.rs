@@ -75,6 +75,8 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                                 .parallel
                                                 .grad_accumulation_fusion,
                                             scatter_gather_p2p: s.parallel.scatter_gather_p2p,
+                                            grad_dtype: s.parallel.grad_dtype,
+                                            reduce_dtype: s.parallel.reduce_dtype,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;

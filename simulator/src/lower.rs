@@ -120,6 +120,10 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
     // gradients, ready when its backward ends) is the one on the step's critical path.
     let tail = reduction_tail(plan, 0);
     let mut buckets = ((max_chunk_params / BUCKET_PARAMS).ceil() as u32).max(1);
+    if p.zero >= 3 {
+        // FSDP gathers and reduces a layer at a time (`cost::time::zero3_exposed`).
+        buckets = (p.chunk_layers(m.layers, 0, 0) as u32).max(1);
+    }
     if tail > 0.0 {
         buckets = buckets.min(((first_chunk_params / tail).floor() as u32).max(1));
     }

@@ -10,7 +10,7 @@ use super::memory::stage_memory;
 use super::ops::{dense_layer_forward, layer_forward, Op, OpKind};
 use super::time::{
     dp_exposed_parts, embedding_sync_time, layer_backward, optimizer_time, pieces, placement,
-    stage_time, time_ops, Device, PassTime,
+    sharded_param_copies, stage_time, time_ops, Device, PassTime,
 };
 use crate::plan::Plan;
 
@@ -104,6 +104,20 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
             add(kind, mb * layers * (fwd.compute + bwd.compute));
             add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
         }
+    }
+    // ZeRO-3's copies in and out of its collectives' buffers: part of the layer passes
+    // (`pieces`), the data-parallel traffic's work, not any of the layer's operations.
+    let dense_params = if plan.model.is_moe() {
+        super::memory::dense_layer_params_per_gpu(plan)
+    } else {
+        super::memory::layer_params_per_gpu(plan)
+    };
+    for (params, layers) in [
+        (super::memory::layer_params_per_gpu(plan), moe),
+        (dense_params, dense),
+    ] {
+        let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, &dev);
+        add(WorkKind::Communication, mb * layers * (copies_fwd + copies_bwd));
     }
     let pc = pieces(plan, &dev, &pl);
     if stage == 0 {

@@ -251,7 +251,9 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     let p = &plan.parallel;
     let m = &plan.model;
     let params = stage_params(plan, stage);
-    let (w, g, o) = bytes_per_param(plan.train.precision, plan.train.optimizer);
+    let (w, _, o) = bytes_per_param(plan.train.precision, plan.train.optimizer);
+    // The buffer as the framework holds it (`parallel.grad_dtype`).
+    let g = plan.grad_bytes();
     // The routed experts' state is sharded over their own (smaller) data-parallel group.
     let experts = stage_expert_params(plan, stage);
     let (shard, expert_shard) = shard_groups(plan);
@@ -356,6 +358,21 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * b.abs()
+    }
+
+    #[test]
+    fn the_gradient_buffer_takes_the_grad_dtype() {
+        // Megatron-LM keeps bf16 training's gradients in fp32 unless told otherwise;
+        // NeMo's large recipes keep them in bf16 (`grad_dtype = bf16`).
+        let fp32 = gpt3(", zero = 1", "");
+        let bf16 = gpt3(", zero = 1, grad_dtype = bf16", "");
+        let (a, b) = (stage_memory(&fp32, 3, 64), stage_memory(&bf16, 3, 64));
+        assert!(close(a.gradients_bytes, 4.0 * a.params, 1e-12));
+        assert!(close(b.gradients_bytes, 2.0 * b.params, 1e-12));
+        assert_eq!(a.optimizer_bytes, b.optimizer_bytes);
+        assert!(close(a.total_bytes - b.total_bytes, 2.0 * a.params, 1e-12));
+        // The reduction follows the buffer unless written.
+        assert_eq!(bf16.reduce_bytes(), 2.0);
     }
 
     #[test]

@@ -63,7 +63,22 @@ impl Device<'_> {
     }
 
     fn matrix_rate(&self) -> f64 {
-        self.peak() * self.gpu.gemm_efficiency
+        self.peak() * self.gpu.gemm_efficiency * self.sustained()
+    }
+
+    /// What a compute-bound kernel keeps of its burst rate through a training run: the
+    /// catalog's product efficiency and the published attention rates were timed in bursts,
+    /// at the boost clock, where a GPU training for hours sits at its power limit (an H100
+    /// measured here: 790 TFLOP/s in a burst, 662 after a minute of products at 1320 MHz
+    /// and 680 W; `runtime/tests/gpu/sustained.py`). A profile attached to the device was
+    /// measured as training loads it (its products timed as repeated launches, its
+    /// attention behind sustained products), so it holds the clock already.
+    fn sustained(&self) -> f64 {
+        if self.gpu.profile.is_some() {
+            1.0
+        } else {
+            self.gpu.sustained_clock
+        }
     }
 
     fn memory_rate(&self) -> f64 {
@@ -182,7 +197,7 @@ impl Device<'_> {
             return s;
         }
         if let Some(r) = self.flash_rates(planc_kernel) {
-            return (flops / r.forward).max(KERNEL_FLOOR_S);
+            return (flops / (r.forward * self.sustained())).max(KERNEL_FLOOR_S);
         }
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
     }
@@ -221,7 +236,8 @@ impl Device<'_> {
             return s;
         }
         if let Some(r) = self.flash_rates(planc_kernel) {
-            return (FLASH_BACKWARD_WORK * flops / r.backward).max(KERNEL_FLOOR_S);
+            return (FLASH_BACKWARD_WORK * flops / (r.backward * self.sustained()))
+                .max(KERNEL_FLOOR_S);
         }
         FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, planc_kernel)
     }
@@ -551,10 +567,10 @@ fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
         return 0.0;
     }
     let grad = plan.train.precision.bytes();
-    let buffer = if plan.train.precision == Precision::Bf16 {
-        4.0
-    } else {
-        grad
+    let buffer = match plan.parallel.grad_dtype {
+        Some(d) => d.bytes(),
+        None if plan.train.precision == Precision::Bf16 => 4.0,
+        None => grad,
     };
     dev.memory(params * (grad + 2.0 * buffer))
 }
@@ -585,6 +601,35 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
     )
 }
 
+/// The memory-bound copies a sharded-parameter framework (`zero = 3`) runs around each
+/// layer's collectives, as (forward, backward) seconds of one layer of `params` parameters: they stream the whole
+/// unsharded layer through HBM, so unlike the collectives they cannot hide behind the
+/// products, which need the same bandwidth.
+///
+/// PyTorch FSDP2 (`torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py`): after each
+/// all-gather, `foreach_all_gather_copy_out` splits the gathered buffer into the
+/// parameters' own tensors (`split_with_sizes_copy`: read and write the layer in the
+/// parameter type), before the forward and again before the backward (parameters are
+/// resharded after forward by default); before each reduce-scatter, `foreach_reduce`
+/// copies the gradients into the reduce-scatter buffer (`_chunk_cat`: read them in the
+/// parameter type, write them in the reduction's). DeepSpeed's ZeRO-3 copies the same
+/// bytes (the gathered partitions into the parameters' storage, each gradient into its
+/// reduction bucket, `__add_grad_to_ipg_bucket`). Megatron-LM and planc's runtime have no
+/// ZeRO-3 path here: nothing to price.
+pub fn sharded_param_copies(plan: &Plan, params: f64, dev: &Device) -> (f64, f64) {
+    let p = &plan.parallel;
+    if p.zero < 3 || p.dp * p.cp <= 1 {
+        return (0.0, 0.0);
+    }
+    if !matches!(plan.framework(), Framework::Torch | Framework::Deepspeed) {
+        return (0.0, 0.0);
+    }
+    let weight = plan.train.precision.bytes();
+    let copy_out = dev.memory(2.0 * params * weight);
+    let copy_in = dev.memory(params * (weight + plan.reduce_bytes()));
+    (copy_out, copy_out + copy_in)
+}
+
 /// One layer's forward, backward and weight-gradient work from its forward operations
 /// `ops`, whose parameters on this GPU are `params`.
 fn layer_passes(
@@ -594,10 +639,14 @@ fn layer_passes(
     dev: &Device,
     pl: &Placement,
 ) -> (PassTime, PassTime, f64) {
-    let fwd = time_ops(ops, dev, pl);
+    let mut fwd = time_ops(ops, dev, pl);
     let mut bwd = layer_backward(plan, ops, fwd, dev, pl);
     let accumulation = grad_accumulation(plan, params, dev);
     bwd.compute += accumulation;
+    // After the backward is priced from the forward: recomputation gathers nothing twice.
+    let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, dev);
+    fwd.compute += copies_fwd;
+    bwd.compute += copies_bwd;
     // A weight gradient is one product of the same size as the forward product.
     let weight_products: Vec<Op> = ops
         .iter()
@@ -794,7 +843,10 @@ pub fn dp_exposed_parts(
         // gradient exists (with vpp chunks and few micro-batches, all of them).
         let hidden = hiding(&st.backward, pl)
             + hiding(&st.forward, pl) * steady_forwards(plan, stage, m as u64);
-        let per_micro_batch = (link - hidden).max(link / buckets);
+        let mut per_micro_batch = (link - hidden).max(link / buckets);
+        if p.zero >= 3 {
+            per_micro_batch = zero3_exposed(plan, stage, reduce, gather, st, pl);
+        }
         // The gradients ready only when a backward ends (the embedding's) hide behind the
         // next micro-batch's passes; after the last one they are waited for, once a step.
         let tail = (reduce / n_pieces - per_micro_batch).max(0.0);
@@ -824,7 +876,7 @@ pub fn dp_exposed_parts(
 /// ZeRO) and parameter all-gather of `params` parameters, of which `experts` are routed
 /// experts': those are reduced and gathered over the expert data-parallel group
 /// (Megatron-Core's expert-parallel gradient buffers), the rest over the data-parallel
-/// group. Gradients travel in fp32.
+/// group. Gradients travel in the reduction's type ([`Plan::reduce_bytes`]).
 pub fn dp_collectives(plan: &Plan, params: f64, experts: f64, pl: &Placement) -> (f64, f64) {
     let e = plan.train.precision.bytes();
     let parts = [(params - experts, pl.dp), (experts, pl.edp)];
@@ -839,10 +891,38 @@ pub fn dp_collectives(plan: &Plan, params: f64, experts: f64, pl: &Placement) ->
         } else {
             Collective::AllReduce
         };
-        reduce += collective_time(c, n * 4.0, group, &pl.fabric);
+        reduce += collective_time(c, n * plan.reduce_bytes(), group, &pl.fabric);
         gather += collective_time(Collective::AllGather, n * e, group, &pl.fabric);
     }
     (reduce, gather)
+}
+
+/// What one micro-batch's ZeRO-3 traffic leaves exposed on stage `stage`, layer by layer,
+/// as PyTorch FSDP runs it (Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, §3.3 and
+/// Fig. 5; FSDP2 keeps the same order): each layer is one unit, gathered whole before its
+/// forward and again before its backward, its gradients reduce-scattered whole after its
+/// backward. The next layer's gather is issued while this layer computes (forward
+/// prefetch: the CPU runs ahead; backward prefetch: before the current layer's gradient
+/// products), so a gather hides behind one layer's pass, not behind the whole step. All
+/// of a layer's collectives share one NCCL communicator, which runs them in issue order:
+/// in backward the next layer's gather and this layer's reduce-scatter both pass through
+/// it while this layer's backward computes. What cannot hide: the first layer's gather
+/// (nothing runs before it) and the last reduce-scatter (nothing runs after it; the next
+/// micro-batch's first gather queues behind it on the same communicator).
+fn zero3_exposed(
+    plan: &Plan,
+    stage: u64,
+    reduce: f64,
+    gather: f64,
+    st: &StageTime,
+    pl: &Placement,
+) -> f64 {
+    let layers = (plan.stage_layers(stage) as f64).max(1.0);
+    let (gather_l, reduce_l) = (gather / layers, reduce / layers);
+    let (fwd_l, bwd_l) = (hiding(&st.forward, pl) / layers, hiding(&st.backward, pl) / layers);
+    let forward = (gather_l - fwd_l).max(0.0);
+    let backward = (gather_l + reduce_l - bwd_l).max(0.0);
+    gather_l + reduce_l + (layers - 1.0) * (forward + backward)
 }
 
 /// The share of the passes' rate a data-parallel reduction and parameter gather take while
@@ -945,7 +1025,9 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     } else {
         0.0
     };
-    let grad_norm = 4.0;
+    // The norm reads the gradients, zeroing writes the buffer, in its type.
+    let grad = plan.grad_bytes();
+    let grad_norm = grad;
     // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole.
     let grad_buffer = if p.zero >= 2 { local } else { params };
     if p.offload != Offload::None {
@@ -953,7 +1035,7 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
         // (~1e9 parameters/s per GPU's share of cores).
         return local * 6.0 / 25e9 + local / 1e9;
     }
-    dev.memory(local * (update + copy_to_model + unscale + grad_norm) + grad_buffer * 4.0)
+    dev.memory(local * (update + copy_to_model + unscale + grad_norm) + grad_buffer * grad)
 }
 
 #[cfg(test)]
@@ -1169,17 +1251,57 @@ mod tests {
     #[test]
     fn flashattention_2_on_hopper_runs_at_its_published_rates_not_the_products() {
         // Shah et al. 2024, Figs. 5-6: 335 TFLOP/s causal forward, 322 backward on an H100,
-        // well under the 0.79 × 989 TFLOP/s cuBLAS reaches.
+        // well under the 0.79 × 989 TFLOP/s cuBLAS reaches; both burst figures, kept at the
+        // sustained clock's share through training.
         let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
         let d = Device {
             gpu: h100,
             precision: Precision::Bf16,
         };
+        let sustained = h100.sustained_clock;
         let flops = 4.4e12;
-        assert!((d.flash(flops, 131072.0, 128.0, false) - flops / 335e12).abs() < 1e-12);
+        let fwd = d.flash(flops, 131072.0, 128.0, false);
+        assert!((fwd - flops / (335e12 * sustained)).abs() < 1e-12);
         let bwd = d.flash_backward(flops, 131072.0, 128.0, false);
-        assert!((bwd - 2.5 * flops / 322e12).abs() < 1e-12);
-        assert!(flops / d.flash(flops, 131072.0, 128.0, false) < 0.5 * d.matrix_rate());
+        assert!((bwd - 2.5 * flops / (322e12 * sustained)).abs() < 1e-12);
+        assert!(flops / fwd < 0.5 * d.matrix_rate());
+    }
+
+    #[test]
+    fn compute_bound_kernels_run_at_the_sustained_clock_unless_a_profile_measured_them() {
+        // The lent H100 kept 0.84 of its burst product rate through a minute of products
+        // (runtime/tests/gpu/sustained.py); its copies kept their bandwidth.
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        assert_eq!(h100.sustained_clock, 0.84);
+        let burst = Gpu {
+            sustained_clock: 1.0,
+            ..h100.clone()
+        };
+        let dev = |gpu| Device {
+            gpu,
+            precision: Precision::Bf16,
+        };
+        let (held, fresh) = (dev(h100), dev(&burst));
+        let n = 8192.0;
+        let ratio = held.gemm(n, n, n) / fresh.gemm(n, n, n);
+        assert!((ratio - 1.0 / 0.84).abs() < 1e-9, "{ratio}");
+        assert_eq!(held.memory(1e9), fresh.memory(1e9));
+        // A profile holds the clock it was measured at: no second discount.
+        let profiled = Gpu {
+            profile: Some(std::sync::Arc::new(crate::profile::Profile::empty_for_tests())),
+            ..h100.clone()
+        };
+        let burst_profiled = Gpu {
+            sustained_clock: 1.0,
+            ..profiled.clone()
+        };
+        assert_eq!(
+            dev(&profiled).gemm(n, n, n),
+            dev(&burst_profiled).gemm(n, n, n)
+        );
+        // Unmeasured devices keep their rates.
+        let a100 = Catalog::builtin().gpu("A100_SXM_80GB").unwrap();
+        assert_eq!(a100.sustained_clock, 1.0);
     }
 
     #[test]
@@ -1535,6 +1657,98 @@ mod tests {
         let (sp, _) = p2p(&checked(&text(true, true)));
         assert_eq!(sp, slice);
         assert_eq!(p2p(&checked(&text(true, false))).0, slice);
+    }
+
+    /// MPT-13B-shaped (40 layers of 5120) under FSDP on one node of eight H100s.
+    fn fsdp_plan(framework: &str, reduce: &str) -> Plan {
+        checked(&format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ layers = 40, hidden = 5120, heads = 40, vocab = 50368, seq_len = 2048 }}
+             train {{ global_batch = 16, precision = bf16, optimizer = adamw, attention = flash }}
+             parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 2, zero = 3, recompute = none,
+                         reduce_dtype = {reduce} }}
+             job j {{ framework = {framework} }}"
+        ))
+    }
+
+    #[test]
+    fn fsdp_copies_each_gathered_layer_out_and_its_gradients_in() {
+        let plan = fsdp_plan("torch", "fp32");
+        let group = &plan.cluster.groups[0];
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let params = layer_params_per_gpu(&plan);
+        let (fwd, bwd) = sharded_param_copies(&plan, params, &dev);
+        // Copy-out: read and write the bf16 layer; copy-in: read bf16, write fp32.
+        assert_eq!(fwd, dev.memory(4.0 * params));
+        assert_eq!(bwd, fwd + dev.memory(6.0 * params));
+        // They lengthen the layer passes by as much; the simulator prices the same pieces.
+        let pl = placement(&plan, group);
+        let with = pieces(&plan, &dev, &pl);
+        let mut megatron = plan.clone();
+        megatron.framework = Framework::Megatron;
+        assert_eq!(sharded_param_copies(&megatron, params, &dev), (0.0, 0.0));
+        let without = pieces(&megatron, &dev, &pl);
+        assert!((with.layer_fwd.compute - without.layer_fwd.compute - fwd).abs() < 1e-12);
+        assert!((with.layer_bwd.compute - without.layer_bwd.compute - bwd).abs() < 1e-12);
+        // A bf16 reduction writes half the bytes into its buffer.
+        let bf16 = fsdp_plan("torch", "bf16");
+        assert_eq!(
+            sharded_param_copies(&bf16, params, &dev).1,
+            fwd + dev.memory(4.0 * params)
+        );
+    }
+
+    #[test]
+    fn zero3_exposes_the_first_gather_and_the_last_reduction_of_each_micro_batch() {
+        let plan = fsdp_plan("torch", "fp32");
+        let group = &plan.cluster.groups[0];
+        let pl = placement(&plan, group);
+        let (reduce, gather) = (0.120, 0.060);
+        let pass = |compute| PassTime {
+            compute,
+            comm: 0.0,
+            flops: 0.0,
+        };
+        let st = |f, b| StageTime {
+            forward: pass(f),
+            backward: pass(b),
+            ..StageTime::default()
+        };
+        // Long passes: each layer's gather (1.5 ms) hides behind one forward (5 ms), the
+        // next gather and this reduce-scatter (4.5 ms) behind one backward (10 ms).
+        let long = zero3_exposed(&plan, 0, reduce, gather, &st(0.2, 0.4), &pl);
+        assert!((long - (gather + reduce) / 40.0).abs() < 1e-12, "{long}");
+        // Short backward passes (2 ms a layer): 2.5 ms a layer waits, 39 times.
+        let short = zero3_exposed(&plan, 0, reduce, gather, &st(0.2, 0.08), &pl);
+        let want = (gather + reduce) / 40.0 + 39.0 * (0.0045 - 0.002);
+        assert!((short - want).abs() < 1e-12, "{short} vs {want}");
+        // The whole step's slack does not hide a layer's traffic: the same totals as the
+        // long case, spread as a forward-heavy split, still expose the backward's.
+        let skewed = zero3_exposed(&plan, 0, reduce, gather, &st(0.52, 0.08), &pl);
+        assert!((skewed - short).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_reduction_moves_gradients_in_the_reduce_dtype() {
+        let fp32 = fsdp_plan("torch", "auto");
+        assert_eq!((fp32.grad_bytes(), fp32.reduce_bytes()), (4.0, 4.0));
+        let bf16 = fsdp_plan("torch", "bf16");
+        assert_eq!((bf16.grad_bytes(), bf16.reduce_bytes()), (4.0, 2.0));
+        let group = &fp32.cluster.groups[0];
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: fp32.train.precision,
+        };
+        let pl = placement(&fp32, group);
+        let params = stage_params(&fp32, 0);
+        let exposed = |plan: &Plan| {
+            let st = stage_time(plan, 0, &dev, &pl);
+            dp_exposed_parts(plan, 0, params, &st, &pl).0
+        };
+        assert!(exposed(&bf16) < exposed(&fp32));
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Space {
     pub overlap_p2p: Option<bool>,
     pub grad_accumulation_fusion: bool,
     pub scatter_gather_p2p: bool,
+    pub grad_dtype: Option<crate::plan::GradDtype>,
+    pub reduce_dtype: Option<crate::plan::GradDtype>,
 }
 
 fn divisors(n: u64) -> Vec<u64> {
@@ -133,6 +135,8 @@ impl Space {
             overlap_p2p: ps.overlap_p2p,
             grad_accumulation_fusion: ps.grad_accumulation_fusion,
             scatter_gather_p2p: ps.scatter_gather_p2p,
+            grad_dtype: ps.grad_dtype,
+            reduce_dtype: ps.reduce_dtype,
         }
     }
 
@@ -229,6 +233,8 @@ impl Space {
                                             overlap_p2p: self.overlap_p2p,
                                             grad_accumulation_fusion: self.grad_accumulation_fusion,
                                             scatter_gather_p2p: self.scatter_gather_p2p,
+                                            grad_dtype: self.grad_dtype,
+                                            reduce_dtype: self.reduce_dtype,
                                         });
                                     }
                                 }
