@@ -117,7 +117,10 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
         (dense_params, dense),
     ] {
         let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, &dev);
-        add(WorkKind::Communication, mb * layers * (copies_fwd + copies_bwd));
+        add(
+            WorkKind::Communication,
+            mb * layers * (copies_fwd + copies_bwd),
+        );
     }
     let pc = pieces(plan, &dev, &pl);
     if stage == 0 {

@@ -919,7 +919,10 @@ fn zero3_exposed(
 ) -> f64 {
     let layers = (plan.stage_layers(stage) as f64).max(1.0);
     let (gather_l, reduce_l) = (gather / layers, reduce / layers);
-    let (fwd_l, bwd_l) = (hiding(&st.forward, pl) / layers, hiding(&st.backward, pl) / layers);
+    let (fwd_l, bwd_l) = (
+        hiding(&st.forward, pl) / layers,
+        hiding(&st.backward, pl) / layers,
+    );
     let forward = (gather_l - fwd_l).max(0.0);
     let backward = (gather_l + reduce_l - bwd_l).max(0.0);
     gather_l + reduce_l + (layers - 1.0) * (forward + backward)
@@ -1288,7 +1291,9 @@ mod tests {
         assert_eq!(held.memory(1e9), fresh.memory(1e9));
         // A profile holds the clock it was measured at: no second discount.
         let profiled = Gpu {
-            profile: Some(std::sync::Arc::new(crate::profile::Profile::empty_for_tests())),
+            profile: Some(std::sync::Arc::new(
+                crate::profile::Profile::empty_for_tests(),
+            )),
             ..h100.clone()
         };
         let burst_profiled = Gpu {
