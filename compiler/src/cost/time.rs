@@ -621,7 +621,10 @@ pub fn sharded_param_copies(plan: &Plan, params: f64, dev: &Device) -> (f64, f64
     if p.zero < 3 || p.dp * p.cp <= 1 {
         return (0.0, 0.0);
     }
-    if !matches!(plan.framework(), Framework::Torch | Framework::Deepspeed) {
+    if !matches!(
+        plan.framework(),
+        Framework::Torch | Framework::Torchtitan | Framework::Deepspeed
+    ) {
         return (0.0, 0.0);
     }
     let weight = plan.train.precision.bytes();
