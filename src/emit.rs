@@ -34,13 +34,7 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
             match located {
                 Some(d) => {
                     let mut err = StandardStream::stderr(ColorChoice::Auto);
-                    let files: Vec<(String, String)> = checked
-                        .sources
-                        .files
-                        .iter()
-                        .map(|f| (f.display.clone(), f.text.clone()))
-                        .collect();
-                    if render::diagnostics_in(&mut err, &files, &[d]).is_err() {
+                    if render::diagnostics_of(&mut err, checked, &[d]).is_err() {
                         eprintln!("error[{}]: {e}", e.code().id);
                     }
                 }

@@ -11,13 +11,23 @@ use planc_lang::units::{format_quantity, Dimension};
 use planc_lang::{Diagnostic, Severity};
 
 pub fn diagnostics(out: &mut dyn WriteColor, checked: &Checked) -> std::io::Result<()> {
+    diagnostics_of(out, checked, &checked.diagnostics)
+}
+
+/// `diagnostics` (given ones, e.g. a target's refusal located in the plan) over the checked
+/// plan's files.
+pub fn diagnostics_of(
+    out: &mut dyn WriteColor,
+    checked: &Checked,
+    diagnostics: &[Diagnostic],
+) -> std::io::Result<()> {
     let files: Vec<(String, String)> = checked
         .sources
         .files
         .iter()
         .map(|f| (f.display.clone(), f.text.clone()))
         .collect();
-    diagnostics_in(out, &files, &checked.diagnostics)
+    diagnostics_in(out, &files, diagnostics)
 }
 
 /// Diagnostics over files given by name and text, in `FileId` order.

@@ -117,9 +117,4 @@ if want torchtitan; then
     emitted torchtitan-llama1b torchtitan "$(plan_for torchtitan-llama1b llama3.2-1b-1gpu.tp torchtitan 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
 fi
 
-if want tt022; then
-    # torchtitan 0.3.0 (PyPI's newest) needs a newer torch than the machine's; 0.2.2 (TOML jobs) is tried beside it.
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site022 "$root"/.fw/tt022/*.whl 2>&1 | tail -n 3
-    PYTHONPATH=/tmp/site022:$PYTHONPATH python3 -c "import torchtitan.train, torchtitan; print('torchtitan', torchtitan.__version__, 'imports')" 2>&1 | tail -n 2
-fi
 cat "$summary"

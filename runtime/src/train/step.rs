@@ -932,12 +932,7 @@ pub fn train(
         eng.gpu
             .upload(eng.scalars.at(stop::FLAG_SLOTS.start, 4), &flags)?;
         for (axis, slots) in stop::scalar_sums(tp, pp, dp, zero) {
-            let c = match axis {
-                stop::Axis::Tensor => &tpc,
-                stop::Axis::Pipeline => &ppc,
-                stop::Axis::Data => &dpc,
-            };
-            let c = c.as_ref().expect("a group for every summed axis");
+            let c = axis_comm(axis, &tpc, &ppc, &dpc);
             c.all_reduce_sum(eng.scalars.at(slots.start, 4), slots.len(), stream)?;
         }
         if let (Some((j, chunk)), true) = (first_forward, step + 1 < start_step + steps) {
@@ -1061,12 +1056,7 @@ pub fn train(
             // the rest) before rank 0 has written the checkpoint. Summed along every axis in
             // turn, every rank's result needs every rank's part.
             for (axis, _) in stop::scalar_sums(tp, pp, dp, zero) {
-                let c = match axis {
-                    stop::Axis::Tensor => &tpc,
-                    stop::Axis::Pipeline => &ppc,
-                    stop::Axis::Data => &dpc,
-                };
-                let c = c.as_ref().expect("a group for every summed axis");
+                let c = axis_comm(axis, &tpc, &ppc, &dpc);
                 c.all_reduce_sum(eng.scalars.at(stop::FLAG_SLOTS.start, 4), 1, stream)?;
             }
             eng.gpu.sync()?;
@@ -1114,6 +1104,22 @@ pub fn train(
         spans,
         startup: phases.done,
     })
+}
+
+/// The communicator of a summed axis (`stop::scalar_sums` names only axes whose group exists).
+fn axis_comm<'a, C>(
+    axis: stop::Axis,
+    tpc: &'a Option<C>,
+    ppc: &'a Option<C>,
+    dpc: &'a Option<C>,
+) -> &'a C {
+    match axis {
+        stop::Axis::Tensor => tpc,
+        stop::Axis::Pipeline => ppc,
+        stop::Axis::Data => dpc,
+    }
+    .as_ref()
+    .expect("a group for every summed axis")
 }
 
 fn fault_skips(rank: usize, step: u64) -> bool {
