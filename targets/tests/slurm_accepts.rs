@@ -5,7 +5,9 @@
 //! The controller's configuration is `$PLANC_SLURM_CONF` (default
 //! `/tmp/planc-slurm/slurm.conf`). Without `sbatch` on PATH, or without a controller that
 //! answers `scontrol ping`, the test prints a SKIPPED line and passes; with one, a script
-//! that sbatch refuses fails the test with sbatch's message.
+//! that sbatch refuses fails the test with sbatch's message. A mixed cluster's script
+//! constrains each component to a node feature (its group's name); the test labels disjoint
+//! runs of fake nodes with those features first, as a site's administrator would.
 
 mod common;
 
@@ -88,6 +90,49 @@ fn controller_nodes(conf: &Path) -> Option<u64> {
         .max()
 }
 
+/// The `(nodes, feature)` of each component of a heterogeneous script: its `--constraint`
+/// lines and the `--nodes` written before each.
+fn constrained_components(script: &str) -> Vec<(u64, String)> {
+    let mut nodes = 0;
+    let mut out = Vec::new();
+    for line in script.lines() {
+        if let Some(n) = line.strip_prefix("#SBATCH --nodes=") {
+            nodes = n.trim().parse().unwrap_or(0);
+        } else if let Some(f) = line.strip_prefix("#SBATCH --constraint=") {
+            out.push((nodes, f.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// A site declares the node features its scripts constrain on; the fake controller is that
+/// site, so each constrained component's feature is given to its own run of nodes (from
+/// `gpu0001` on, disjoint), as an administrator would label a mixed cluster's node kinds.
+fn label_nodes(conf: &Path, components: &[(u64, String)]) -> Result<(), String> {
+    let mut first = 1;
+    for (nodes, feature) in components {
+        let last = first + nodes.max(&1) - 1;
+        let list = format!("gpu[{first:04}-{last:04}]");
+        let out = slurm("scontrol", conf)
+            .args([
+                "update",
+                &format!("NodeName={list}"),
+                &format!("AvailableFeatures={feature}"),
+                &format!("ActiveFeatures={feature}"),
+            ])
+            .output()
+            .map_err(|e| format!("scontrol not runnable ({e})"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "scontrol update of {list} to feature {feature}: {}",
+                text(&out)
+            ));
+        }
+        first = last + 1;
+    }
+    Ok(())
+}
+
 /// The `#SBATCH` lines of a script, for the failure message.
 fn sbatch_options(script: &Path) -> String {
     std::fs::read_to_string(script)
@@ -132,6 +177,12 @@ fn sbatch_test_only_accepts_every_example() {
             .filter(|p| p.extension().is_some_and(|e| e == "sbatch"))
             .collect();
         assert_eq!(scripts.len(), 1, "{stem}: artifacts {paths:?}");
+        let components =
+            constrained_components(&std::fs::read_to_string(scripts[0]).unwrap_or_default());
+        if let Err(e) = label_nodes(&conf, &components) {
+            rejected.push(format!("{stem}: {e}"));
+            continue;
+        }
         let out = slurm("sbatch", &conf)
             .arg("--test-only")
             .arg(scripts[0])
@@ -166,6 +217,16 @@ fn sbatch_test_only_accepts_every_example() {
         "slurm conformance: sbatch --test-only accepted {accepted} script(s) (SLURM_CONF={})",
         conf.display()
     );
+}
+
+#[test]
+fn constrained_components_pairs_each_constraint_with_its_nodes() {
+    let script = "#SBATCH --nodes=2\n#SBATCH --constraint=fast\n#SBATCH hetjob\n#SBATCH --nodes=1\n#SBATCH --constraint=slow\n";
+    assert_eq!(
+        constrained_components(script),
+        vec![(2, "fast".to_string()), (1, "slow".to_string())]
+    );
+    assert!(constrained_components("#SBATCH --nodes=4\n").is_empty());
 }
 
 #[test]
