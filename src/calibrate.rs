@@ -106,6 +106,19 @@ fn summary(p: &Profile) -> String {
             m.efficiency * 100.0
         );
     }
+    // The optimizer beside the fastest memory-bound kernel: how much of the bandwidth a
+    // plain copy reaches the update reaches.
+    let copy = p.memory.iter().map(|m| m.gb_per_s).fold(0.0, f64::max);
+    for o in &p.optimizer {
+        s += &format!(
+            "optimizer {} over {} parameters: {:.0} GB/s, {:.1} % of the memory-bound kernel's {:.0} GB/s\n",
+            o.optimizer,
+            o.params,
+            o.gb_per_s,
+            100.0 * o.gb_per_s / copy.max(f64::MIN_POSITIVE),
+            copy
+        );
+    }
     if !p.norms.is_empty() {
         s += "norms    rows × width       forward GB/s  backward GB/s (the bytes the model counts)\n";
         for f in p.norms.iter().filter(|n| n.pass == "forward") {

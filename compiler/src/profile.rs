@@ -103,6 +103,21 @@ pub struct CollectivePoint {
     pub bus_gb_per_s: f64,
 }
 
+/// planc's AdamW update timed over one flat buffer of `params` parameters, as a training step
+/// launches it: `bytes` is what it must move (gradient, master weight and both moments read
+/// and written back, the 16-bit compute copy written), so `gb_per_s` set beside the
+/// memory-bound kernel's rate says how close the optimizer runs to the device's bandwidth.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OptimizerPoint {
+    pub optimizer: String,
+    pub params: usize,
+    pub bytes: usize,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+    /// Against the catalog's HBM bandwidth.
+    pub efficiency: f64,
+}
+
 /// Matrix products timed alone and with a collective issued beside them on another stream
 /// of the same GPUs (as a data-parallel reduction is issued beside backward): the
 /// collective's kernels take SMs and memory bandwidth, so an overlapped collective is not
@@ -150,6 +165,55 @@ pub struct Profile {
     /// from one-GPU profiles.
     #[serde(default)]
     pub overlap: Vec<OverlapPoint>,
+    /// Absent from profiles measured before planc timed its optimizer update.
+    #[serde(default)]
+    pub optimizer: Vec<OptimizerPoint>,
+}
+
+/// The profiles planc ships (`compiler/catalog/profiles/`), measured on the lent machines with
+/// `planc calibrate`: planc's own kernels (attention, norms, activations) are priced from
+/// them when a plan trains with `framework = planc` and names no profile of its own, since
+/// the catalog's constants describe other frameworks' kernels, not planc's.
+const SHIPPED: [(&str, &str); 2] = [
+    (
+        "h100_sxm_80gb.bf16.toml",
+        include_str!("../catalog/profiles/h100_sxm_80gb.bf16.toml"),
+    ),
+    (
+        "h200_sxm_141gb.bf16.toml",
+        include_str!("../catalog/profiles/h200_sxm_141gb.bf16.toml"),
+    ),
+];
+
+fn shipped_profiles() -> &'static [(&'static str, std::sync::Arc<Profile>)] {
+    static LOADED: std::sync::OnceLock<Vec<(&'static str, std::sync::Arc<Profile>)>> =
+        std::sync::OnceLock::new();
+    LOADED.get_or_init(|| {
+        SHIPPED
+            .iter()
+            .map(|(name, text)| {
+                let p: Profile = toml::from_str(text)
+                    .unwrap_or_else(|e| panic!("the shipped profile {name} parses: {e}"));
+                (*name, std::sync::Arc::new(p))
+            })
+            .collect()
+    })
+}
+
+/// planc's shipped profile of the catalog GPU `gpu` measured at `precision`, if any.
+pub fn shipped(gpu: &str, precision: &str) -> Option<std::sync::Arc<Profile>> {
+    shipped_profiles()
+        .iter()
+        .find(|(_, p)| p.provenance.catalog_gpu == gpu && p.provenance.precision == precision)
+        .map(|(_, p)| p.clone())
+}
+
+/// The file name of `profile` when it is one planc ships (the same value, not a copy).
+pub fn shipped_name(profile: &std::sync::Arc<Profile>) -> Option<&'static str> {
+    shipped_profiles()
+        .iter()
+        .find(|(_, p)| std::sync::Arc::ptr_eq(p, profile))
+        .map(|(name, _)| *name)
 }
 
 impl Profile {
@@ -175,6 +239,7 @@ impl Profile {
             activations: vec![],
             collectives: vec![],
             overlap: vec![],
+            optimizer: vec![],
         }
     }
 
@@ -275,6 +340,12 @@ impl Profile {
             ] {
                 pos("overlap", i, n, v)?;
             }
+        }
+        for (i, o) in self.optimizer.iter().enumerate() {
+            size("optimizer", i, "params", o.params)?;
+            size("optimizer", i, "bytes", o.bytes)?;
+            pos("optimizer", i, "seconds", o.seconds)?;
+            pos("optimizer", i, "gb_per_s", o.gb_per_s)?;
         }
         Ok(())
     }
@@ -885,6 +956,22 @@ mod tests {
 
 #[cfg(test)]
 mod shipped {
+    #[test]
+    fn every_shipped_profile_is_found_by_its_gpu_and_precision() {
+        for (gpu, file) in [
+            ("H100_SXM_80GB", "h100_sxm_80gb.bf16.toml"),
+            ("H200_SXM_141GB", "h200_sxm_141gb.bf16.toml"),
+        ] {
+            let p = super::shipped(gpu, "bf16").unwrap();
+            assert_eq!(super::shipped_name(&p), Some(file));
+        }
+        assert!(super::shipped("H200_SXM_141GB", "fp16").is_none());
+        assert!(super::shipped("A100_SXM_80GB", "bf16").is_none());
+        // A copy is not the shipped one.
+        let copy = std::sync::Arc::new((*super::shipped("H100_SXM_80GB", "bf16").unwrap()).clone());
+        assert_eq!(super::shipped_name(&copy), None);
+    }
+
     #[test]
     fn the_shipped_h200_profile_loads() {
         let p = super::Profile::load(std::path::Path::new(concat!(

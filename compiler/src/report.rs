@@ -244,9 +244,12 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     let (group, p) = g;
     let v = &p.provenance;
     let at_precision = v.precision == plan.train.precision.as_str();
+    let shipped = crate::profile::shipped_name(p)
+        .map(|name| format!("planc's shipped profile {name}, "))
+        .unwrap_or_default();
     Some(if at_precision {
         format!(
-            "{} of {} from the profile measured on {} ({}, planc calibrate, {})",
+            "{} of {} from {shipped}the profile measured on {} ({}, planc calibrate, {})",
             measured_parts(p, plan.framework() == crate::plan::Framework::Planc),
             group.gpu.name,
             v.device,

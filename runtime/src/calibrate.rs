@@ -26,8 +26,8 @@ use planc_compiler::cost::comm::Collective;
 use planc_compiler::profile::SEND_RECV;
 
 pub use planc_compiler::profile::{
-    ActivationPoint, AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint, Profile,
-    Provenance,
+    ActivationPoint, AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint,
+    OptimizerPoint, Profile, Provenance,
 };
 
 /// The shapes of training products: a layer's (qkv, output projection, MLP) at four
@@ -145,6 +145,7 @@ pub fn calibrate(
     let mlps = [Mlp::Gelu, Mlp::Swiglu];
     let total = grid.len()
         + sizes.len()
+        + 1
         + norm_shapes.len()
         + activation_shapes.len() * mlps.len()
         + attn.len()
@@ -227,6 +228,9 @@ pub fn calibrate(
     for b in [a, b, c] {
         gpu.free(b)?;
     }
+    progress(done, total, "optimizer update");
+    let optimizer = vec![optimizer_point(&mut gpu, catalog.hbm_bandwidth)?];
+    done += 1;
     let mut norms = Vec::new();
     for &(rows, width) in &norm_shapes {
         progress(done, total, &format!("norm {rows}×{width}"));
@@ -345,6 +349,7 @@ pub fn calibrate(
         activations,
         collectives,
         overlap,
+        optimizer,
     })
 }
 
@@ -638,6 +643,69 @@ fn random_tiled(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, Ru
 }
 
 /// Median seconds of `f` over `repeats` after two warm-up calls, by CUDA events.
+/// Parameters of the optimizer probe: 64 Mi (1.2 GB of state in bf16 training), past any
+/// cache, as a rank of a billion-parameter model updates them.
+const OPTIMIZER_PARAMS: usize = 64 << 20;
+
+/// planc's AdamW update over one flat buffer, launched as a step launches it (the engine's
+/// four elements a thread), every block decayed.
+fn optimizer_point(gpu: &mut Gpu, hbm_bandwidth: f64) -> Result<OptimizerPoint, RunError> {
+    let n = OPTIMIZER_PARAMS;
+    let xsz = gpu.xsz;
+    let bufs = [
+        gpu.alloc(n * 4)?,
+        gpu.alloc(n * xsz)?,
+        gpu.alloc(n * 4)?,
+        gpu.alloc(n * 4)?,
+        gpu.alloc(n * 4)?,
+        gpu.alloc(n / 64)?,
+    ];
+    for b in bufs {
+        gpu.zero(b)?;
+    }
+    let [w, wx, g, m, v, decay] = bufs;
+    let wx = if xsz == 4 { Buf::NULL } else { wx };
+    let s = time(gpu, 20, || {
+        gpu.launch_n(
+            "adamw_flat",
+            n.div_ceil(4),
+            &[
+                Arg::P(w),
+                Arg::P(wx),
+                Arg::P(g),
+                Arg::P(m),
+                Arg::P(v),
+                Arg::L(n as i64),
+                Arg::L(0),
+                Arg::P(decay),
+                Arg::F(1e-4),
+                Arg::F(0.9),
+                Arg::F(0.95),
+                Arg::F(1e-8),
+                Arg::F(0.1),
+                Arg::F(0.5),
+                Arg::F(0.5),
+                Arg::F(1.0),
+                Arg::I(1),
+            ],
+        )
+    })?;
+    for b in bufs {
+        gpu.free(b)?;
+    }
+    // Read gradient, master weight and both moments; write them but the gradient; write
+    // the compute copy in 16-bit training.
+    let bytes = n * (16 + 12 + if xsz == 4 { 0 } else { xsz });
+    Ok(OptimizerPoint {
+        optimizer: "adamw".into(),
+        params: n,
+        bytes,
+        seconds: s,
+        gb_per_s: bytes as f64 / s / 1e9,
+        efficiency: bytes as f64 / s / hbm_bandwidth,
+    })
+}
+
 fn time(
     gpu: &Gpu,
     repeats: usize,

@@ -1474,9 +1474,11 @@ impl Engine {
                 ],
             )
         } else {
+            // Four elements a thread; 16-byte accesses where the range starts on a multiple
+            // of four (the buffers themselves are 256-byte aligned).
             self.gpu.launch_n(
                 "adamw_flat",
-                n,
+                n.div_ceil(4),
                 &[
                     Arg::P(w),
                     Arg::P(wx),
@@ -1494,6 +1496,7 @@ impl Engine {
                     Arg::F(bc1 as f32),
                     Arg::F(bc2.sqrt() as f32),
                     Arg::F(gscale),
+                    Arg::I((lo % 4 == 0) as i32),
                 ],
             )
         }

@@ -89,7 +89,12 @@ fn with_wait(plan: &Plan, mut kinds: ByKind, step: Option<f64>) -> ByKind {
 
 pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let mut p = plan.clone();
-    let gpu = crate::catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
+    let mut gpu = crate::catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
+    // Without a measured profile of this device, planc's shipped one for it (said so in
+    // the prediction's profile note): the constants do not describe planc's kernels.
+    if gpu.profile.is_none() {
+        gpu.profile = planc_compiler::profile::shipped(&gpu.name, p.train.precision.as_str());
+    }
     for g in &mut p.cluster.groups {
         g.gpu = gpu.clone();
     }
