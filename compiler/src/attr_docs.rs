@@ -27,6 +27,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("model", "hidden") => "hidden size",
         ("model", "heads") => "attention heads",
         ("model", "kv_heads") => "key/value heads (grouped-query attention); default: heads",
+        ("model", "head_dim") => {
+            "width of one attention head; default hidden / heads (Qwen3-32B: 128 with hidden 5120, 64 heads) (planc extension)"
+        }
         ("model", "ffn_hidden") => "feed-forward inner size; default 4 × hidden",
         ("model", "vocab") => "vocabulary size",
         ("model", "seq_len") => "sequence length in tokens",

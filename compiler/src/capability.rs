@@ -6,10 +6,13 @@
 //!
 //! Only an explicit `job.framework` constrains: without a `job` block the plan is priced
 //! as Megatron-LM but not tied to it (the published layouts of Meta's 405B, say, are
-//! Megatron-priced FSDP-with-pipeline runs). Limits of the model or the training values
-//! (a GPT-2 layout under torchtitan, fp16) are not layouts and stay with the targets.
+//! Megatron-priced FSDP-with-pipeline runs). What a framework has no code for in the model
+//! (a `head_dim` of its own) is [`model_limit`]: no layout avoids it, so `check` warns of it
+//! (P0331) and `solve` does not search around it. Other limits of the model or the training
+//! values that only the launch meets (a GPT-2 layout under torchtitan, fp16) stay with the
+//! targets.
 
-use crate::plan::{Framework, Offload, Parallel, PlanSpec, Schedule};
+use crate::plan::{Framework, Model, Offload, Parallel, PlanSpec, Schedule};
 
 /// One limit a framework puts on the layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,6 +162,52 @@ pub fn layout_limit(framework: Framework, generated: bool, p: &Parallel) -> Opti
             None
         }
         Framework::Torch | Framework::Planc => None,
+    }
+}
+
+/// A part of the model or of the training method the framework has no code for: not a
+/// layout, so no layout avoids it and `solve` does not search around it. `check` warns of it
+/// (P0331) at `block.attr`; `emit` (P0706) and `planc run` (P0901) refuse it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelLimit {
+    pub framework: &'static str,
+    pub reason: String,
+    pub block: &'static str,
+    pub attr: &'static str,
+}
+
+/// The first part of the plan's model or training method its framework does not run.
+pub fn model_limit(spec: &PlanSpec) -> Option<ModelLimit> {
+    framework_model_limit(framework_of(spec)?, &spec.model)
+}
+
+/// The first part of `model` that `framework` does not run.
+pub fn framework_model_limit(framework: Framework, model: &Model) -> Option<ModelLimit> {
+    let lim = |block, attr, reason: String| {
+        Some(ModelLimit {
+            framework: framework.as_str(),
+            reason,
+            block,
+            attr,
+        })
+    };
+    let own_head = model.attention_width() != model.hidden;
+    match framework {
+        Framework::Planc | Framework::Torchtitan if own_head => lim(
+            "model",
+            "head_dim",
+            format!(
+                "head_dim = {}: {} takes a head to be hidden / heads = {} wide",
+                model.head_dim,
+                if framework == Framework::Planc {
+                    "`planc run`"
+                } else {
+                    "torchtitan's Llama 3"
+                },
+                model.hidden / model.heads.max(1)
+            ),
+        ),
+        _ => None,
     }
 }
 

@@ -52,6 +52,8 @@ pub struct ModelPreset {
     pub hidden: u64,
     pub heads: u64,
     pub kv_heads: Option<u64>,
+    /// A head's width where it is not hidden / heads (Qwen3-32B: 128 on 5120 / 64).
+    pub head_dim: Option<u64>,
     pub ffn_hidden: Option<u64>,
     pub vocab: u64,
     pub seq_len: u64,

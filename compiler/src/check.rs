@@ -105,6 +105,7 @@ pub fn check_file_with_progress(
     }
     attach_shipped_profiles(&mut spec);
     checked.diagnostics.extend(device_attention(&mut spec));
+    checked.diagnostics.extend(framework_runs_model(&spec));
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     checked
         .diagnostics
@@ -173,6 +174,37 @@ fn device_attention(spec: &mut PlanSpec) -> Vec<Diagnostic> {
     )
     .at(f, s, "no fused attention kernel before Ampere")
     .help("write `attention = standard` (the s×s scores are stored: recompute = selective drops them), or use Ampere or newer GPUs")]
+}
+
+/// What the plan's framework has no code for in its model or training method (P0331), at
+/// the attribute: the plan is still priced, `emit` and `planc run` refuse it.
+fn framework_runs_model(spec: &PlanSpec) -> Option<Diagnostic> {
+    let l = crate::capability::model_limit(spec)?;
+    // Where the value came from: the attribute, else the preset that set it.
+    let from = if !spec.origins.written(l.block, l.attr) && spec.origins.written(l.block, "preset")
+    {
+        "preset"
+    } else {
+        l.attr
+    };
+    let (f, s) = spec.origins.of(l.block, from).unwrap_or_default();
+    Some(
+        Diagnostic::new(
+            codes::P0331,
+            format!("job.framework = {} does not run this model", l.framework),
+        )
+        .at(f, s, l.reason)
+        .help(format!(
+            "the plan is priced as written, but {} refuses it: change `{}.{}`, or the framework",
+            if l.framework == "planc" {
+                "`planc run`"
+            } else {
+                "`planc emit`"
+            },
+            l.block,
+            l.attr
+        )),
+    )
 }
 
 /// Checks plan text held in memory (tests, fuzzing, editors).

@@ -222,6 +222,9 @@ pub struct Model {
     pub hidden: u64,
     pub heads: u64,
     pub kv_heads: u64,
+    /// The width of one attention head: `hidden / heads` unless the model says otherwise
+    /// (`model.head_dim`: Qwen3-32B's 64 heads of 128 on a hidden size of 5120).
+    pub head_dim: u64,
     pub ffn_hidden: u64,
     pub vocab: u64,
     pub seq_len: u64,
@@ -250,8 +253,15 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn head_dim(&self) -> u64 {
-        self.hidden / self.heads.max(1)
+    /// The query heads' width together, `heads × head_dim`: the attention's inner size,
+    /// which is `hidden` only where a head is `hidden / heads` wide.
+    pub fn attention_width(&self) -> u64 {
+        self.heads * self.head_dim
+    }
+
+    /// The key (or value) heads' width together, `kv_heads × head_dim`.
+    pub fn kv_width(&self) -> u64 {
+        self.kv_heads * self.head_dim
     }
 
     pub fn is_moe(&self) -> bool {

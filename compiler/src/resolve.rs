@@ -1224,6 +1224,7 @@ impl<'a> Resolver<'a> {
             .count(n, "kv_heads", 1)
             .or(p.and_then(|p| p.kv_heads))
             .or(heads);
+        let head_dim = self.lower_head_dim(n, hidden, heads);
         let ffn_hidden = self
             .count(n, "ffn_hidden", 1)
             .or(p.and_then(|p| p.ffn_hidden))
@@ -1271,6 +1272,7 @@ impl<'a> Resolver<'a> {
             hidden: hidden?,
             heads: heads?,
             kv_heads: kv_heads?,
+            head_dim: head_dim?,
             ffn_hidden: ffn_hidden?,
             vocab: vocab?,
             seq_len: seq_len?,
@@ -1288,6 +1290,46 @@ impl<'a> Resolver<'a> {
             moe_imbalance,
             rope_theta,
         })
+    }
+
+    /// `model.head_dim`: as written, else the preset's own, else `hidden / heads`, which
+    /// must then be whole (a truncated head would misprice every attention product).
+    fn lower_head_dim(&mut self, n: usize, hidden: Option<u64>, heads: Option<u64>) -> Option<u64> {
+        if self.find_attr(n, "head_dim").is_some() {
+            return self.count(n, "head_dim", 1);
+        }
+        // A preset's own head size holds only for its own hidden size and heads.
+        let preset_shape =
+            self.find_attr(n, "hidden").is_none() && self.find_attr(n, "heads").is_none();
+        if let Some(d) = self
+            .preset
+            .and_then(|p| p.head_dim)
+            .filter(|_| preset_shape)
+        {
+            return Some(d);
+        }
+        let (hidden, heads) = (hidden?, heads?);
+        if hidden.is_multiple_of(heads) {
+            return Some(hidden / heads);
+        }
+        let span = self
+            .find_attr(n, "heads")
+            .map(|a| a.value.span)
+            .unwrap_or_else(|| self.nodes[n].block.header_span());
+        let file = self.nodes[n].file;
+        self.report(
+            codes::P0206,
+            format!(
+                "heads = {heads} does not divide hidden = {hidden}: the head size is not implied"
+            ),
+            file,
+            span,
+            "no whole head size",
+        )
+        .with_help(format!(
+            "write the model's `head_dim` (a config.json's `head_dim`), or heads dividing {hidden}"
+        ));
+        None
     }
 
     fn lower_train(&mut self, n: usize) -> Option<Train> {
@@ -1636,6 +1678,7 @@ fn preset_value(p: &ModelPreset, name: &str) -> Option<Value> {
         "hidden" => n(p.hidden),
         "heads" => n(p.heads),
         "kv_heads" => n(p.kv_heads.unwrap_or(p.heads)),
+        "head_dim" => n(p.head_dim.unwrap_or(p.hidden / p.heads)),
         "ffn_hidden" => n(p.ffn_hidden.unwrap_or(4 * p.hidden)),
         "vocab" => n(p.vocab),
         "seq_len" => n(p.seq_len),

@@ -72,6 +72,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "hidden",
             "heads",
             "kv_heads",
+            "head_dim",
             "ffn_hidden",
             "vocab",
             "seq_len",

@@ -218,6 +218,13 @@ codes! {
          is priced as written (a published run may have had such model code), but `planc emit` \
          refuses the layout (P0706), and `planc solve` searches only layouts the framework runs. \
          Change the attribute, or the framework, to emit it.";
+    P0331 Warning "the framework does not run this model or training method"
+        "The plan's `job.framework` has no code for part of the model or of the training method \
+         it describes: `planc run` (framework planc) trains heads of hidden / heads (no \
+         `head_dim` of their own) and full training only; torchtitan's Llama 3 has no \
+         `head_dim` of its own either. No layout changes that, so `planc solve` does not search \
+         around it; the plan is priced as written, and `planc emit` and `planc run` refuse it \
+         (P0706, P0901). Use a framework that runs it, or change the attribute.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

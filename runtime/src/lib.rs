@@ -420,7 +420,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         let (bh, t, d) = (
             (p.micro_batch * m.heads / p.tp) as usize,
             (m.seq_len / p.cp) as usize,
-            m.head_dim() as usize,
+            m.head_dim as usize,
         );
         let point = match plan.train.attention {
             Attention::Flash => {

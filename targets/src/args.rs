@@ -193,6 +193,10 @@ pub fn megatron(
         Arg::num("--ffn-hidden-size", m.ffn_hidden),
         Arg::num("--num-attention-heads", m.heads),
     ];
+    if m.attention_width() != m.hidden {
+        // Megatron-LM's head size (`kv_channels`), hidden / heads unless given.
+        model.push(Arg::num("--kv-channels", m.head_dim));
+    }
     if m.kv_heads < m.heads {
         model.push(Arg::switch("--group-query-attention"));
         model.push(Arg::num("--num-query-groups", m.kv_heads));
@@ -1027,5 +1031,16 @@ mod tests {
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_none());
         p.parallel.grad_accumulation_fusion = false;
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_some());
+    }
+
+    #[test]
+    fn a_head_of_its_own_width_is_megatrons_kv_channels() {
+        let mut p = plan("first_stage_layers = 7, last_stage_layers = 7");
+        assert!(has(&flags(&p), "--kv-channels").is_none());
+        p.model.head_dim = 256;
+        assert_eq!(
+            has(&flags(&p), "--kv-channels"),
+            Some(Some(Value::from(256)))
+        );
     }
 }

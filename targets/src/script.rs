@@ -95,16 +95,19 @@ pub fn script(
         ));
     }
     let family = match (m.norm, m.position, m.mlp) {
-        (Norm::Layernorm, Position::Learned, Mlp::Gelu) if m.bias && m.kv_heads == m.heads => {
+        (Norm::Layernorm, Position::Learned, Mlp::Gelu)
+            if m.bias && m.kv_heads == m.heads && m.attention_width() == m.hidden =>
+        {
             "gpt2"
         }
         (Norm::Rmsnorm, Position::Rope, Mlp::Swiglu) => "llama",
         _ => {
             return refuse(format!(
-                "norm = {}, position = {}, mlp = {}, bias = {}, kv_heads {} of {} heads \
-                 (transformers' GPT-2 is layernorm + learned + gelu with biases and no grouped \
-                 query attention; its Llama is rmsnorm + rope + swiglu)",
-                m.norm, m.position, m.mlp, m.bias, m.kv_heads, m.heads
+                "norm = {}, position = {}, mlp = {}, bias = {}, kv_heads {} of {} heads of {} \
+                 (transformers' GPT-2 is layernorm + learned + gelu with biases, no grouped \
+                 query attention and heads of hidden / heads; its Llama is rmsnorm + rope + \
+                 swiglu)",
+                m.norm, m.position, m.mlp, m.bias, m.kv_heads, m.heads, m.head_dim
             ))
         }
     };
@@ -137,7 +140,7 @@ pub fn script(
             ("num_hidden_layers", m.layers.to_string()),
             ("num_attention_heads", m.heads.to_string()),
             ("num_key_value_heads", m.kv_heads.to_string()),
-            ("head_dim", m.head_dim().to_string()),
+            ("head_dim", m.head_dim.to_string()),
             ("max_position_embeddings", m.seq_len.to_string()),
             ("rope_theta", py_float(m.rope_theta)),
             ("rms_norm_eps", "1e-5".into()),

@@ -62,6 +62,9 @@ pub fn limits(plan: &Plan) -> Option<(String, Option<args::Attr>)> {
         );
         return Some((reason, Some(args::at("model", "norm"))));
     }
+    if let Some(l) = capability::framework_model_limit(Framework::Torchtitan, m) {
+        return Some((l.reason, Some(args::at(l.block, l.attr))));
+    }
     if m.experts > 1 {
         return Some((
             "a mixture of experts: torchtitan's Llama 3 is dense (its MoE models are \

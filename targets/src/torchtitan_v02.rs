@@ -12,9 +12,10 @@
 //! MLPs, LayerNorm, learned positions, biases, dropout, experts, ZeRO-1, fp16, ZB-H1) is
 //! refused here rather than trained as something else.
 
+use planc_compiler::capability;
 use planc_compiler::plan::{
-    Attention, LrSchedule, Mlp, Norm, Offload, Optimizer, Plan, Position, Precision, Recompute,
-    Schedule,
+    Attention, Framework, LrSchedule, Mlp, Norm, Offload, Optimizer, Plan, Position, Precision,
+    Recompute, Schedule,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -158,6 +159,9 @@ pub fn job(
              DeepSeek-V3, whose routers planc does not emit)"
                 .into(),
         ));
+    }
+    if let Some(l) = capability::framework_model_limit(Framework::Torchtitan, m) {
+        return Err(refuse((l.block, l.attr), l.reason));
     }
     if t.dropout > 0.0 {
         return Err(refuse(

@@ -130,6 +130,18 @@ fn what_torchtitan_cannot_run_is_refused_and_zero3_with_pp_is_not() {
             .replace("steps = 50", "steps = 50, dropout = 0.1"),
         "dropout",
     );
+    // Heads of their own width: check warns (P0331), emit refuses at head_dim.
+    let wide = plan("tp = 1, pp = 1, dp = 16, micro_batch = 1, zero = 3", "").replace(
+        "heads = 16, kv_heads = 4",
+        "heads = 16, kv_heads = 4, head_dim = 128",
+    );
+    let c = planc_compiler::check::check_source("t.tp", &wide);
+    assert!(
+        c.diagnostics.iter().any(|d| d.code == "P0331"),
+        "{:?}",
+        c.diagnostics
+    );
+    refuse(&wide, "head_dim = 128");
     // torchtitan's module under another target is refused with the way out.
     let c = &runnable()[0].1;
     let e = render_checked(Target::Torchrun, c, None).unwrap_err();

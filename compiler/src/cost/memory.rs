@@ -159,7 +159,8 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
     } else {
         m.kv_heads
     };
-    let kv = (kv_heads * m.head_dim()) as f64;
+    let kv = (kv_heads * m.head_dim) as f64;
+    let q = m.attention_width() as f64;
     let sbh = s * b * h;
     if p.recompute == Recompute::Full {
         // Only the layer input is kept; sharded by sequence parallelism.
@@ -177,8 +178,8 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
     };
     let replicated_div = if p.sequence_parallel { t } else { 1.0 };
     // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
-    let qkv = 2.0 * s * b * (h + 2.0 * kv);
-    let attn_out = 2.0 * sbh;
+    let qkv = 2.0 * s * b * (q + 2.0 * kv);
+    let attn_out = 2.0 * s * b * q;
     let (mlp_mid, whole) = if moe {
         // The experts' rows (each token's top_k copies, at the busiest rank's load): their
         // products' input, gathered over tp, kept whole; their intermediates split by tp;

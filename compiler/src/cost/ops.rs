@@ -137,7 +137,9 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     let e = plan.train.precision.bytes();
     let t = p.tp as f64;
     let h = m.hidden as f64;
-    let kv = (m.kv_heads * m.head_dim()) as f64;
+    // The query heads' width, `hidden` unless a head is not hidden/heads wide (Qwen3).
+    let q = m.attention_width() as f64;
+    let kv = m.kv_width() as f64;
     let f = m.ffn_hidden as f64;
     let s_full = m.seq_len as f64;
     let s = s_full / p.cp as f64;
@@ -179,7 +181,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         "qkv_proj",
         OpKind::Gemm {
             m: tokens,
-            n: (h + 2.0 * kv) / t,
+            n: (q + 2.0 * kv) / t,
             k: h,
         },
     ));
@@ -188,8 +190,8 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         // (keys and values repeated for each query head of a group, rope applied on the
         // way); backward sums them back into the fused gradient, unless the fused
         // attention wrote it there itself (every head its own key/value head, no rope).
-        let fused = tokens * (h + 2.0 * kv) / t * e;
-        let split = 3.0 * act / t;
+        let fused = tokens * (q + 2.0 * kv) / t * e;
+        let split = 3.0 * tokens * q / t * e;
         let into_fused = plan.train.attention == Attention::Flash
             && m.kv_heads == m.heads
             && m.position != Position::Rope;
@@ -204,7 +206,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         ops.push(op(
             "rope",
             OpKind::Memory {
-                bytes: 2.0 * tokens * (h + kv) / t * e,
+                bytes: 2.0 * tokens * (q + kv) / t * e,
             },
         ));
     }
@@ -218,7 +220,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         ));
     }
     let heads = m.heads as f64 / t;
-    let d = m.head_dim() as f64;
+    let d = m.head_dim as f64;
     match plan.train.attention {
         Attention::Flash => {
             // Causal masking lets the fused kernel skip the upper triangle.
@@ -253,8 +255,8 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
                 ops.push(op(
                     "attention_heads_merge",
                     OpKind::Layout {
-                        bytes: 2.0 * act / t,
-                        backward_bytes: 2.0 * act / t,
+                        bytes: 2.0 * tokens * q / t * e,
+                        backward_bytes: 2.0 * tokens * q / t * e,
                     },
                 ));
             }
@@ -273,7 +275,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         OpKind::Gemm {
             m: tokens,
             n: h,
-            k: h / t,
+            k: q / t,
         },
     ));
     tp_comm(&mut ops, "attention_reduce", scatter);
@@ -861,7 +863,7 @@ mod tests {
         let llama = plan("llama3.2-1b", "flash", "planc");
         let m = &llama.model;
         let tokens = 8.0 * m.seq_len as f64;
-        let fused = tokens * (m.hidden + 2 * m.kv_heads * m.head_dim()) as f64 * e;
+        let fused = tokens * (m.hidden + 2 * m.kv_width()) as f64 * e;
         let split = 3.0 * tokens * m.hidden as f64 * e;
         assert_eq!(
             layouts(&llama),

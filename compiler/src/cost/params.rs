@@ -52,9 +52,12 @@ fn mlp_params(m: &Model, f: f64) -> f64 {
 
 pub fn layer_params(m: &Model) -> LayerParams {
     let h = m.hidden as f64;
-    let kv = (m.kv_heads * m.head_dim()) as f64;
+    let q = m.attention_width() as f64;
+    let kv = m.kv_width() as f64;
     let b = if m.bias { 1.0 } else { 0.0 };
-    let attention = h * h + 2.0 * h * kv + h * h + b * (h + 2.0 * kv + h);
+    // Query, key and value projections from h, the output projection from the heads back
+    // to h; q = h unless a head is not h/heads wide.
+    let attention = h * q + 2.0 * h * kv + q * h + b * (q + 2.0 * kv + h);
     let dense_mlp = mlp_params(m, m.ffn_hidden as f64);
     let (mlp_per_expert, shared, router) = if m.is_moe() {
         let shared = if m.shared_experts > 0 {
@@ -137,8 +140,8 @@ pub fn active_params(m: &Model) -> f64 {
 /// experts only.
 pub fn layer_forward_flops_per_token(m: &Model, seq: f64) -> f64 {
     let p = layer_params(m);
-    let h = m.hidden as f64;
-    let core = 4.0 * seq * h;
+    // Scores and weighted sum: 2·seq multiply-adds per query-head channel each.
+    let core = 4.0 * seq * m.attention_width() as f64;
     if !m.is_moe() {
         return 2.0 * (p.attention + p.dense_mlp) + core;
     }
@@ -151,8 +154,7 @@ pub fn flops_per_step(m: &Model, global_batch: u64) -> f64 {
     let s = m.seq_len as f64;
     let tokens = global_batch as f64 * s;
     let p = layer_params(m);
-    let h = m.hidden as f64;
-    let dense = 2.0 * (p.attention + p.dense_mlp) + 4.0 * s * h;
+    let dense = 2.0 * (p.attention + p.dense_mlp) + 4.0 * s * m.attention_width() as f64;
     let layers = if m.is_moe() {
         layer_forward_flops_per_token(m, s) * m.moe_layers() as f64 + dense * dense_layers(m)
     } else {
@@ -174,6 +176,7 @@ mod tests {
             hidden,
             heads,
             kv_heads: heads,
+            head_dim: hidden / heads,
             ffn_hidden: 4 * hidden,
             vocab: 51200,
             seq_len: 2048,
@@ -220,6 +223,7 @@ mod tests {
                 hidden: p.hidden,
                 heads: p.heads,
                 kv_heads: p.kv_heads.unwrap_or(p.heads),
+                head_dim: p.head_dim.unwrap_or(p.hidden / p.heads),
                 ffn_hidden: p.ffn_hidden.unwrap(),
                 vocab: p.vocab,
                 seq_len: p.seq_len,
@@ -249,6 +253,64 @@ mod tests {
         let active = active_params(&mixtral) / 1e9;
         assert!((active - 12.9).abs() < 0.1, "{active}");
         assert_eq!(active_params(&to_model("llama3-8b")), l8 * 1e9);
+    }
+
+    /// A model as `check` resolves it from a `model` block.
+    fn resolved(model: &str) -> Model {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ {model} }}
+             train {{ global_batch = 8 }}
+             parallel {{ tp = 8 }}"
+        );
+        let checked = crate::check::check_source("t.tp", &text);
+        checked
+            .spec
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+            .model
+    }
+
+    #[test]
+    fn qwen3_32b_counts_heads_of_128_on_a_hidden_size_of_5120() {
+        // Qwen/Qwen3-32B's model card: 32.8B parameters, 31.2B without the embeddings
+        // (input and untied output). 64 heads of 128 make the attention 8192 wide, not the
+        // 5120 that hidden / heads implies (which would give 29.5B).
+        let m = resolved("preset = \"qwen3-32b\"");
+        assert_eq!((m.head_dim, m.attention_width()), (128, 8192));
+        let total = total_params(&m);
+        let embeddings = 2.0 * (m.vocab * m.hidden) as f64;
+        assert!((total / 1e9 - 32.8).abs() < 0.05, "{total}");
+        assert!(((total - embeddings) / 1e9 - 31.2).abs() < 0.05, "{total}");
+        // Only the q/k norms (2 × 128 weights a layer) are missing from the exact count
+        // of the safetensors: 32,762,123,264.
+        assert_eq!(total as u64 + 64 * 256, 32_762_123_264);
+        // The attention core's FLOPs follow the heads' width too.
+        let narrow = Model {
+            head_dim: 80,
+            ..m.clone()
+        };
+        let core = |m: &Model| {
+            layer_forward_flops_per_token(m, 4096.0)
+                - 2.0 * (layer_params(m).attention + layer_params(m).dense_mlp)
+        };
+        assert!((core(&m) / core(&narrow) - 128.0 / 80.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn head_dim_defaults_to_hidden_over_heads_and_a_preset_keeps_its_own() {
+        let m = resolved("layers = 2, hidden = 4096, heads = 32, vocab = 100, seq_len = 128");
+        assert_eq!(m.head_dim, 128);
+        let m = resolved(
+            "layers = 2, hidden = 3072, heads = 16, head_dim = 256, vocab = 100, seq_len = 128",
+        );
+        assert_eq!(m.attention_width(), 4096);
+        // The preset's 128 belongs to its 64 heads: other heads take hidden / heads.
+        assert_eq!(resolved("preset = \"qwen3-32b\", heads = 32").head_dim, 160);
+        assert_eq!(
+            resolved("preset = \"qwen3-32b\", head_dim = 64").head_dim,
+            64
+        );
+        assert_eq!(resolved("preset = \"llama3-8b\"").head_dim, 128);
     }
 
     #[test]

@@ -55,7 +55,19 @@ impl Dims {
                 m.heads, m.kv_heads
             ));
         }
-        let head_dim = (m.hidden / m.heads) as usize;
+        if m.head_dim * m.heads != m.hidden {
+            // The engine's kernels and checkpoints take the attention's width to be the
+            // hidden size; the check's P0331 says the same before any rank starts.
+            return Err(format!(
+                "`planc run` trains heads of hidden / heads = {} wide; this model's are \
+                 head_dim = {} (heads × head_dim = {} ≠ hidden = {})",
+                m.hidden / m.heads,
+                m.head_dim,
+                m.heads * m.head_dim,
+                m.hidden
+            ));
+        }
+        let head_dim = m.head_dim as usize;
         if m.position == Position::Rope && !head_dim.is_multiple_of(2) {
             return Err(format!("rope needs an even head dimension, not {head_dim}"));
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use planc_compiler::cost::kinds::WorkKind;
-use planc_compiler::plan::{LrSchedule, Plan, Precision, RunSettings};
+use planc_compiler::plan::{Framework, LrSchedule, Plan, Precision, RunSettings};
 use planc_simulator::program::{CollectiveOp, Instr, Payload};
 use planc_simulator::schedule::Pass;
 use planc_simulator::schedule::ScheduleKind;
@@ -259,6 +259,14 @@ pub fn learning_rate(r: &RunSettings, s: u64, steps: u64) -> f64 {
 pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
     let p = &plan.parallel;
     let size = plan.cluster.world_size() as usize;
+    if let Some(l) =
+        planc_compiler::capability::framework_model_limit(Framework::Planc, &plan.model)
+    {
+        return Err(RunError::NotRunYet(format!(
+            "{} (`{}.{}` in the plan)",
+            l.reason, l.block, l.attr
+        )));
+    }
     if plan.train.dropout > 0.0 {
         return Err(RunError::NotRunYet(format!(
             "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
@@ -1500,9 +1508,11 @@ mod tests {
     #[test]
     fn what_does_not_run_yet_is_refused_with_its_code_before_any_rank_starts() {
         let plan = |parallel: &str, train: &str| {
+            // A `model` extra rides on the train one after a `|`.
+            let (train, model) = train.split_once('|').unwrap_or((train, ""));
             let text = format!(
                 "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
-                 model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 }}
+                 model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 {model} }}
                  train {{ global_batch = 64, precision = bf16 {train} }}
                  parallel {{ micro_batch = 1, {parallel} }}"
             );
@@ -1521,6 +1531,7 @@ mod tests {
             ("tp = 1, pp = 1, dp = 8, zero = 2", ""),
             ("tp = 1, pp = 2, dp = 4, schedule = zb_h1", ""),
             ("tp = 1, pp = 1, dp = 8", ", dropout = 0.1"),
+            ("tp = 1, pp = 1, dp = 8", "|, head_dim = 128"),
         ] {
             let e = refuse(&plan(parallel, train), &world).unwrap_err();
             assert!(matches!(e, RunError::NotRunYet(_)), "{parallel}: {e}");
