@@ -148,6 +148,44 @@ fn secs(x: f64) -> String {
     format_quantity(x, Dimension::Time)
 }
 
+/// The pipeline stages' busy shares and imbalance: `stages   busy 0: 47 %, 1: 90 %;
+/// imbalance 31 %, stage 0 waits 5.92 s for the others`. The step's bubble is the busiest
+/// stage's; this line shows the stages that idle beyond it.
+fn stages_line(e: &planc_compiler::cost::Estimate) -> String {
+    let busy = |i: usize| e.stages[i].busy_fraction(e.step_s) * 100.0;
+    let n = e.stages.len();
+    let shares = if n <= 4 {
+        (0..n)
+            .map(|i| format!("{i}: {:.0} %", busy(i)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        let by = |a: &usize, b: &usize| busy(*a).total_cmp(&busy(*b));
+        let least = (0..n).min_by(by).unwrap_or(0);
+        let most = (0..n).max_by(by).unwrap_or(0);
+        format!(
+            "{:.0} % (stage {least}) to {:.0} % (stage {most})",
+            busy(least),
+            busy(most)
+        )
+    };
+    let mut line = format!(
+        "stages   busy {shares}; imbalance {:.0} %",
+        e.stage_imbalance() * 100.0
+    );
+    let (idle, wait) = e
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, s.wait_s))
+        .fold((0, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    // Worth naming when a stage waits well beyond the pipeline's own fill and drain.
+    if wait > e.bubble_s + 0.05 * e.step_s {
+        line += &format!(", stage {idle} waits {} for the others", secs(wait));
+    }
+    line + "\n"
+}
+
 /// Layers per stage, runs of equal stages folded: `7 + 14 × 8 + 7 layers`.
 fn stage_layers_words(plan: &planc_compiler::plan::Plan) -> String {
     let mut runs: Vec<(u64, u64)> = Vec::new();
@@ -264,6 +302,9 @@ pub fn summary(checked: &Checked) -> Option<String> {
             secs(e.closed_form_step_s),
             (e.closed_form_step_s / e.step_s - 1.0) * 100.0
         );
+    }
+    if e.stages.len() > 1 {
+        s += &stages_line(e);
     }
     if let Some(note) = checked
         .plan

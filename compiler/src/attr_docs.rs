@@ -95,10 +95,10 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "recompute") => "none, selective (attention) or full activation recomputation",
         ("parallel", "offload") => "none, optimizer or params: state kept in host memory",
         ("parallel", "first_stage_layers") => {
-            "layers on the first pipeline stage (it also holds the embedding); default: the even split"
+            "layers on the first pipeline stage (it also holds the embedding); default: the even split; `auto`: the count that evens the stages' work"
         }
         ("parallel", "last_stage_layers") => {
-            "layers on the last pipeline stage (it also holds the output layer); default: the even split"
+            "layers on the last pipeline stage (it also holds the output layer); default: the even split; `auto`: the count that evens the stages' work"
         }
         ("parallel", "overlap_grad_reduce") => {
             "reduce data-parallel gradients during backward, bucket by bucket (Megatron-LM's --overlap-grad-reduce); false: after it, exposed; default true (planc extension)"

@@ -323,6 +323,8 @@ pub fn holes(spec: &PlanSpec) -> Vec<&'static str> {
         ("zero", ps.zero.is_hole()),
         ("recompute", ps.recompute.is_hole()),
         ("offload", ps.offload.is_hole()),
+        ("first_stage_layers", ps.auto_first_stage_layers),
+        ("last_stage_layers", ps.auto_last_stage_layers),
         ("dp", matches!(ps.dp, Hole::Candidates(_))),
     ]
     .into_iter()
@@ -354,6 +356,10 @@ pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -
             "sequence_parallel" => p.sequence_parallel.to_string(),
             "zero" => p.zero.to_string(),
             "recompute" => p.recompute.to_string(),
+            "first_stage_layers" => p.stage_layers(spec.model.layers, 0).to_string(),
+            "last_stage_layers" => p
+                .stage_layers(spec.model.layers, p.pp.saturating_sub(1))
+                .to_string(),
             _ => p.offload.to_string(),
         }
     };

@@ -590,9 +590,13 @@ pub struct ParallelSpec {
     pub zero: Hole<u64>,
     pub recompute: Hole<Recompute>,
     pub offload: Hole<Offload>,
-    /// Never a hole: the solver keeps what the plan writes.
+    /// As written (`None`: absent, or `auto`); the solver keeps a written count.
     pub first_stage_layers: Option<u64>,
     pub last_stage_layers: Option<u64>,
+    /// `first_stage_layers = auto` / `last_stage_layers = auto`: the solver picks the count
+    /// that evens the stages' work (`solve::balance`).
+    pub auto_first_stage_layers: bool,
+    pub auto_last_stage_layers: bool,
     /// Never holes: what the framework overlaps is a fact about it, not a layout choice.
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,

@@ -97,6 +97,26 @@ pub struct TimeSection {
     /// which figures, and the device and date of the measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Extension: each pipeline stage's split of the step. `bubble_s` is the busiest
+    /// stage's; a faster stage waits for it beyond that, which `wait_s` shows.
+    pub stages: Vec<StageTimeSection>,
+    /// Extension: the largest stage's own work (busy + its communication) over the stages'
+    /// mean, less one: 0 when the stages are balanced.
+    pub stage_imbalance: f64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+pub struct StageTimeSection {
+    pub stage: u64,
+    pub gpu: String,
+    /// Seconds of the step its GPUs compute (passes, recomputation, optimizer).
+    pub busy_s: f64,
+    /// `busy_s / step_s`.
+    pub busy_fraction: f64,
+    /// Seconds they wait for their own communication.
+    pub comm_s: f64,
+    /// Seconds they wait for other stages (pipeline fill and drain, a slower stage's pace).
+    pub wait_s: f64,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -223,6 +243,19 @@ pub fn build(
         time_to_train_s: plan.train.tokens.map(|t| t / e.tokens_per_s),
         method: e.method.as_str(),
         closed_form_step_s: e.closed_form_step_s,
+        stages: e
+            .stages
+            .iter()
+            .map(|s| StageTimeSection {
+                stage: s.memory.stage,
+                gpu: s.gpu.clone(),
+                busy_s: s.busy_s,
+                busy_fraction: s.busy_fraction(e.step_s),
+                comm_s: s.comm_s,
+                wait_s: s.wait_s,
+            })
+            .collect(),
+        stage_imbalance: e.stage_imbalance(),
     });
     r.throughput = Some(ThroughputSection {
         tokens_per_s: e.tokens_per_s,

@@ -1491,8 +1491,10 @@ impl<'a> Resolver<'a> {
             zero: zero?,
             recompute: recompute?,
             offload: offload?,
-            first_stage_layers: first_stage_layers?,
-            last_stage_layers: last_stage_layers?,
+            first_stage_layers: first_stage_layers?.and_then(StageEnd::count),
+            last_stage_layers: last_stage_layers?.and_then(StageEnd::count),
+            auto_first_stage_layers: first_stage_layers? == Some(StageEnd::Auto),
+            auto_last_stage_layers: last_stage_layers? == Some(StageEnd::Auto),
             overlap_grad_reduce: overlap_grad_reduce?.unwrap_or(true),
             overlap_p2p: overlap_p2p?,
             grad_accumulation_fusion: grad_accumulation_fusion?.unwrap_or(true),
@@ -1543,29 +1545,35 @@ impl<'a> Resolver<'a> {
         self.read_bool(n, span, name, &v).map(Some)
     }
 
-    /// `first_stage_layers` / `last_stage_layers`: a whole number, or absent (the even
-    /// split). Not a hole: which layers sit where is the user's decision about the model,
-    /// and leaving it open would multiply the solver's space by the layers squared.
-    fn stage_layers(&mut self, n: usize, name: &str) -> Option<Option<u64>> {
+    /// `first_stage_layers` / `last_stage_layers`: a whole number, `auto` (the solver evens
+    /// the stages' work, `solve::balance`), or absent (the even split). Not a list: the
+    /// counts worth trying follow from the layout, which the solver knows and the plan does
+    /// not.
+    fn stage_layers(&mut self, n: usize, name: &str) -> Option<Option<StageEnd>> {
         if self.find_attr(n, name).is_none() {
             return Some(None);
         }
         let (v, span) = self.get(n, name)?;
-        if matches!(v, Value::Auto | Value::List(_)) {
-            let file = self.nodes[n].file;
-            self.report(
-                codes::P0213,
-                format!("`{name}` cannot be `auto` or a list"),
-                file,
-                span,
-                "the solver does not choose how layers are split",
-            )
-            .with_help(format!(
-                "write a whole number of layers, or leave `{name}` out for the even split"
-            ));
-            return None;
+        match v {
+            Value::Auto => Some(Some(StageEnd::Auto)),
+            Value::List(_) => {
+                let file = self.nodes[n].file;
+                self.report(
+                    codes::P0213,
+                    format!("`{name}` cannot be a list"),
+                    file,
+                    span,
+                    "the solver does not take candidate splits",
+                )
+                .with_help(format!(
+                    "write a whole number of layers, `auto` for the split that evens the stages' work, or leave `{name}` out for the even split"
+                ));
+                None
+            }
+            v => self
+                .read_count(n, span, name, &v, 1)
+                .map(|c| Some(StageEnd::Layers(c))),
         }
-        self.read_count(n, span, name, &v, 1).map(Some)
     }
 
     fn lower_job(&mut self, n: usize) -> Option<Job> {
@@ -1685,5 +1693,21 @@ fn preset_value(p: &ModelPreset, name: &str) -> Option<Value> {
         "experts" => n(p.experts.unwrap_or(1)),
         "top_k" => n(p.top_k.unwrap_or(1)),
         _ => None,
+    }
+}
+
+/// `first_stage_layers` / `last_stage_layers` as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StageEnd {
+    Layers(u64),
+    Auto,
+}
+
+impl StageEnd {
+    fn count(self) -> Option<u64> {
+        match self {
+            StageEnd::Layers(n) => Some(n),
+            StageEnd::Auto => None,
+        }
     }
 }

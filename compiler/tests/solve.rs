@@ -429,3 +429,137 @@ fn the_layers_rule_agrees_with_its_z3_encoding() {
         }
     }
 }
+
+#[test]
+fn auto_ends_agree_with_their_z3_encoding_and_the_splits_they_enumerate() {
+    use planc_compiler::plan::{Parallel, Schedule};
+    use planc_compiler::solve::balance::splits;
+    use planc_compiler::solve::rules::{encode, Rule, Vars};
+    use z3::ast::Int;
+    let base = spec(&plan_text(
+        NODE,
+        "model m { layers = 30, hidden = 1024, heads = 8, vocab = 32000, seq_len = 2048 }",
+        "tp = 1, pp = 1, dp = auto",
+    ));
+    // (first, last, first auto, last auto)
+    let ends = [
+        (None, None, true, true),
+        (None, None, true, false),
+        (None, None, false, true),
+        (None, Some(4), true, false),
+        (Some(29), None, false, true),
+    ];
+    for (first, last, first_auto, last_auto) in ends {
+        let mut s = base.clone();
+        s.parallel.first_stage_layers = first;
+        s.parallel.last_stage_layers = last;
+        s.parallel.auto_first_stage_layers = first_auto;
+        s.parallel.auto_last_stage_layers = last_auto;
+        let v = Vars::new();
+        let rule = encode(Rule::LayersByStages, &s, &v);
+        for pp in 1..=32 {
+            for vpp in 1..=4 {
+                let solver = z3::Solver::new();
+                solver.assert(&rule);
+                solver.assert(v.pp.eq(Int::from_i64(pp as i64)));
+                solver.assert(v.vpp.eq(Int::from_i64(vpp as i64)));
+                let by_z3 = solver.check() == z3::SatResult::Sat;
+                let p = Parallel {
+                    pp,
+                    vpp,
+                    schedule: if vpp > 1 {
+                        Schedule::Interleaved
+                    } else {
+                        Schedule::OneFOneB
+                    },
+                    ..Parallel::neutral()
+                };
+                let what =
+                    format!("{first:?}/{last:?} auto {first_auto}/{last_auto} pp {pp} vpp {vpp}");
+                assert_eq!(by_z3, Rule::LayersByStages.holds(&s, &p), "{what}");
+                // Every split enumerated is one validate accepts, with the written end kept.
+                for (f, l) in splits(&s, &p) {
+                    let q = Parallel {
+                        first_stage_layers: f,
+                        last_stage_layers: l,
+                        ..p.clone()
+                    };
+                    assert!(q.split_error(30).is_none(), "{what}: {f:?}/{l:?}");
+                    if !first_auto && pp > 1 {
+                        assert_eq!(f, first, "{what}");
+                    }
+                    if !last_auto && pp > 1 {
+                        assert_eq!(l, last, "{what}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn auto_ends_balance_a_mixed_pipeline() {
+    // Llama 2 7B over a node of A100s and a node of V100s: the even split (16 + 16) leaves
+    // the A100 stage waiting for the V100 one; `auto` moves layers to the A100s until the
+    // stages' work is even, and the step shortens.
+    let text = |ends: &str| {
+        format!(
+            "cluster c {{
+                group fast {{ nodes = 1, gpus_per_node = 4, gpu = A100_SXM_80GB }}
+                group slow {{ nodes = 1, gpus_per_node = 4, gpu = V100_SXM_32GB }}
+                inter_node {{ kind = ethernet, nics_per_node = 1, bandwidth = 100 Gb/s, latency = 20 us }} }}
+             model m {{ preset = \"llama2-7b\", seq_len = 2048 }}
+             train {{ global_batch = 64, precision = fp16, optimizer = adamw }}
+             parallel {{ tp = 4, pp = 2, dp = 1, micro_batch = 1, sequence_parallel = true,
+                         zero = 1, recompute = selective {ends} }}"
+        )
+    };
+    let even = check_source("s.tp", &text(""));
+    let balanced = check_source("s.tp", &text(", first_stage_layers = auto"));
+    let (e, b) = (even.estimate.unwrap(), balanced.estimate.unwrap());
+    let plan = balanced.plan.unwrap();
+    let first = plan.parallel.first_stage_layers.expect("set by the solver");
+    assert!(first > 16 && first < 32, "{first}");
+    assert_eq!(plan.parallel.last_stage_layers, None);
+    assert!(b.step_s < 0.7 * e.step_s, "{} vs {}", b.step_s, e.step_s);
+    assert!(b.stage_imbalance() < 0.1, "{}", b.stage_imbalance());
+    // No other split of the same layout is faster (by the closed form the solver ranks).
+    for f in 1..32 {
+        let mut q = plan.clone();
+        q.parallel.first_stage_layers = Some(f);
+        if q.parallel.split_error(32).is_none() && memory_fraction(&q) <= 0.9 {
+            assert!(
+                estimate(&q).closed_form_step_s >= b.closed_form_step_s * (1.0 - 0.02),
+                "{f}"
+            );
+        }
+    }
+    // The note names what the solver chose.
+    assert!(
+        balanced
+            .diagnostics
+            .iter()
+            .any(|d| d.code == "P0502"
+                && d.message.contains(&format!("first_stage_layers = {first}")))
+    );
+}
+
+#[test]
+fn auto_ends_on_a_uniform_pipeline_keep_the_even_split_when_it_is_best() {
+    // A tiny vocabulary makes the ends as heavy as the middle: nothing to move, and the
+    // plan keeps the even split (no uneven flags to emit).
+    let s = plan_text(
+        NODE,
+        "model m { layers = 32, hidden = 4096, heads = 32, vocab = 128, seq_len = 2048 }",
+        "tp = 1, pp = 4, dp = 2, micro_batch = 1, first_stage_layers = auto, last_stage_layers = auto",
+    );
+    let c = check_source("s.tp", &s);
+    let plan = c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics));
+    assert_eq!(
+        (
+            plan.parallel.first_stage_layers,
+            plan.parallel.last_stage_layers
+        ),
+        (None, None)
+    );
+}

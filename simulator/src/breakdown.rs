@@ -23,7 +23,31 @@ impl Breakdown {
     }
 }
 
+/// The step's split on its busiest rank (the one that computes longest): what `planc
+/// check` reports as the step's compute, exposed communication and bubble.
 pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
+    busiest(&per_rank(sg, run))
+}
+
+/// Of [`per_rank`]'s splits, the rank that computes longest (the last of equals).
+pub fn busiest(ranks: &[Breakdown]) -> Breakdown {
+    ranks
+        .iter()
+        .copied()
+        .reduce(|best, b| {
+            if b.compute_s >= best.compute_s {
+                b
+            } else {
+                best
+            }
+        })
+        .unwrap_or_default()
+}
+
+/// The step's split on every rank, in rank order: what each computed, what it waited for
+/// on its links, and the rest, waiting for other ranks' passes (the pipeline's fill and
+/// drain, and a slower stage's pace).
+pub fn per_rank(sg: &StepGraph, run: &Run) -> Vec<Breakdown> {
     let g = &sg.graph;
     let mut lanes: Vec<Vec<NodeIndex>> = vec![Vec::new(); sg.ranks as usize];
     let mut compute = vec![0.0f64; sg.ranks as usize];
@@ -36,10 +60,25 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
             }
         }
     }
-    let rank = (0..sg.ranks as usize)
-        .max_by(|&a, &b| compute[a].total_cmp(&compute[b]))
-        .unwrap_or(0);
-    let lane = &mut lanes[rank];
+    lanes
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut lane)| {
+            let (comm, bubble) = waits(sg, run, &mut lane);
+            Breakdown {
+                rank: rank as u32,
+                step_s: run.step_s,
+                compute_s: compute[rank],
+                exposed_comm_s: comm,
+                bubble_s: bubble,
+            }
+        })
+        .collect()
+}
+
+/// The gaps of one rank's compute lane, as (waiting on its links, waiting for other ranks).
+fn waits(sg: &StepGraph, run: &Run, lane: &mut [NodeIndex]) -> (f64, f64) {
+    let g = &sg.graph;
     lane.sort_by(|a, b| run.start[a.index()].total_cmp(&run.start[b.index()]));
     let mut comm = 0.0;
     let mut bubble = 0.0;
@@ -66,13 +105,7 @@ pub fn breakdown(sg: &StepGraph, run: &Run) -> Breakdown {
         cursor = cursor.max(run.end[n.index()]);
     }
     bubble += (run.step_s - cursor).max(0.0);
-    Breakdown {
-        rank: rank as u32,
-        step_s: run.step_s,
-        compute_s: compute[rank],
-        exposed_comm_s: comm,
-        bubble_s: bubble,
-    }
+    (comm, bubble)
 }
 
 /// How much of `[from, to]` is covered by `last` and the communication tasks it waited for

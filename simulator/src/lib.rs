@@ -41,6 +41,19 @@ pub struct Simulation {
     pub graph: StepGraph,
     pub run: engine::Run,
     pub breakdown: Breakdown,
+    /// Every rank's split of the step (rank order); `breakdown` is the busiest's.
+    pub ranks: Vec<Breakdown>,
+}
+
+impl Simulation {
+    /// Each pipeline stage's (busy, own communication, waiting for other stages) seconds,
+    /// for [`planc_compiler::cost::Estimate::retime_stages`].
+    pub fn stage_split(&self) -> Vec<(f64, f64, f64)> {
+        self.ranks
+            .iter()
+            .map(|b| (b.compute_s, b.exposed_comm_s, b.bubble_s))
+            .collect()
+    }
 }
 
 /// Checks `program` for hangs, then runs it with `costs`.
@@ -57,12 +70,14 @@ pub fn simulate_program(program: Program, costs: &Costs) -> Result<Simulation, V
     if contention::charge(&mut graph, &run, &costs.contention) {
         run = engine::execute(&graph);
     }
-    let breakdown = breakdown::breakdown(&graph, &run);
+    let ranks = breakdown::per_rank(&graph, &run);
+    let breakdown = breakdown::busiest(&ranks);
     Ok(Simulation {
         program,
         graph,
         run,
         breakdown,
+        ranks,
     })
 }
 
@@ -130,6 +145,7 @@ pub fn rerank(spec: &PlanSpec, solution: &mut Solution, k: usize) {
             let b = sim.breakdown;
             c.estimate
                 .retime(b.step_s, b.compute_s, b.exposed_comm_s, b.bubble_s);
+            c.estimate.retime_stages(&sim.stage_split());
             solve::reclassify(c, spec.search.memory_headroom);
         }
     }
@@ -176,6 +192,7 @@ pub fn retime(checked: &mut Checked) -> Option<Simulation> {
             let b = sim.breakdown;
             let est = checked.estimate.as_mut()?;
             est.retime(b.step_s, b.compute_s, b.exposed_comm_s, b.bubble_s);
+            est.retime_stages(&sim.stage_split());
             Some(sim)
         }
         Err(hangs) => {

@@ -97,6 +97,20 @@ fn every_example_simulates_without_a_hang() {
             let sim = planc_simulator::simulate(p)
                 .unwrap_or_else(|h| panic!("{}: {h:?}", path.display()));
             let closed = checked.estimate.as_ref().unwrap().step_s;
+            // Every rank's split covers the step: what it computed, waited for on its links,
+            // and waited for other ranks; the reported one is the busiest's.
+            for b in &sim.ranks {
+                let sum = b.compute_s + b.exposed_comm_s + b.bubble_s;
+                assert!(
+                    (sum - b.step_s).abs() < 1e-6 * b.step_s,
+                    "{} rank {}: {sum} vs {}",
+                    path.display(),
+                    b.rank,
+                    b.step_s
+                );
+                assert!(b.compute_s <= sim.breakdown.compute_s);
+            }
+            assert_eq!(sim.ranks.len() as u64, p.parallel.pp);
             let diff = (sim.breakdown.step_s - closed).abs() / closed;
             assert!(
                 diff < 0.05,

@@ -28,6 +28,23 @@ pub struct StageEstimate {
     /// backward passes, so it also delays the drain of every earlier pipeline stage.
     pub dp_contention_s: f64,
     pub optimizer_s: f64,
+    /// Of the step, the seconds this stage's GPUs compute (its passes, recomputation and
+    /// optimizer step).
+    pub busy_s: f64,
+    /// Of the step, the seconds they wait for their own communication (tensor-, context-
+    /// and expert-parallel collectives, pipeline transfers, the exposed data-parallel part).
+    pub comm_s: f64,
+    /// Of the step, the seconds they wait for other stages: the pipeline's fill and drain,
+    /// and a slower stage's pace. A stage can idle here while the step's bubble (measured
+    /// on the busiest stage) is zero.
+    pub wait_s: f64,
+}
+
+impl StageEstimate {
+    /// The share of the step this stage computes.
+    pub fn busy_fraction(&self, step_s: f64) -> f64 {
+        self.busy_s / step_s
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -76,6 +93,30 @@ impl TimeMethod {
 }
 
 impl Estimate {
+    /// How unevenly the pipeline stages are loaded: the largest stage's own work (compute
+    /// and its own communication) over the stages' mean, less one. 0 for one stage or
+    /// stages of equal work; 0.5 when the slowest stage works 1.5× the mean.
+    pub fn stage_imbalance(&self) -> f64 {
+        let work: Vec<f64> = self.stages.iter().map(|s| s.busy_s + s.comm_s).collect();
+        let mean = work.iter().sum::<f64>() / work.len().max(1) as f64;
+        let max = work.iter().copied().fold(0.0, f64::max);
+        if mean > 0.0 {
+            (max / mean - 1.0).max(0.0)
+        } else {
+            0.0
+        }
+    }
+
+    /// Replaces each stage's split of the step (busy, own communication, waiting for other
+    /// stages), in stage order, by a simulation's.
+    pub fn retime_stages(&mut self, split: &[(f64, f64, f64)]) {
+        for (s, &(busy, comm, wait)) in self.stages.iter_mut().zip(split) {
+            s.busy_s = busy;
+            s.comm_s = comm;
+            s.wait_s = wait;
+        }
+    }
+
     /// Replaces the step time and its split (by a simulation of the same work) and
     /// recomputes everything derived from it.
     pub fn retime(&mut self, step_s: f64, compute_s: f64, exposed_comm_s: f64, bubble_s: f64) {
@@ -132,6 +173,9 @@ pub fn estimate(plan: &Plan) -> Estimate {
             dp_exposed_s: exposed + contention,
             dp_contention_s: contention,
             optimizer_s: opt,
+            busy_s: 0.0,
+            comm_s: 0.0,
+            wait_s: 0.0,
         });
     }
     // Pipeline: the slowest stage sets the pace for every micro-batch; filling and
@@ -176,6 +220,16 @@ pub fn estimate(plan: &Plan) -> Estimate {
     let exposed_comm_s = mb * comm_per_mb + (tail - tail_stage.optimizer_s);
     let step_s = compute_s + exposed_comm_s + bubble_s;
     debug_assert!((step_s - (mb * t_max + bubble_s + tail)).abs() < 1e-9 * step_s.max(1.0));
+    // Each stage's own share: what it computes, what it waits for on its links, and the
+    // rest of the step, spent waiting for the other stages.
+    for s in &mut stages {
+        let t = &s.time;
+        s.busy_s =
+            mb * (t.forward.compute + t.backward.compute) + s.optimizer_s + s.dp_contention_s;
+        s.comm_s =
+            mb * (t.forward.comm + t.backward.comm + t.p2p) + (s.dp_exposed_s - s.dp_contention_s);
+        s.wait_s = (step_s - s.busy_s - s.comm_s).max(0.0);
+    }
 
     let flops_per_step = params::flops_per_step(m, plan.train.global_batch);
     let recompute_flops: f64 = {
@@ -294,5 +348,52 @@ mod tests {
         let mfu = e.flops_per_step / e.step_s / 8.0 / peak;
         assert!((e.mfu - mfu).abs() < 1e-12);
         assert!(e.mfu > 0.2 && e.mfu < 0.8, "{}", e.mfu);
+    }
+
+    /// Llama 2 7B over a node of A100s (stage 0) and a node of V100s (stage 1), `ends`
+    /// written into the parallel block.
+    fn mixed(ends: &str) -> Plan {
+        let text = format!(
+            "cluster c {{
+                group fast {{ nodes = 1, gpus_per_node = 4, gpu = A100_SXM_80GB }}
+                group slow {{ nodes = 1, gpus_per_node = 4, gpu = V100_SXM_32GB }}
+                inter_node {{ kind = ethernet, nics_per_node = 1, bandwidth = 100 Gb/s, latency = 20 us }} }}
+             model m {{ preset = \"llama2-7b\", seq_len = 2048 }}
+             train {{ global_batch = 64, precision = fp16, optimizer = adamw }}
+             parallel {{ tp = 4, pp = 2, dp = 1, micro_batch = 1, sequence_parallel = true,
+                         zero = 1, recompute = selective {ends} }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    #[test]
+    fn a_faster_stage_waits_for_the_slower_and_the_report_says_so() {
+        let e = estimate(&mixed(""));
+        for s in &e.stages {
+            let sum = s.busy_s + s.comm_s + s.wait_s;
+            assert!(
+                (sum - e.step_s).abs() < 1e-9 * e.step_s,
+                "{sum} vs {}",
+                e.step_s
+            );
+        }
+        let (fast, slow) = (&e.stages[0], &e.stages[1]);
+        // The V100 stage paces the pipeline: the step's bubble is its fill and drain, small,
+        // while the A100 stage waits for it most of the step.
+        assert!(e.bubble_s < 0.02 * e.step_s, "{}", e.bubble_s);
+        assert!(fast.busy_fraction(e.step_s) < 0.5 * slow.busy_fraction(e.step_s));
+        assert!(fast.wait_s > 0.4 * e.step_s, "{}", fast.wait_s);
+        assert!(e.stage_imbalance() > 0.3, "{}", e.stage_imbalance());
+        // Moving layers to the fast stage evens the work and shortens the step.
+        let moved = estimate(&mixed(", first_stage_layers = 23, last_stage_layers = 9"));
+        assert!(moved.stage_imbalance() < 0.1, "{}", moved.stage_imbalance());
+        assert!(moved.step_s < 0.7 * e.step_s);
+        // One stage has nothing to wait for.
+        let one = estimate(&plan("1f1b", 1, 8));
+        assert_eq!(one.stage_imbalance(), 0.0);
+        assert!(one.stages[0].wait_s < 1e-9 * one.step_s);
     }
 }

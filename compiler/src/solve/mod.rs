@@ -8,6 +8,7 @@
 //! Ranking uses the closed form; the binary re-times the finalists with the simulator, so
 //! that `solve` and `check` report the same step time for the plan they pick.
 
+pub mod balance;
 pub mod explain;
 pub mod rules;
 pub mod space;
@@ -172,7 +173,7 @@ pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solu
         if n.is_multiple_of(64) {
             progress(n.min(total), total);
         }
-        let plan = plan_of(spec, p);
+        let plan = plan_of(spec, balance::balance(spec, p));
         let fraction = memory_fraction(&plan);
         if fraction > 1.0 - headroom {
             return None;

@@ -133,6 +133,9 @@ impl Rule {
             }
             Rule::HeadsByTp => m.heads.is_multiple_of(p.tp),
             Rule::KvHeadsByTp => m.kv_heads.is_multiple_of(p.tp),
+            Rule::LayersByStages if super::balance::has_auto_ends(spec) => {
+                super::balance::has_split(spec, p)
+            }
             Rule::LayersByStages => p.split_error(m.layers).is_none(),
             Rule::BatchByDp => spec.train.global_batch.is_multiple_of(p.dp * p.micro_batch),
             Rule::ExpertsByEp => m.experts.is_multiple_of(p.ep),
@@ -280,6 +283,7 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
         Rule::WorldSize => Int::mul(&[&v.tp, &v.pp, &v.cp, &v.dp]).eq(k(spec.cluster.world_size())),
         Rule::HeadsByTp => divides(&v.tp, m.heads as i64),
         Rule::KvHeadsByTp => divides(&v.tp, m.kv_heads as i64),
+        Rule::LayersByStages if super::balance::has_auto_ends(spec) => encode_auto_ends(spec, v),
         Rule::LayersByStages => {
             let ps = &spec.parallel;
             if ps.first_stage_layers.is_none() && ps.last_stage_layers.is_none() {
@@ -355,6 +359,29 @@ pub fn encode(rule: Rule, spec: &PlanSpec, v: &Vars) -> Bool {
         Rule::FrameworkRuns => encode_framework(spec, v),
         Rule::MemoryFits => Bool::from_bool(true),
     }
+}
+
+/// [`Rule::LayersByStages`] when the plan leaves an end's layers `auto`: some split suits
+/// the layout (`balance::splits`). With pp = 1, the even split (no end written). Otherwise
+/// the `auto` ends take at least one layer each and the stages that share the rest evenly
+/// (neither written nor `auto`) at least one each, a multiple of vpp with interleaving:
+/// layers − written − auto ≥ vpp · (pp − written ends − auto ends).
+fn encode_auto_ends(spec: &PlanSpec, v: &Vars) -> Bool {
+    let ps = &spec.parallel;
+    let k = |x: i64| Int::from_i64(x);
+    let written = [ps.first_stage_layers, ps.last_stage_layers];
+    let written_layers: u64 = written.iter().flatten().sum();
+    let written_ends = written.iter().flatten().count() as i64;
+    let auto_ends = i64::from(ps.auto_first_stage_layers) + i64::from(ps.auto_last_stage_layers);
+    let one_stage = Bool::and(&[
+        &v.pp.eq(k(1)),
+        &Bool::from_bool(written_ends == 0),
+        &divides(&v.vpp, spec.model.layers as i64),
+    ]);
+    let spare = spec.model.layers as i64 - written_layers as i64 - auto_ends;
+    let sharing = Int::sub(&[&v.pp, &k(written_ends + auto_ends)]);
+    let pipeline = Bool::and(&[&v.pp.ge(k(2)), &k(spare).ge(Int::mul(&[&v.vpp, &sharing]))]);
+    Bool::or(&[&one_stage, &pipeline])
 }
 
 /// [`Rule::FrameworkRuns`] as a formula: `capability::layout_limit` over the variables.

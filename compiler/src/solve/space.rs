@@ -6,8 +6,9 @@
 //!   the best plan on the networks planc models; list larger values to consider them);
 //! - pp: the divisors of `layers`; with `first_stage_layers` or `last_stage_layers` written,
 //!   the pp (2 or more) for which the other stages share the remaining layers evenly. The
-//!   two are never holes: every layout keeps what the plan writes, and with interleaving
-//!   the layers rule also asks the middle stages' share to split into vpp equal chunks;
+//!   two keep what the plan writes, and with interleaving the layers rule also asks the
+//!   middle stages' share to split into vpp equal chunks; with either `auto`, every pp
+//!   some split suits, each layout's split chosen by `balance` to even the stages' work;
 //! - overlap_grad_reduce, overlap_p2p, grad_accumulation_fusion, scatter_gather_p2p: never
 //!   holes (they describe the framework), copied
 //!   into every layout;
@@ -82,7 +83,19 @@ impl Space {
                     last_stage_layers: ps.last_stage_layers,
                     ..Parallel::neutral()
                 };
-                if uneven.is_uneven() {
+                if super::balance::has_auto_ends(spec) {
+                    (1..=m.layers)
+                        .filter(|&pp| {
+                            super::balance::has_split(
+                                spec,
+                                &Parallel {
+                                    pp,
+                                    ..uneven.clone()
+                                },
+                            )
+                        })
+                        .collect()
+                } else if uneven.is_uneven() {
                     (2..=m.layers)
                         .filter(|&pp| {
                             Parallel {
