@@ -157,6 +157,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("gpu", "memory_efficiency") => {
             "fraction of the bandwidth streaming kernels reach; default 0.85 (`planc run` measures it)"
         }
+        ("gpu", "host_link") => {
+            "the device's link to its host, one direction (offloaded state crosses it); default 31.5 GB/s, PCIe Gen4 x16"
+        }
+        ("gpu", "host_memory_bandwidth") => {
+            "host memory bandwidth per GPU (an offloaded optimizer steps at it); default 51.2 GB/s, DGX A100's share"
+        }
         _ => return None,
     })
 }

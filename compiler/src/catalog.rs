@@ -40,6 +40,8 @@ struct GpuEntry {
     flash_forward_tflops: Option<f64>,
     flash_backward_tflops: Option<f64>,
     sustained_clock: Option<f64>,
+    host_link_gbs: Option<f64>,
+    host_memory_gbs_per_gpu: Option<f64>,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -148,6 +150,8 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
             },
         ),
         sustained_clock: e.sustained_clock.unwrap_or(1.0),
+        host_link: e.host_link_gbs.map(|b| b * 1e9),
+        host_memory_bandwidth: e.host_memory_gbs_per_gpu.map(|b| b * 1e9),
     };
     (names, gpu)
 }

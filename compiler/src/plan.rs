@@ -131,6 +131,12 @@ pub struct Gpu {
     /// `catalog/gpus.toml`, with its measurement); 1 where not measured. Memory-bound
     /// kernels keep theirs: the HBM clock does not drop.
     pub sustained_clock: f64,
+    /// Bytes per second, one direction, of the GPU's link to its host (PCIe, after line
+    /// encoding), where known: offloaded state crosses it (`cost::offload`).
+    pub host_link: Option<f64>,
+    /// Bytes per second of host memory per GPU (the node's CPU memory bandwidth over its
+    /// GPUs), where known: an offloaded optimizer steps at it (`cost::offload`).
+    pub host_memory_bandwidth: Option<f64>,
 }
 
 /// A fused attention kernel's FLOP/s at long sequences (head size 128), counted as

@@ -881,6 +881,8 @@ impl<'a> Resolver<'a> {
             flash_attention: None,
             // A plan's own device states its rates as it measured them.
             sustained_clock: 1.0,
+            host_link: self.quantity(n, "host_link", Dimension::Bandwidth),
+            host_memory_bandwidth: self.quantity(n, "host_memory_bandwidth", Dimension::Bandwidth),
         })
     }
 

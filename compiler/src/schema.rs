@@ -187,6 +187,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "fp8",
             "gemm_efficiency",
             "memory_efficiency",
+            "host_link",
+            "host_memory_bandwidth",
         ],
         &["intra_node"],
     ),

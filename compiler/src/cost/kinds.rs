@@ -9,8 +9,8 @@ use serde::Serialize;
 use super::memory::stage_memory;
 use super::ops::{dense_layer_forward, layer_forward, Op, OpKind};
 use super::time::{
-    dp_exposed_parts, embedding_sync_time, layer_backward, optimizer_time, pieces, placement,
-    sharded_param_copies, stage_time, time_ops, Device, PassTime,
+    dp_exposed_parts, embedding_sync_time, host_exposed, layer_backward, optimizer_time, pieces,
+    placement, sharded_param_copies, stage_time, time_ops, Device, PassTime,
 };
 use crate::plan::Plan;
 
@@ -92,34 +92,38 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
         Some(e) => e.1 += s,
         None => out.push((k, s)),
     };
-    // An MoE model's layers, and its first dense ones (every layer of a dense model).
-    for (ops, layers) in [
-        (layer_forward(plan), moe),
-        (dense_layer_forward(plan), dense),
-    ] {
-        if layers == 0.0 {
-            continue;
-        }
-        for (kind, fwd, bwd) in ops_by_kind(plan, &ops, &dev, &pl) {
-            add(kind, mb * layers * (fwd.compute + bwd.compute));
-            add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
-        }
-    }
-    // ZeRO-3's copies in and out of its collectives' buffers: part of the layer passes
-    // (`pieces`), the data-parallel traffic's work, not any of the layer's operations.
     let dense_params = if plan.model.is_moe() {
         super::memory::dense_layer_params_per_gpu(plan)
     } else {
         super::memory::layer_params_per_gpu(plan)
     };
-    for (params, layers) in [
-        (super::memory::layer_params_per_gpu(plan), moe),
-        (dense_params, dense),
+    // An MoE model's layers, and its first dense ones (every layer of a dense model).
+    for (ops, layers, params) in [
+        (
+            layer_forward(plan),
+            moe,
+            super::memory::layer_params_per_gpu(plan),
+        ),
+        (dense_layer_forward(plan), dense, dense_params),
     ] {
+        if layers == 0.0 {
+            continue;
+        }
+        let (mut layer_fwd, mut layer_bwd) = (PassTime::default(), PassTime::default());
+        for (kind, fwd, bwd) in ops_by_kind(plan, &ops, &dev, &pl) {
+            add(kind, mb * layers * (fwd.compute + bwd.compute));
+            add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
+            layer_fwd.add(fwd);
+            layer_bwd.add(bwd);
+        }
+        // ZeRO-3's copies in and out of its collectives' buffers and the offloaded state's
+        // host traffic: part of the layer passes (`pieces`), the data-parallel and host
+        // traffic's work, not any of the layer's operations.
         let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, &dev);
+        let (host_fwd, host_bwd) = host_exposed(plan, params, &dev, layer_fwd, layer_bwd);
         add(
             WorkKind::Communication,
-            mb * layers * (copies_fwd + copies_bwd),
+            mb * layers * (copies_fwd + copies_bwd + host_fwd + host_bwd),
         );
     }
     let pc = pieces(plan, &dev, &pl);

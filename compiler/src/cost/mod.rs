@@ -6,6 +6,7 @@
 pub mod comm;
 pub mod kinds;
 pub mod memory;
+pub mod offload;
 pub mod ops;
 pub mod params;
 pub mod time;

@@ -633,6 +633,18 @@ pub fn sharded_param_copies(plan: &Plan, params: f64, dev: &Device) -> (f64, f64
     (copy_out, copy_out + copy_in)
 }
 
+/// What one layer's offloaded state leaves exposed on the host link per micro-batch, as
+/// (forward, backward) seconds, behind passes of `fwd` and `bwd` (`cost::offload`).
+pub fn host_exposed(
+    plan: &Plan,
+    params: f64,
+    dev: &Device,
+    fwd: PassTime,
+    bwd: PassTime,
+) -> (f64, f64) {
+    super::offload::layer_exposed(plan, params, dev.gpu, fwd.compute, bwd.compute)
+}
+
 /// One layer's forward, backward and weight-gradient work from its forward operations
 /// `ops`, whose parameters on this GPU are `params`.
 fn layer_passes(
@@ -644,12 +656,15 @@ fn layer_passes(
 ) -> (PassTime, PassTime, f64) {
     let mut fwd = time_ops(ops, dev, pl);
     let mut bwd = layer_backward(plan, ops, fwd, dev, pl);
+    let (host_fwd, host_bwd) = host_exposed(plan, params, dev, fwd, bwd);
     let accumulation = grad_accumulation(plan, params, dev);
     bwd.compute += accumulation;
     // After the backward is priced from the forward: recomputation gathers nothing twice.
     let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, dev);
     fwd.compute += copies_fwd;
     bwd.compute += copies_bwd;
+    fwd.comm += host_fwd;
+    bwd.comm += host_bwd;
     // A weight gradient is one product of the same size as the forward product.
     let weight_products: Vec<Op> = ops
         .iter()
@@ -1037,9 +1052,9 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole.
     let grad_buffer = if p.zero >= 2 { local } else { params };
     if p.offload != Offload::None {
-        // Gradients down and weights up over PCIe (~25 GB/s), Adam on the host
-        // (~1e9 parameters/s per GPU's share of cores).
-        return local * 6.0 / 25e9 + local / 1e9;
+        // The host steps the shard (`cost::offload`); the GPU only clears its buffer.
+        return super::offload::optimizer_tail(plan, local, dev.gpu)
+            + dev.memory(grad_buffer * grad);
     }
     dev.memory(local * (update + copy_to_model + unscale + grad_norm) + grad_buffer * grad)
 }
