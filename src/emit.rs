@@ -7,7 +7,7 @@ use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
 use planc_compiler::check::Checked;
 use planc_compiler::plan::Framework;
-use planc_runtime::train::dist::World;
+use planc_runtime::device::dist::World;
 use planc_targets::{render_checked, write_artifacts, EmitError, Target};
 
 use crate::{load, render};

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
-use planc_runtime::train::dist::World;
+use planc_runtime::device::dist::World;
 use planc_runtime::train::step::{refuse, train, Event, Options, StepMetrics, Summary};
 use planc_runtime::RunError;
 use serde_json::json;

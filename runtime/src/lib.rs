@@ -14,6 +14,7 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 pub mod calibrate;
+pub mod device;
 mod collectives;
 mod gpu;
 mod load;
@@ -392,7 +393,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     drop(runner);
     let p = &plan.parallel;
     let m = &plan.model;
-    let mut gpu = train::cuda::Gpu::open(0, precision)?;
+    let mut gpu = device::cuda::Gpu::open(0, precision)?;
     if !norms_at.is_empty() {
         let sp = if p.sequence_parallel { p.tp } else { 1 };
         let rows = (p.micro_batch * m.seq_len / p.cp / sp) as usize;
@@ -433,7 +434,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 both.into_iter().next()
             }
             Attention::Standard => {
-                let blas = train::blas::Blas::new(&gpu, precision)?;
+                let blas = device::blas::Blas::new(&gpu, precision)?;
                 Some(calibrate::standard_point(
                     &mut gpu, &blas, precision, bh, t, d,
                 )?)

@@ -10,8 +10,8 @@
 
 use planc_compiler::plan::Precision;
 
-use crate::train::blas::Blas;
-use crate::train::cuda::{Buf, Gpu};
+use crate::device::blas::Blas;
+use crate::device::cuda::{Buf, Gpu};
 use crate::RunError;
 
 /// Rows and width of the square products that load the GPU.

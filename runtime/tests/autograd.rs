@@ -15,10 +15,10 @@ mod common;
 use common::{up, Rng};
 use half::bf16;
 use planc_compiler::plan::{Mlp, Precision};
-use planc_runtime::train::activation::Activation;
-use planc_runtime::train::attention::{self, Grads, Heads};
-use planc_runtime::train::cuda::{Arg, Buf, Gpu};
-use planc_runtime::train::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
+use planc_runtime::device::activation::Activation;
+use planc_runtime::device::attention::{self, Grads, Heads};
+use planc_runtime::device::cuda::{Arg, Buf, Gpu};
+use planc_runtime::device::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 

@@ -4,8 +4,8 @@
 
 use half::{bf16, f16};
 use planc_compiler::plan::Precision;
-use planc_runtime::train::attention::{self, Grads, Heads};
-use planc_runtime::train::cuda::{Buf, Gpu};
+use planc_runtime::device::attention::{self, Grads, Heads};
+use planc_runtime::device::cuda::{Buf, Gpu};
 use planc_runtime::RunError;
 
 /// A tiny deterministic generator (xorshift), uniform in [-1, 1).

@@ -4,7 +4,7 @@
 //! it the test prints SKIPPED and passes.
 
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{compile, compile_cached_in, compile_cubin, KERNELS};
+use planc_runtime::device::cuda::{compile, compile_cached_in, compile_cubin, KERNELS};
 
 #[test]
 fn every_kernel_compiles_for_every_precision() {

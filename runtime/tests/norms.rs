@@ -8,8 +8,8 @@ mod common;
 
 use common::{gpu_or_skip, up, values};
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{Buf, Gpu};
-use planc_runtime::train::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
+use planc_runtime::device::cuda::{Buf, Gpu};
+use planc_runtime::device::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 
 fn max_rel(got: &[f32], want: &[f64]) -> f64 {
     let scale = want.iter().fold(0f64, |m, w| m.max(w.abs())).max(1e-30);

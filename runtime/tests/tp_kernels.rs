@@ -7,7 +7,7 @@ mod common;
 
 use common::gpu_or_skip;
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::Arg;
+use planc_runtime::device::cuda::Arg;
 
 /// Values uniform in [-4, 4).
 fn values(n: usize, seed: u64) -> Vec<f32> {

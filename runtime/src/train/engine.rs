@@ -16,14 +16,14 @@
 
 use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Recompute};
 
-use super::activation::Activation;
-use super::attention::{self, Grads, Heads};
-use super::blas::Blas;
-use super::cuda::{Arg, Buf, Gpu};
-use super::dist::{self, Comm};
+use crate::device::activation::Activation;
+use crate::device::attention::{self, Grads, Heads};
+use crate::device::blas::Blas;
+use crate::device::cuda::{Arg, Buf, Gpu};
+use crate::device::dist::{self, Comm};
 use super::model::{self, Dims, Params, Stage};
-use super::rows::{self, norm_partials, NormGrads, NormSaved, Norms, CHUNK_ROWS};
-use super::trail;
+use crate::device::rows::{self, norm_partials, NormGrads, NormSaved, Norms, CHUNK_ROWS};
+use crate::device::trail;
 use crate::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use planc_simulator::program::Payload;
@@ -200,7 +200,7 @@ pub struct Engine {
     rope_cos: Buf,
     rope_sin: Buf,
     /// Tracing: (name, event) marks; each span runs to the next mark.
-    pub marks: Option<Vec<(String, super::cuda::Event)>>,
+    pub marks: Option<Vec<(String, crate::device::cuda::Event)>>,
     /// The tensor-parallel group's communicator (None on one rank of it).
     pub tpc: Option<Arc<Comm>>,
     /// NCCL's name for the activations' element type.

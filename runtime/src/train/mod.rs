@@ -1,25 +1,16 @@
-//! `planc run`: trains the plan's model on the local GPU. `model` is the parameter table,
-//! `data` the token stream, `checkpoint` the Hugging Face checkpoints, `cuda` and `blas`
-//! the device (kernels from `kernels.cu`, compiled with NVRTC, and cuBLAS products),
-//! `attention` the fused (flash) attention's launches, `rows` the norms' and `activation`
-//! the MLP activation's, `engine` the memory plan and the passes, `step` the loop that
-//! executes the step's program, `stop` when a run ends early (divergence, a preemption
+//! `planc run`: trains the plan's model on the local GPU (the device it runs on is
+//! `crate::device`). `model` is the parameter table, `data` the token stream, `checkpoint`
+//! the Hugging Face checkpoints, `engine` the memory plan and the passes, `step` the loop
+//! that executes the step's program, `stop` when a run ends early (divergence, a preemption
 //! signal) and how its ranks agree on it, `predict` what planc expects of the run.
 
-pub mod activation;
-pub mod attention;
-pub mod blas;
 pub mod checkpoint;
-pub mod cuda;
 pub mod data;
-pub mod dist;
 pub mod engine;
 pub mod model;
 pub mod predict;
-pub mod rows;
 pub mod step;
 pub mod stop;
-pub mod trail;
 
 use sha2::{Digest, Sha256};
 

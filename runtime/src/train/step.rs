@@ -18,14 +18,14 @@ use planc_simulator::schedule::Pass;
 use planc_simulator::schedule::ScheduleKind;
 use serde::Serialize;
 
-use super::cuda::Buf;
-use super::cuda::Gpu;
-use super::dist::{self, Comm, World};
+use crate::device::cuda::Buf;
+use crate::device::cuda::Gpu;
+use crate::device::dist::{self, Comm, World};
 use super::engine::HostBatch;
 use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
 use super::stop::{self, Verdict};
-use super::trail;
+use crate::device::trail;
 use super::{checkpoint, data, predict};
 use crate::RunError;
 
@@ -444,9 +444,9 @@ pub fn train(
         return Err(RunError::Plan(format!(
             "the plan needs {:.1} GiB per GPU (predicted), this {} has {:.1} GiB; run fewer \
              layers with `--layers K` to measure the per-layer truth (K = {} fits)",
-            prediction.peak_bytes / super::cuda::GIB,
+            prediction.peak_bytes / crate::device::cuda::GIB,
             gpu.name,
-            total as f64 / super::cuda::GIB,
+            total as f64 / crate::device::cuda::GIB,
             prediction.layers_that_fit(total as f64 * 0.9).max(1)
         )));
     }

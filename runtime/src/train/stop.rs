@@ -185,7 +185,7 @@ pub fn culprit(params: &Params, weights: &[f32], grads: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::dist;
+    use crate::device::dist;
     use super::*;
 
     /// The scalars of every rank after the sums `scalar_sums` lists, each over the groups

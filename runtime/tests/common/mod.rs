@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses its part
 
 use planc_compiler::plan::Precision;
-use planc_runtime::train::cuda::{Buf, Gpu};
+use planc_runtime::device::cuda::{Buf, Gpu};
 use planc_runtime::RunError;
 
 /// A tiny deterministic generator (xorshift).
