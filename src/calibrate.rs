@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use planc_compiler::plan::Precision;
-use planc_runtime::calibrate::{calibrate, Profile};
+use planc_runtime::probe::calibrate::{calibrate, Profile};
 use planc_runtime::RunError;
 
 use crate::output;

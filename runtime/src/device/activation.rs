@@ -5,7 +5,7 @@
 use planc_compiler::plan::Mlp;
 
 use super::cuda::{Arg, Buf, Gpu};
-use crate::RunError;
+use crate::error::RunError;
 
 type Res = Result<(), RunError>;
 

@@ -12,7 +12,7 @@
 //! reference closely) runs the scalar kernels, one warp a row.
 
 use super::cuda::{Arg, Buf, Gpu};
-use crate::RunError;
+use crate::error::RunError;
 
 type Res = Result<(), RunError>;
 

@@ -15,7 +15,7 @@ use cudarc::cublas::sys::{
 use planc_compiler::plan::Precision;
 
 use super::cuda::{Buf, Gpu};
-use crate::RunError;
+use crate::error::RunError;
 
 pub struct Blas {
     handle: cublasHandle_t,

@@ -14,7 +14,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use planc_compiler::plan::Precision;
 
-use crate::RunError;
+use crate::error::RunError;
 
 pub fn err(e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("{e:?}"))

@@ -20,7 +20,7 @@ use planc_compiler::plan::Precision;
 
 use super::cuda::Buf;
 use super::trail;
-use crate::RunError;
+use crate::error::RunError;
 
 /// This process's place in the run.
 #[derive(Clone, Debug, PartialEq, Eq)]

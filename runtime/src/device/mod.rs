@@ -15,3 +15,14 @@ pub mod cuda;
 pub mod dist;
 pub mod rows;
 pub mod trail;
+
+/// GPUs the CUDA driver shows here; 0 without a driver.
+pub fn local_gpu_count() -> usize {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return 0;
+    }
+    cudarc::driver::CudaContext::device_count()
+        .unwrap_or(0)
+        .max(0) as usize
+}

@@ -4,7 +4,7 @@
 //! kernels with the same grids.
 
 use super::cuda::{Arg, Buf, Gpu};
-use crate::RunError;
+use crate::error::RunError;
 
 type Res = Result<(), RunError>;
 

@@ -16,15 +16,15 @@
 
 use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Recompute};
 
+use super::model::{self, Dims, Params, Stage};
 use crate::device::activation::Activation;
 use crate::device::attention::{self, Grads, Heads};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::dist::{self, Comm};
-use super::model::{self, Dims, Params, Stage};
 use crate::device::rows::{self, norm_partials, NormGrads, NormSaved, Norms, CHUNK_ROWS};
 use crate::device::trail;
-use crate::RunError;
+use crate::error::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use planc_simulator::program::Payload;
 use std::sync::Arc;

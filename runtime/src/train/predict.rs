@@ -3,9 +3,10 @@
 //! and planc's own kernels (`job.framework = planc`), by the cost model and the simulator
 //! that `planc check` uses.
 
+use planc_compiler::catalog::Catalog;
 use planc_compiler::cost::estimate;
 use planc_compiler::cost::kinds::{stage_by_kind, WorkKind};
-use planc_compiler::plan::Plan;
+use planc_compiler::plan::{Gpu, Plan};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -89,7 +90,7 @@ fn with_wait(plan: &Plan, mut kinds: ByKind, step: Option<f64>) -> ByKind {
 
 pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     let mut p = plan.clone();
-    let mut gpu = crate::catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
+    let mut gpu = catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
     // Without a measured profile of this device, planc's shipped one for it (said so in
     // the prediction's profile note): the constants do not describe planc's kernels.
     if gpu.profile.is_none() {
@@ -130,6 +131,25 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
         per_layer,
         fixed: st.total_bytes - per_layer * p.model.layers as f64,
     }
+}
+
+/// The catalog GPU that describes the local device: the plan's own when it is the same
+/// family, else the catalog entry of the device's family (predictions must be for the card
+/// that runs them), else the plan's with a note in the report.
+pub fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
+    let family = |name: &str| name.split('_').next().unwrap_or(name).to_ascii_uppercase();
+    let device_upper = device.to_ascii_uppercase();
+    if device_upper.contains(&family(&plan_gpu.name)) {
+        return plan_gpu.clone();
+    }
+    Catalog::builtin()
+        .gpus
+        .iter()
+        .map(|(_, g)| g)
+        .filter(|g| device_upper.contains(&family(&g.name)))
+        .max_by(|a, b| a.memory.total_cmp(&b.memory))
+        .cloned()
+        .unwrap_or_else(|| plan_gpu.clone())
 }
 
 #[cfg(test)]

@@ -18,16 +18,16 @@ use planc_simulator::schedule::Pass;
 use planc_simulator::schedule::ScheduleKind;
 use serde::Serialize;
 
-use crate::device::cuda::Buf;
-use crate::device::cuda::Gpu;
-use crate::device::dist::{self, Comm, World};
 use super::engine::HostBatch;
 use super::engine::{Dir, Engine, MemoryPlan, Shape};
 use super::model::{Dims, Params, Stage, TpMap};
 use super::stop::{self, Verdict};
-use crate::device::trail;
 use super::{checkpoint, data, predict};
-use crate::RunError;
+use crate::device::cuda::Buf;
+use crate::device::cuda::Gpu;
+use crate::device::dist::{self, Comm, World};
+use crate::device::trail;
+use crate::error::RunError;
 
 /// What the command line adds to the plan.
 #[derive(Clone, Debug, Default)]

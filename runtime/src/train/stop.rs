@@ -185,8 +185,8 @@ pub fn culprit(params: &Params, weights: &[f32], grads: &[f32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::device::dist;
     use super::*;
+    use crate::device::dist;
 
     /// The scalars of every rank after the sums `scalar_sums` lists, each over the groups
     /// of its axis as the communicators are made.

@@ -20,7 +20,7 @@ use planc_compiler::cost::time::placement;
 use planc_compiler::plan::Plan;
 use planc_compiler::profile::OverlapPoint;
 
-use crate::RunError;
+use crate::error::RunError;
 
 fn cuda(e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("{e:?}"))
@@ -141,7 +141,7 @@ impl Collectives {
             let c = ps.alloc_zeros::<bf16>(m * n).map_err(cuda)?;
             gemms.push((ps, blas, a, b, c));
         }
-        let cfg = crate::gpu::config(m, n, k, bf16::from_f32);
+        let cfg = super::gpu::config(m, n, k, bf16::from_f32);
         let products = |gemms: &mut Vec<_>| -> Result<(), RunError> {
             for (_, blas, a, b, c) in gemms.iter_mut() {
                 let (blas, a, b, c): (

@@ -12,7 +12,7 @@ use planc_compiler::plan::Precision;
 
 use crate::device::blas::Blas;
 use crate::device::cuda::{Buf, Gpu};
-use crate::RunError;
+use crate::error::RunError;
 
 /// Rows and width of the square products that load the GPU.
 const SIDE: usize = 8192;

@@ -5,23 +5,23 @@
 //! cost model's constants stand in for, with provenance.
 //!
 //! Each figure is the median of timed repeats after warm-up, on random data; the
-//! attention's behind sustained load, at the clock training runs it at ([`crate::load`]).
+//! attention's behind sustained load, at the clock training runs it at ([`super::load`]).
 
 use std::time::Instant;
 
 use planc_compiler::cost::ops::activation_bytes;
 use planc_compiler::plan::{Gpu as CatalogGpu, Mlp, Precision};
 
-use crate::collectives::Collectives;
-use crate::gpu::Runner;
-use crate::load::Load;
+use super::collectives::Collectives;
+use super::gpu::Runner;
+use super::load::Load;
 use crate::device::activation::Activation;
 use crate::device::attention::{self, Grads, Heads};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
-use crate::train::engine::softmax_causal_fwd;
 use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
-use crate::RunError;
+use crate::error::RunError;
+use crate::train::engine::softmax_causal_fwd;
 use planc_compiler::cost::comm::Collective;
 use planc_compiler::profile::SEND_RECV;
 
@@ -102,7 +102,7 @@ pub fn calibrate(
     let started = Instant::now();
     let mut runner = Runner::open(precision)?;
     let device = runner.device_name.clone();
-    let catalog = crate::catalog_gpu_for(&runner.device_name, &fallback_gpu());
+    let catalog = crate::train::predict::catalog_gpu_for(&runner.device_name, &fallback_gpu());
     let peak = catalog.peak(precision).unwrap_or(f64::NAN);
     let n_gpus = gpus.unwrap_or(runner.gpu_count).min(runner.gpu_count);
     let grid = gemm_grid();

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError
 use half::{bf16, f16};
 use planc_compiler::plan::Precision;
 
-use crate::RunError;
+use crate::error::RunError;
 
 fn cuda(e: DriverError) -> RunError {
     RunError::Cuda(e.to_string())
