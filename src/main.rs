@@ -8,6 +8,7 @@ mod load;
 mod lsp;
 mod output;
 mod render;
+mod report;
 mod run;
 mod simulate;
 mod solve;
@@ -82,6 +83,35 @@ enum Command {
         #[arg(long)]
         force: bool,
         /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
+    },
+    /// Write one self-contained HTML page of the plan, to show people who will not read a
+    /// terminal.
+    ///
+    /// The page holds the summary numbers (step time, tokens/s, MFU, compute, exposed
+    /// communication, bubble), the simulated timeline per pipeline stage (zoomable; a step
+    /// of many micro-batches has its repeating steady state folded into one labelled band),
+    /// memory per stage as stacked bars against the GPU's capacity, the solver's candidates
+    /// and Pareto front with the chosen layout marked (when the plan has `auto` holes), and
+    /// the diagnostics with their source lines. CSS, JavaScript and SVG are inline: the
+    /// file opens offline and can be sent as it is. A plan with errors still gets its page
+    /// (the diagnostics), with exit status 1. Files are never overwritten unless --force.
+    ///
+    /// Examples:
+    ///   planc report examples/gpt3-175b-batch4096.tp              (gpt3-175b-batch4096.report.html)
+    ///   planc report examples/llama3-70b-solve.tp -o solve.html --force
+    #[command(verbatim_doc_comment)]
+    Report {
+        /// The plan file (`.tp`).
+        file: PathBuf,
+        /// Where to write the page (default: <plan name>.report.html in the current folder).
+        #[arg(short = 'o', long = "out", value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
+        /// When to colour the diagnostics printed to the terminal.
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
     },
@@ -378,6 +408,12 @@ fn main() -> ExitCode {
             force,
             color_choice(color),
         ),
+        Command::Report {
+            file,
+            out,
+            force,
+            color,
+        } => report::run(&file, out.as_deref(), force, color_choice(color)),
         Command::Solve {
             file,
             format,

@@ -35,7 +35,7 @@ fn gib(b: f64) -> f64 {
     b / (1u64 << 30) as f64
 }
 
-fn peak_bytes(c: &Candidate) -> f64 {
+pub(crate) fn peak_bytes(c: &Candidate) -> f64 {
     c.estimate.stages[c.estimate.peak_stage].memory.total_bytes
 }
 
@@ -59,15 +59,20 @@ fn candidate_json(rank: usize, c: &Candidate) -> serde_json::Value {
     })
 }
 
-/// One line when `job.framework` kept a better layout out: which, how much better, and why.
-fn left_out_line(s: &Solution) -> Option<String> {
-    let l = s.left_out.as_ref()?;
-    let c = &l.candidate;
+/// A layout in one line of words: `tp=4 pp=1 dp=8 ... recompute=none`.
+pub(crate) fn layout_words(c: &Candidate) -> String {
     let p = &c.plan.parallel;
-    let named = format!(
+    format!(
         "tp={} pp={} dp={} cp={} ep={} vpp={} mb={} {} zero={} recompute={}",
         p.tp, p.pp, p.dp, p.cp, p.ep, p.vpp, p.micro_batch, p.schedule, p.zero, p.recompute
-    );
+    )
+}
+
+/// One line when `job.framework` kept a better layout out: which, how much better, and why.
+pub(crate) fn left_out_line(s: &Solution) -> Option<String> {
+    let l = s.left_out.as_ref()?;
+    let c = &l.candidate;
+    let named = layout_words(c);
     let than = match s.best() {
         Some(best) => format!(
             "{:.3} s a step against {:.3} s",
@@ -81,7 +86,7 @@ fn left_out_line(s: &Solution) -> Option<String> {
     ))
 }
 
-fn search_line(s: &Solution) -> String {
+pub(crate) fn search_line(s: &Solution) -> String {
     let rejected: usize = s.rejected.iter().map(|(_, n)| *n).sum();
     let rate = s.layouts as f64 / s.elapsed.as_secs_f64().max(1e-9);
     format!(

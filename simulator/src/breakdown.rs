@@ -49,22 +49,18 @@ pub fn busiest(ranks: &[Breakdown]) -> Breakdown {
 /// drain, and a slower stage's pace).
 pub fn per_rank(sg: &StepGraph, run: &Run) -> Vec<Breakdown> {
     let g = &sg.graph;
-    let mut lanes: Vec<Vec<NodeIndex>> = vec![Vec::new(); sg.ranks as usize];
     let mut compute = vec![0.0f64; sg.ranks as usize];
     for n in g.node_indices() {
         let t = &g[n];
-        if t.lane == Lane::Compute {
-            lanes[t.rank as usize].push(n);
-            if !t.is_comm() {
-                compute[t.rank as usize] += t.duration - t.comm;
-            }
+        if t.lane == Lane::Compute && !t.is_comm() {
+            compute[t.rank as usize] += t.duration - t.comm;
         }
     }
-    lanes
+    lanes(sg)
         .into_iter()
         .enumerate()
-        .map(|(rank, mut lane)| {
-            let (comm, bubble) = waits(sg, run, &mut lane);
+        .map(|(rank, lane)| {
+            let (comm, bubble) = waits(sg, run, lane);
             Breakdown {
                 rank: rank as u32,
                 step_s: run.step_s,
@@ -77,16 +73,132 @@ pub fn per_rank(sg: &StepGraph, run: &Run) -> Vec<Breakdown> {
 }
 
 /// The gaps of one rank's compute lane, as (waiting on its links, waiting for other ranks).
-fn waits(sg: &StepGraph, run: &Run, lane: &mut [NodeIndex]) -> (f64, f64) {
+fn waits(sg: &StepGraph, run: &Run, lane: Vec<NodeIndex>) -> (f64, f64) {
     let g = &sg.graph;
-    lane.sort_by(|a, b| run.start[a.index()].total_cmp(&run.start[b.index()]));
     let mut comm = 0.0;
     let mut bubble = 0.0;
     let mut cursor = 0.0;
-    for &n in lane.iter() {
-        let t = &g[n];
-        let gap = run.start[n.index()] - cursor;
-        if gap > 0.0 {
+    for (n, gap) in stream(sg, run, lane) {
+        if let Some(gap) = gap {
+            let covered: f64 = gap.cover.iter().map(|(a, b)| b - a).sum();
+            comm += covered;
+            bubble += gap.to - gap.from - covered;
+        }
+        comm += g[n].comm;
+        cursor = f64::max(cursor, run.end[n.index()]);
+    }
+    bubble += (run.step_s - cursor).max(0.0);
+    (comm, bubble)
+}
+
+/// What a rank's compute stream is doing: computing, communicating where the rank
+/// waits for it (a pass's in-layer collectives, a transfer a pass waits on), or idle
+/// in the pipeline bubble.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Use {
+    Compute,
+    Comm,
+    Bubble,
+}
+
+/// A stretch of a rank's compute stream; `task` is the pass or optimizer step it belongs
+/// to (`None` for waiting).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Piece {
+    pub start: f64,
+    pub end: f64,
+    pub what: Use,
+    pub task: Option<NodeIndex>,
+}
+
+/// A rank's compute stream from the step's start to its end, cut the way [`per_rank`]
+/// counts it: timelines draw these pieces, so the picture and the numbers agree.
+pub fn compute_stream(sg: &StepGraph, run: &Run, rank: u32) -> Vec<Piece> {
+    let g = &sg.graph;
+    let lane = g
+        .node_indices()
+        .filter(|&n| g[n].lane == Lane::Compute && g[n].rank == rank)
+        .collect();
+    pieces_of(sg, run, lane)
+}
+
+/// [`compute_stream`] of every rank, in rank order (one pass over the graph).
+pub fn compute_streams(sg: &StepGraph, run: &Run) -> Vec<Vec<Piece>> {
+    lanes(sg)
+        .into_iter()
+        .map(|lane| pieces_of(sg, run, lane))
+        .collect()
+}
+
+fn pieces_of(sg: &StepGraph, run: &Run, lane: Vec<NodeIndex>) -> Vec<Piece> {
+    let g = &sg.graph;
+    let mut pieces = Vec::new();
+    let mut cursor = 0.0;
+    for (n, gap) in stream(sg, run, lane) {
+        if let Some(gap) = gap {
+            let mut from = gap.from;
+            for &(a, b) in &gap.cover {
+                if a > from {
+                    pieces.push(piece(from, a, Use::Bubble, None));
+                }
+                pieces.push(piece(a, b, Use::Comm, None));
+                from = b;
+            }
+            if gap.to > from {
+                pieces.push(piece(from, gap.to, Use::Bubble, None));
+            }
+        }
+        let (start, end, comm) = (run.start[n.index()], run.end[n.index()], g[n].comm);
+        pieces.push(piece(start, end - comm, Use::Compute, Some(n)));
+        if comm > 0.0 {
+            pieces.push(piece(end - comm, end, Use::Comm, Some(n)));
+        }
+        cursor = f64::max(cursor, end);
+    }
+    if run.step_s > cursor {
+        pieces.push(piece(cursor, run.step_s, Use::Bubble, None));
+    }
+    pieces
+}
+
+fn piece(start: f64, end: f64, what: Use, task: Option<NodeIndex>) -> Piece {
+    Piece {
+        start,
+        end,
+        what,
+        task,
+    }
+}
+
+/// Idle time on a compute stream before a task, and the parts of it that communication
+/// the task waited for covered (sorted, disjoint).
+struct Gap {
+    from: f64,
+    to: f64,
+    cover: Vec<(f64, f64)>,
+}
+
+/// Every rank's compute-stream tasks, in graph order.
+fn lanes(sg: &StepGraph) -> Vec<Vec<NodeIndex>> {
+    let g = &sg.graph;
+    let mut lanes: Vec<Vec<NodeIndex>> = vec![Vec::new(); sg.ranks as usize];
+    for n in g.node_indices() {
+        if g[n].lane == Lane::Compute {
+            lanes[g[n].rank as usize].push(n);
+        }
+    }
+    lanes
+}
+
+/// A compute stream's tasks in order of start, each with the gap before it.
+fn stream(sg: &StepGraph, run: &Run, mut lane: Vec<NodeIndex>) -> Vec<(NodeIndex, Option<Gap>)> {
+    let g = &sg.graph;
+    lane.sort_by(|a, b| run.start[a.index()].total_cmp(&run.start[b.index()]));
+    let mut out = Vec::with_capacity(lane.len());
+    let mut cursor = 0.0;
+    for n in lane {
+        let start = run.start[n.index()];
+        let gap = (start - cursor > 0.0).then(|| {
             // The predecessor that finished last is what this pass waited for. When it is
             // communication, the rank waited on the network for as long as that transfer
             // and the communication it queued behind (a chain of parameter-gather buckets,
@@ -94,23 +206,25 @@ fn waits(sg: &StepGraph, run: &Run, lane: &mut [NodeIndex]) -> (f64, f64) {
             let cause = g
                 .neighbors_directed(n, Direction::Incoming)
                 .max_by(|a, b| run.end[a.index()].total_cmp(&run.end[b.index()]));
-            let waited_on_link = match cause {
-                Some(c) if g[c].is_comm() => comm_cover(sg, run, c, cursor, run.start[n.index()]),
-                _ => 0.0,
+            let cover = match cause {
+                Some(c) if g[c].is_comm() => comm_cover(sg, run, c, cursor, start),
+                _ => Vec::new(),
             };
-            comm += waited_on_link;
-            bubble += gap - waited_on_link;
-        }
-        comm += t.comm;
-        cursor = cursor.max(run.end[n.index()]);
+            Gap {
+                from: cursor,
+                to: start,
+                cover,
+            }
+        });
+        out.push((n, gap));
+        cursor = f64::max(cursor, run.end[n.index()]);
     }
-    bubble += (run.step_s - cursor).max(0.0);
-    (comm, bubble)
+    out
 }
 
-/// How much of `[from, to]` is covered by `last` and the communication tasks it waited for
-/// (its predecessors through communication only).
-fn comm_cover(sg: &StepGraph, run: &Run, last: NodeIndex, from: f64, to: f64) -> f64 {
+/// The parts of `[from, to]` covered by `last` and the communication tasks it waited for
+/// (its predecessors through communication only), sorted and disjoint.
+fn comm_cover(sg: &StepGraph, run: &Run, last: NodeIndex, from: f64, to: f64) -> Vec<(f64, f64)> {
     let g = &sg.graph;
     let mut intervals = Vec::new();
     let mut stack = vec![last];
@@ -126,11 +240,12 @@ fn comm_cover(sg: &StepGraph, run: &Run, last: NodeIndex, from: f64, to: f64) ->
         );
     }
     intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (mut covered, mut reach) = (0.0, from);
+    let mut covered = Vec::new();
+    let mut reach = from;
     for (start, end) in intervals {
         let start = start.max(reach);
         if end > start {
-            covered += end - start;
+            covered.push((start, end));
             reach = end;
         }
     }

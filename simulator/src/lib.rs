@@ -16,6 +16,7 @@ pub mod breakdown;
 pub mod contention;
 pub mod deadlock;
 pub mod engine;
+pub mod fold;
 pub mod graph;
 pub mod label;
 pub mod lower;
