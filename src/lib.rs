@@ -1,4 +1,5 @@
-//! The `planc` command line.
+//! The `planc` command line, as a library: the binary (`src/bin/planc.rs`) and the Python
+//! module (`python/`) run the same `main_with_args`, so both accept the same commands.
 
 mod calibrate;
 mod emit;
@@ -370,15 +371,15 @@ enum Color {
     Never,
 }
 
-fn main() -> ExitCode {
-    // `planc check --format json | head` must end quietly when `head` stops reading, as
-    // other Unix tools do, rather than panic in println! on a closed pipe.
-    #[cfg(unix)]
-    // SAFETY: restoring the default disposition of one signal, before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-    let cli = match Cli::try_parse() {
+/// Runs the command line `args` (the program's name first, as `std::env::args_os` gives
+/// it) and returns its exit status; what it prints goes to this process's standard output
+/// and error.
+pub fn main_with_args<I, T>(args: I) -> ExitCode
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
