@@ -167,3 +167,16 @@ fn simulate_svg_folds_the_same_steady_state() {
     // The uniform stripe of before drew every one of the ~33 000 tasks.
     assert!(picture.matches("<rect").count() < 10_000);
 }
+
+#[test]
+fn a_plan_without_a_valid_layout_says_so_on_its_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, html) = report(
+        "examples/infeasible-llama2-13b-t4.tp",
+        &dir.path().join("i.html"),
+    );
+    assert_eq!(run.code, 1, "{}", run.transcript());
+    assert!(html.contains("No valid layout"));
+    assert!(html.contains("error[P0801]"), "the rules that conflict");
+    assert!(!html.contains(r#"class="pareto""#));
+}

@@ -99,7 +99,8 @@
           ticks.appendChild(line);
           var text = document.createElementNS(SVG, "text");
           text.setAttribute("x", x); text.setAttribute("y", tickBottom + 14);
-          text.setAttribute("text-anchor", "middle");
+          // The label at the plot's left edge starts there rather than centring off it.
+          text.setAttribute("text-anchor", (x - left) * view.zoom < 20 ? "start" : "middle");
           text.setAttribute("transform", "translate(" + x + " 0) scale(" + 1 / view.zoom + " 1) translate(" + -x + " 0)");
           text.textContent = (t * unit).toFixed(digits) + (span < 1 ? " ms" : " s");
           ticks.appendChild(text);
