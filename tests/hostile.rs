@@ -233,6 +233,13 @@ fn hostile_files_never_abort_and_every_error_is_located() {
         ]);
         no_panic(name, &emit);
         assert_eq!(emit.code, human.code, "{name}: {}", emit.stderr);
+        // The page is written whatever the plan, its diagnostics escaped.
+        let page = dir.path().join(format!("{name}.html"));
+        let html = planc(&["report", p, "-o", page.to_str().unwrap()]);
+        no_panic(name, &html);
+        assert_eq!(html.code, human.code, "{name}: {}", html.stderr);
+        let text = std::fs::read_to_string(&page).unwrap_or_default();
+        assert!(text.contains(r#"data-report="loading""#), "{name}: a page");
         // Debug build, six commands: a hostile file must not take long either.
         assert!(
             started.elapsed().as_secs() < 60,
