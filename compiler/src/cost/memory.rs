@@ -56,6 +56,15 @@ pub fn stage_params(plan: &Plan, stage: u64) -> f64 {
     total
 }
 
+/// Of [`stage_layer_params`], the linear layers' weights (what runs in fp8): all but the
+/// norms and the routers.
+pub fn stage_linear_params(plan: &Plan, stage: u64) -> f64 {
+    let lp = layer_params(&plan.model);
+    let layers = plan.stage_layers(stage) as f64;
+    let moe = plan.stage_moe_layers(stage) as f64;
+    stage_layer_params(plan, stage) - layers * lp.norms - moe * lp.router
+}
+
 /// Parameters of stage `stage`'s transformer layers on one GPU (its MoE and dense layers).
 pub fn stage_layer_params(plan: &Plan, stage: u64) -> f64 {
     let moe = plan.stage_moe_layers(stage);
@@ -168,13 +177,22 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
         return 2.0 * sbh / shard * elem;
     }
     let dropout = plan.train.dropout > 0.0;
-    // Sequence-parallel-shardable: norm inputs, QKV and FC1 inputs (8·sbh; an MoE layer's
-    // router input in the FC1 input's place), and with dropout its two 1-byte masks (2·sbh
-    // in Table 2's 2-byte units).
-    let replicated = if dropout { 10.0 } else { 8.0 } * sbh;
+    // The inputs the fp8 products keep for their weight gradients take one byte where
+    // Table 2 counts two (`cost::fp8`): the QKV, FC1, attention-output and FC2 inputs.
+    let fp8 = if super::fp8::keeps_fp8_inputs(plan) {
+        0.5
+    } else {
+        1.0
+    };
+    // Sequence-parallel-shardable: norm inputs (4·sbh), QKV and FC1 inputs (4·sbh; an MoE
+    // layer's router input in the FC1 input's place), and with dropout its two 1-byte masks
+    // (2·sbh in Table 2's 2-byte units).
+    let replicated = (if dropout { 6.0 } else { 4.0 } + 4.0 * fp8) * sbh;
+    // The MLP's intermediates: FC1's output (the activation's input) and the activation's
+    // output, FC2's input.
     let mid = |f: f64| match m.mlp {
-        Mlp::Gelu => 4.0 * s * b * f,
-        Mlp::Swiglu => 6.0 * s * b * f,
+        Mlp::Gelu => (2.0 + 2.0 * fp8) * s * b * f,
+        Mlp::Swiglu => (4.0 + 2.0 * fp8) * s * b * f,
     };
     let replicated_div = if p.sequence_parallel { t } else { 1.0 };
     // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
@@ -188,15 +206,19 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
         // sequence-parallel shard in backward, as the dense MLP's.
         let rows = m.top_k as f64 * super::ops::expert_load_factor(plan);
         let shared = (m.shared_experts * m.expert_ffn_hidden) as f64;
-        let shared_in = if m.shared_experts > 0 { 2.0 * sbh } else { 0.0 };
+        let shared_in = if m.shared_experts > 0 {
+            2.0 * fp8 * sbh
+        } else {
+            0.0
+        };
         (
             mid(m.expert_ffn_hidden as f64 * rows) + mid(shared),
-            2.0 * sbh * rows + (2.0 * sbh * rows + shared_in) / replicated_div,
+            2.0 * fp8 * sbh * rows + (2.0 * sbh * rows + shared_in) / replicated_div,
         )
     } else {
         (mid(m.ffn_hidden as f64), 0.0)
     };
-    let split = qkv + attn_out + mlp_mid;
+    let split = qkv + fp8 * attn_out + mlp_mid;
     // The s×s attention matrix: the softmax output (2), and with dropout its mask (1) and
     // the dropped probabilities (2); gone with flash attention or selective recompute.
     let a = m.heads as f64;
@@ -317,6 +339,17 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
         // Gathered parameters of the layer in use and the one prefetched.
         let lp = layer_params(m);
         other += 2.0 * lp.total(m.experts / p.ep.max(1)) / p.tp as f64 * w;
+    }
+    if super::fp8::on(plan) {
+        // The fp8 copies of the linear layers' weights and their transposes, cached for the
+        // step: the stage's (ZeRO-3: the gathered layers', under `other`).
+        let cache = super::fp8::WEIGHT_CACHE_BYTES * stage_linear_params(plan, stage);
+        if p.zero >= 3 {
+            let layers = plan.stage_layers(stage).max(1) as f64;
+            other += 2.0 * cache / layers;
+        } else {
+            weights_on_gpu += cache;
+        }
     }
     let total = weights_on_gpu + gradients + optimizer + activations + other;
     StageMemory {

@@ -67,6 +67,10 @@ pub enum OpKind {
     /// q, k and v heads-major: `bytes` in forward, `backward_bytes` in backward (not
     /// twice the forward's, as a kernel's backward usually is).
     Layout { bytes: f64, backward_bytes: f64 },
+    /// fp8 casts (and transposes) around a product that runs in fp8 (`cost::fp8`): `bytes`
+    /// in forward (its input, and its share of the weights' cast), `backward_bytes` in
+    /// backward (its output gradient).
+    Cast { bytes: f64, backward_bytes: f64 },
     /// A collective over `bytes`: the full buffer the group exchanges, but for an
     /// all-to-all the buffer each rank sends (its own, nccl-tests' size).
     Collective {
@@ -155,11 +159,17 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     };
     let tp_comm = |ops: &mut Vec<Op>, name, c: Collective| {
         if p.tp > 1 {
+            // The norm's output is gathered in fp8 before the fp8 products (`cost::fp8`).
+            let bytes = if c == Collective::AllGather {
+                act / e * super::fp8::gathered_bytes(plan)
+            } else {
+                act
+            };
             ops.push(op(
                 name,
                 OpKind::Collective {
                     op: c,
-                    bytes: act,
+                    bytes,
                     group: Group::Tp,
                 },
             ));
@@ -314,6 +324,10 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             bytes: 4.0 * act / sp,
         },
     ));
+    if super::fp8::on(plan) {
+        let casts = super::fp8::casts(plan, &ops);
+        ops.extend(casts);
+    }
     ops
 }
 

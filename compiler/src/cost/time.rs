@@ -54,7 +54,34 @@ pub struct Device<'a> {
     pub precision: Precision,
 }
 
-impl Device<'_> {
+impl<'a> Device<'a> {
+    /// The device as the 16-bit kernels of an fp8 plan see it: under `precision = fp8` only
+    /// the linear layers' products run in fp8 (`cost::fp8`); attention, the output layer and
+    /// every memory-bound pass keep bf16 (and a bf16 profile prices them).
+    pub fn sixteen_bit(&self) -> Device<'a> {
+        Device {
+            gpu: self.gpu,
+            precision: if self.precision == Precision::Fp8 {
+                Precision::Bf16
+            } else {
+                self.precision
+            },
+        }
+    }
+
+    /// The device that runs the layer operation `name`: fp8 for the products that run in
+    /// fp8, 16-bit for the rest.
+    fn for_op(&self, name: &str) -> Device<'a> {
+        if super::fp8::runs_in_fp8(name) {
+            Device {
+                gpu: self.gpu,
+                precision: self.precision,
+            }
+        } else {
+            self.sixteen_bit()
+        }
+    }
+
     fn peak(&self) -> f64 {
         self.gpu
             .peak(self.precision)
@@ -338,6 +365,7 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     let mut attention_compute = 0.0;
     let mut ring = 0.0;
     for o in ops {
+        let dev = &dev.for_op(o.name);
         match &o.kind {
             OpKind::StandardAttention {
                 batch_heads,
@@ -374,9 +402,9 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 attention_compute += x;
                 t.flops += flops;
             }
-            OpKind::Memory { bytes } | OpKind::Layout { bytes, .. } => {
-                t.compute += dev.memory(*bytes)
-            }
+            OpKind::Memory { bytes }
+            | OpKind::Layout { bytes, .. }
+            | OpKind::Cast { bytes, .. } => t.compute += dev.memory(*bytes),
             OpKind::Norm {
                 bytes,
                 width,
@@ -496,6 +524,8 @@ pub(crate) fn layer_backward(
 /// MLP activation's where a profile measured them, and the layout changes' own.
 fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     let mut extra = PassTime::default();
+    // None of them is an fp8 product.
+    let dev = &dev.sixteen_bit();
     for o in ops {
         match o.kind {
             OpKind::FlashAttention {
@@ -509,6 +539,10 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 extra.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
             }
             OpKind::Layout {
+                bytes,
+                backward_bytes,
+            }
+            | OpKind::Cast {
                 bytes,
                 backward_bytes,
             } => {

@@ -148,7 +148,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: Some("one expert's product timed, times the local experts".into()),
                 }
             }
-            OpKind::Memory { bytes } | OpKind::Layout { bytes, .. } => Measured {
+            OpKind::Memory { bytes }
+            | OpKind::Layout { bytes, .. }
+            | OpKind::Cast { bytes, .. } => Measured {
                 name: op.name,
                 kind: "memory",
                 shape: format!("{:.0} B", bytes),

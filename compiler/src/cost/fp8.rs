@@ -1,0 +1,258 @@
+//! fp8 training (`train.precision = fp8`) as Transformer Engine runs it under Megatron-Core
+//! and NeMo: which products run in fp8, the casts around them, and the memory of the fp8
+//! copies.
+//!
+//! - **In fp8**: the transformer layers' linear layers (TE's `Linear`, `LayerNormLinear`,
+//!   `LayerNormMLP`, `GroupedLinear`): each product's forward and both of its backward
+//!   products (input and weight gradients), at the device's fp8 peak. Weights and inputs are
+//!   E4M3, gradients E5M2 (`Format.HYBRID`, the default of TE's `DelayedScaling`,
+//!   `transformer_engine/common/recipe/__init__.py`).
+//! - **In bf16**: the attention core (`fp8_dpa = False` by default in the same recipe: "FP8
+//!   DPA" is opt-in), the output layer (Megatron-Core builds it as its own
+//!   `tensor_parallel.ColumnParallelLinear`, not a TE module, unless MXFP8 is on:
+//!   `megatron/core/models/gpt/gpt_model.py`, `output_layer_cls`, at d98e8a64dd), the
+//!   router, norms, activations and every memory-bound pass: they keep bf16 tensors.
+//! - **Casts** (memory-bound passes, each with its amax reduced in the same kernel): a
+//!   product's input is quantized to fp8 with a transposed copy for the weight gradient
+//!   (Hopper's fp8 products take both operands K-major): read 2 bytes, write 1 + 1. Where the
+//!   norm before the product writes fp8 itself (`LayerNormLinear`, `LayerNormMLP`'s first
+//!   product: `apply_normalization` with the input quantizer, `module/layernorm_linear.py`)
+//!   or the activation does (`LayerNormMLP`'s second product), the norm's write shrinks by a
+//!   byte and only the transpose is added (read 1, write 1): 1 byte net. In backward each
+//!   product's output gradient is cast and transposed the same way (4 bytes an element),
+//!   except where the activation's backward writes it in fp8 (`LayerNormMLP`'s first
+//!   product). The weights are cast (and transposed) once a step and cached for the other
+//!   micro-batches: Megatron-Core passes `is_first_microbatch` to TE
+//!   (`megatron/core/extensions/transformer_engine.py`, `_is_first_microbatch`).
+//! - **Communication**: with sequence parallelism the norm's output is gathered over the
+//!   tensor-parallel group already in fp8 (`gather_along_first_dim(..., quantizer=...)` in
+//!   `LayerNormLinear`), one byte an element; the other collectives move bf16.
+//! - **Memory**: the cached fp8 weights and their transposes, 2 bytes a parameter of the
+//!   fp8 products; the inputs a product keeps for its weight gradient in fp8 (one byte: TE
+//!   keeps the column-wise copy and drops the row-wise one, `module/linear.py`) where
+//!   Korthikanti et al. count two.
+//!
+//! Every other framework planc prices is taken to run fp8 the same way; planc's own runtime
+//! has no fp8 path.
+
+use super::ops::{Op, OpKind};
+use crate::plan::{Framework, Plan, Precision};
+
+/// Whether the plan trains in fp8.
+pub fn on(plan: &Plan) -> bool {
+    plan.train.precision == Precision::Fp8
+}
+
+/// Whether the layer operation `name` is one of the products that run in fp8 (the
+/// transformer layers' linear layers); everything else keeps 16-bit.
+pub fn runs_in_fp8(name: &str) -> bool {
+    matches!(
+        name,
+        "qkv_proj"
+            | "attention_out_proj"
+            | "mlp_up_proj"
+            | "mlp_down_proj"
+            | "shared_up_proj"
+            | "shared_down_proj"
+            | "expert_up_proj"
+            | "expert_down_proj"
+    )
+}
+
+/// Bytes per element the casts around the fp8 product `name` move: (its input, in
+/// forward; its output gradient, in backward). See the module doc.
+fn cast_bytes(name: &str) -> (f64, f64) {
+    match name {
+        // The norm writes fp8: only the transpose is added.
+        "qkv_proj" => (1.0, 4.0),
+        // LayerNormMLP: the norm writes its input, the activation's backward its gradient.
+        "mlp_up_proj" => (1.0, 0.0),
+        // LayerNormMLP: the activation writes its input in fp8.
+        "mlp_down_proj" => (1.0, 4.0),
+        // Plain `Linear`/`GroupedLinear`: a cast and transpose each way.
+        _ => (4.0, 4.0),
+    }
+}
+
+/// The casts around a layer's fp8 products `ops` for one micro-batch, one operation per
+/// product: its input's cast in forward and its output gradient's in backward, and its
+/// share of the weights' cast once a step (4 bytes a weight, over the step's
+/// micro-batches).
+pub fn casts(plan: &Plan, ops: &[Op]) -> Vec<Op> {
+    let micro_batches = plan.parallel.grad_accum(plan.train.global_batch).max(1) as f64;
+    ops.iter()
+        .filter(|o| runs_in_fp8(o.name))
+        .filter_map(|o| {
+            let (count, m, n, k) = match o.kind {
+                OpKind::Gemm { m, n, k } => (1.0, m, n, k),
+                OpKind::GroupedGemm { count, m, n, k } => (count, m, n, k),
+                _ => return None,
+            };
+            let (input, grad) = cast_bytes(o.name);
+            let weights = 4.0 * count * n * k / micro_batches;
+            Some(Op {
+                name: cast_name(o.name),
+                kind: OpKind::Cast {
+                    bytes: input * count * m * k + weights,
+                    backward_bytes: grad * count * m * n,
+                },
+            })
+        })
+        .collect()
+}
+
+fn cast_name(product: &str) -> &'static str {
+    match product {
+        "qkv_proj" => "qkv_proj_fp8_cast",
+        "attention_out_proj" => "attention_out_proj_fp8_cast",
+        "mlp_up_proj" => "mlp_up_proj_fp8_cast",
+        "mlp_down_proj" => "mlp_down_proj_fp8_cast",
+        "shared_up_proj" => "shared_up_proj_fp8_cast",
+        "shared_down_proj" => "shared_down_proj_fp8_cast",
+        "expert_up_proj" => "expert_up_proj_fp8_cast",
+        _ => "expert_down_proj_fp8_cast",
+    }
+}
+
+/// Bytes an element of the norm's output takes in the sequence-parallel all-gathers before
+/// the fp8 products: one in fp8 (TE quantizes before gathering), else the training
+/// precision's.
+pub fn gathered_bytes(plan: &Plan) -> f64 {
+    if on(plan) {
+        1.0
+    } else {
+        plan.train.precision.bytes()
+    }
+}
+
+/// Bytes of the cached fp8 weights and their transposes per parameter of the fp8 products.
+pub const WEIGHT_CACHE_BYTES: f64 = 2.0;
+
+/// Whether the framework keeps a product's input for its weight gradient in fp8 (TE) rather
+/// than in 16-bit: every framework but planc's runtime, which has no fp8 path.
+pub fn keeps_fp8_inputs(plan: &Plan) -> bool {
+    on(plan) && plan.framework() != Framework::Planc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::check_source;
+    use crate::cost::ops::layer_forward;
+
+    fn plan(precision: &str, parallel: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+             model m {{ preset = \"llama3-8b\" }}
+             train {{ global_batch = 32, precision = {precision}, attention = flash }}
+             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true {parallel} }}"
+        );
+        let c = check_source("t.tp", &text);
+        c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
+    }
+
+    #[test]
+    fn each_fp8_product_gets_its_casts_and_bf16_plans_none() {
+        let fp8 = layer_forward(&plan("fp8", ""));
+        let casts: Vec<&Op> = fp8
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Cast { .. }))
+            .collect();
+        assert_eq!(casts.len(), 4, "{casts:?}");
+        let bf16 = layer_forward(&plan("bf16", ""));
+        assert!(bf16.iter().all(|o| !matches!(o.kind, OpKind::Cast { .. })));
+        // The attention output's cast: 4 bytes an element of its input (tokens × h / tp)
+        // and of its output gradient (tokens × h), and the weight's once a step (8 micro-
+        // batches).
+        let tokens = 8192.0;
+        let (h, t) = (4096.0, 2.0);
+        let proj = fp8
+            .iter()
+            .find(|o| o.name == "attention_out_proj_fp8_cast")
+            .unwrap();
+        let weights = 4.0 * h * h / t / 8.0;
+        assert_eq!(
+            proj.kind,
+            OpKind::Cast {
+                bytes: 4.0 * tokens * h / t + weights,
+                backward_bytes: 4.0 * tokens * h,
+            }
+        );
+    }
+
+    #[test]
+    fn the_sequence_parallel_gathers_before_the_fp8_products_move_fp8() {
+        let gather = |p: &Plan| -> f64 {
+            layer_forward(p)
+                .iter()
+                .filter_map(|o| match (o.name, &o.kind) {
+                    (
+                        "attention_all_gather" | "mlp_all_gather",
+                        OpKind::Collective { bytes, .. },
+                    ) => Some(*bytes),
+                    _ => None,
+                })
+                .sum()
+        };
+        let (fp8, bf16) = (gather(&plan("fp8", "")), gather(&plan("bf16", "")));
+        assert_eq!(2.0 * fp8, bf16);
+    }
+
+    #[test]
+    fn only_the_linear_layers_run_faster_and_the_casts_cost_memory_passes() {
+        use crate::cost::kinds::{layer_by_kind, WorkKind};
+        use crate::cost::time::{pieces, placement, Device};
+        let by_kind = |precision: &str| {
+            let p = plan(precision, "");
+            let group = &p.cluster.groups[0];
+            let dev = Device {
+                gpu: &group.gpu,
+                precision: p.train.precision,
+            };
+            let pl = placement(&p, group);
+            let kinds = layer_by_kind(&p, &dev, &pl);
+            let head = pieces(&p, &dev, &pl).head_fwd;
+            (kinds, head)
+        };
+        let ((fp8, fp8_head), (bf16, bf16_head)) = (by_kind("fp8"), by_kind("bf16"));
+        let of = |kinds: &[(
+            WorkKind,
+            crate::cost::time::PassTime,
+            crate::cost::time::PassTime,
+        )],
+                  k: WorkKind| {
+            kinds
+                .iter()
+                .find(|x| x.0 == k)
+                .map(|x| (x.1.compute, x.2.compute))
+                .unwrap()
+        };
+        // The attention core and the output layer keep bf16.
+        assert_eq!(
+            of(&fp8, WorkKind::Attention),
+            of(&bf16, WorkKind::Attention)
+        );
+        assert_eq!(fp8_head.compute, bf16_head.compute);
+        // The linear layers: products at twice the rate, casts on top.
+        let (f8, b8) = of(&fp8, WorkKind::Linear);
+        let (f16, b16) = of(&bf16, WorkKind::Linear);
+        assert!(f8 < 0.75 * f16 && b8 < 0.75 * b16, "{f8} {f16} {b8} {b16}");
+        assert!(f8 > 0.5 * f16, "the casts cost something: {f8} vs {f16}");
+    }
+
+    #[test]
+    fn fp8_keeps_cached_weight_copies_and_one_byte_inputs() {
+        use crate::cost::memory::{layer_activation_bytes, stage_linear_params, stage_memory};
+        let (fp8, bf16) = (plan("fp8", ""), plan("bf16", ""));
+        let (a, b) = (stage_memory(&fp8, 0, 8), stage_memory(&bf16, 0, 8));
+        let cache = 2.0 * stage_linear_params(&fp8, 0);
+        assert!((a.weights_bytes - b.weights_bytes - cache).abs() < 1.0);
+        // Llama 3 8B, tp 2 with sequence parallelism, no recompute: the QKV and FC1 inputs
+        // (2·sbh/t each), the attention output (2·sbh/t) and SwiGLU's output (2·sbf/t) in
+        // one byte instead of two.
+        let (s, h, f, t) = (8192.0, 4096.0, 14336.0, 2.0);
+        let saved = (2.0 * s * h / t + s * h / t + s * f / t) * 1.0;
+        let fewer = layer_activation_bytes(&bf16) - layer_activation_bytes(&fp8);
+        assert!((fewer - saved).abs() < 1.0, "{fewer} vs {saved}");
+    }
+}
