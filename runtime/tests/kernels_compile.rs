@@ -54,25 +54,19 @@ fn the_kernels_compile_to_machine_code_for_hopper() {
 /// unlisted name would only fail on a GPU): the names after `launch…(` in the sources.
 #[test]
 fn every_launched_kernel_is_loaded() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/train");
+    let mut dirs = vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src")];
     let mut launched = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        for (at, _) in text.match_indices(".launch") {
-            let rest = &text[at..];
-            let Some(open) = rest.find('(') else { continue };
-            let args = rest[open + 1..].trim_start();
-            if let Some(name) = args.strip_prefix('"') {
-                let name = &name[..name.find('"').unwrap()];
-                launched.push((
-                    path.file_name().unwrap().to_string_lossy().to_string(),
-                    name.to_string(),
-                ));
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
             }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            launches(&path, &mut launched);
         }
     }
     assert!(launched.len() > 30, "found the launches: {launched:?}");
@@ -126,4 +120,21 @@ fn compiled_kernels_are_cached_by_precision_and_architecture() {
     assert!(compile_cached_in(&blocked, Precision::Bf16, "compute_90")
         .unwrap()
         .contains(".entry"));
+}
+
+/// The kernels `path` launches by name: the names after `launch…(`.
+fn launches(path: &std::path::Path, launched: &mut Vec<(String, String)>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    for (at, _) in text.match_indices(".launch") {
+        let rest = &text[at..];
+        let Some(open) = rest.find('(') else { continue };
+        let args = rest[open + 1..].trim_start();
+        if let Some(name) = args.strip_prefix('"') {
+            let name = &name[..name.find('"').unwrap()];
+            launched.push((
+                path.file_name().unwrap().to_string_lossy().to_string(),
+                name.to_string(),
+            ));
+        }
+    }
 }
