@@ -9,7 +9,8 @@ use std::process::ExitCode;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 use planc_runtime::device::dist::World;
-use planc_runtime::train::step::{refuse, train, Event, Options, StepMetrics, Summary};
+use planc_runtime::train::metrics::{Event, StepMetrics, Summary};
+use planc_runtime::train::step::{refuse, train, Options};
 use planc_runtime::RunError;
 use serde_json::json;
 
@@ -341,7 +342,7 @@ fn human(s: &Summary) -> String {
 const SLOW_START_S: f64 = 2.0;
 
 /// A line for a start phase as it ends, when it was slow (`so_far`: the start until then).
-fn slow_phase_line(p: &planc_runtime::train::step::StartPhase, so_far: f64) -> Option<String> {
+fn slow_phase_line(p: &planc_runtime::train::metrics::StartPhase, so_far: f64) -> Option<String> {
     (p.seconds >= SLOW_START_S).then(|| {
         format!(
             "start    {}: {:.1} s ({so_far:.1} s so far)",
@@ -351,7 +352,7 @@ fn slow_phase_line(p: &planc_runtime::train::step::StartPhase, so_far: f64) -> O
 }
 
 /// `start    4.2 s to the first step: GPU … 1.1 s, NCCL communicators 2.3 s, …`
-fn startup_line(phases: &[planc_runtime::train::step::StartPhase]) -> String {
+fn startup_line(phases: &[planc_runtime::train::metrics::StartPhase]) -> String {
     if phases.is_empty() {
         return String::new();
     }
@@ -421,7 +422,7 @@ struct PassSpan {
 /// (F, the k-th of the step), backward operations (their names say backward or recompute:
 /// B), and the zeroing, reduction and update around them (optimizer). The output layer's
 /// span, which runs the loss's backward too, counts as forward, as the simulator draws it.
-fn pass_spans(spans: &[planc_runtime::train::step::Span]) -> Vec<PassSpan> {
+fn pass_spans(spans: &[planc_runtime::train::metrics::Span]) -> Vec<PassSpan> {
     let cat_of = |name: &str| {
         if matches!(name, "zero gradients" | "gradient reduction" | "optimizer") {
             "optimizer"
@@ -523,7 +524,7 @@ fn chrome_trace(s: &Summary, plan: &Path, rank: usize) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use planc_runtime::train::step::{Span, StartPhase};
+    use planc_runtime::train::metrics::{Span, StartPhase};
 
     #[test]
     fn the_start_is_named_phase_by_phase() {

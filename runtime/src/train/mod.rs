@@ -1,16 +1,28 @@
 //! `planc run`: trains the plan's model on the local GPU (the device it runs on is
 //! `crate::device`). `model` is the parameter table, `data` the token stream, `checkpoint`
 //! the Hugging Face checkpoints, `engine` the memory plan and the passes, `step` the loop
-//! that executes the step's program, `stop` when a run ends early (divergence, a preemption
-//! signal) and how its ranks agree on it, `predict` what planc expects of the run.
+//! and its rooms: `ranks` (the rank's place and communicators), `resume` and `save` (where
+//! a run starts, what it keeps), `program` and `executor` (the step's program and its
+//! execution), `reduce` and `update` (the sums across ranks, the optimizer with its
+//! schedule, clipping and loss scale), `metrics` (what a run reports); `stop` when a run
+//! ends early (divergence, a preemption signal) and how its ranks agree on it, `predict`
+//! what planc expects of the run.
 
 pub mod checkpoint;
 pub mod data;
 pub mod engine;
+pub mod executor;
+pub mod metrics;
 pub mod model;
 pub mod predict;
+pub mod program;
+pub mod ranks;
+pub mod reduce;
+pub mod resume;
+pub mod save;
 pub mod step;
 pub mod stop;
+pub mod update;
 
 use sha2::{Digest, Sha256};
 

@@ -1,0 +1,280 @@
+//! What a run reports: each step's metrics line, the spans of a traced step, the start by
+//! phase, the summary at the end, and the last step's time by kind of work beside the cost
+//! model's (`cost::kinds`).
+
+use std::path::PathBuf;
+
+use planc_compiler::cost::kinds::WorkKind;
+use serde::Serialize;
+
+use super::engine::MemoryPlan;
+use super::predict;
+use crate::device::cuda::Event as CudaEvent;
+use crate::error::RunError;
+
+/// One step's figures: the contract's metrics line.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepMetrics {
+    pub step: u64,
+    pub loss: f64,
+    pub grad_norm: f64,
+    pub lr: f64,
+    pub step_s: f64,
+    pub tokens_per_s: f64,
+    pub tflops_per_gpu: f64,
+    pub mfu: f64,
+    pub peak_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<bool>,
+    /// On the last step only: planc's prediction for this plan on this device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_step_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_peak_bytes: Option<u64>,
+}
+
+/// A span of the real run, for the trace.
+#[derive(Clone, Debug, Serialize)]
+pub struct Span {
+    pub step: u64,
+    pub name: String,
+    pub start_s: f64,
+    pub dur_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub device: String,
+    pub catalog_gpu: String,
+    /// Which predicted figures came from a measured device profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    pub steps: Vec<StepMetrics>,
+    /// Median step time over the steps after the first (which includes warm-up).
+    pub measured_step_s: f64,
+    pub predicted_step_s: f64,
+    pub measured_peak_bytes: u64,
+    pub predicted_peak_bytes: u64,
+    pub memory: MemoryPlan,
+    pub predicted_memory: predict::PredictedMemory,
+    /// Device memory the CUDA context and libraries hold outside planc's buffers.
+    pub context_bytes: u64,
+    pub params: usize,
+    pub tokens_per_step: u64,
+    pub micro_batches: u64,
+    pub checkpoints: Vec<PathBuf>,
+    pub resumed_from: Option<PathBuf>,
+    /// fp16 steps skipped because the scaled gradients overflowed (the loss scale halved).
+    pub skipped_steps: u64,
+    /// Set when a stop signal ended the run before its last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Stopped>,
+    #[serde(skip)]
+    pub spans: Vec<Span>,
+    /// The last step by kind of work, measured next to predicted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_kind: Vec<KindRow>,
+    /// Seconds from the start of the run to its first step, by phase.
+    pub startup: Vec<StartPhase>,
+}
+
+/// A run ended early by SIGTERM or SIGUSR1, after finishing a step and saving it: the
+/// process exits with [`stop::PREEMPTED`].
+#[derive(Clone, Debug, Serialize)]
+pub struct Stopped {
+    /// `SIGTERM` or `SIGUSR1` (of the first rank that saw one, when it is this one).
+    pub signal: String,
+    /// The last step finished, counted from 1: a resumed run starts after it.
+    pub step: u64,
+    /// Its checkpoint; none without `--save` (the run's work is then lost).
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// A phase of a rank's start: a slow start (a cold CUDA context, NCCL finding the
+/// topology, reading a large checkpoint) is then named, not just waited out.
+#[derive(Clone, Debug, Serialize)]
+pub struct StartPhase {
+    pub phase: &'static str,
+    pub seconds: f64,
+}
+
+/// What a run reports as it goes: each phase of its start as it ends (a start can take
+/// half a minute), then each step.
+pub enum Event<'a> {
+    Started(&'a StartPhase),
+    Step(&'a StepMetrics),
+}
+
+/// Splits the time since the last mark into named phases.
+pub(super) struct Phases {
+    last: std::time::Instant,
+    pub(super) done: Vec<StartPhase>,
+}
+
+impl Phases {
+    pub(super) fn start() -> Phases {
+        Phases {
+            last: std::time::Instant::now(),
+            done: Vec::new(),
+        }
+    }
+
+    pub(super) fn mark(&mut self, phase: &'static str) -> &StartPhase {
+        let now = std::time::Instant::now();
+        self.done.push(StartPhase {
+            phase,
+            seconds: (now - self.last).as_secs_f64(),
+        });
+        self.last = now;
+        self.done.last().expect("just pushed")
+    }
+}
+
+/// One kind of work in the last traced step.
+#[derive(Clone, Debug, Serialize)]
+pub struct KindRow {
+    pub kind: WorkKind,
+    pub measured_s: f64,
+    pub predicted_s: f64,
+    /// From the catalog's constants, where the plan's prediction came from a profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_constants_s: Option<f64>,
+}
+
+/// The kind of work of a traced span, by the names the engine and the step mark.
+fn kind_of_span(name: &str) -> Option<WorkKind> {
+    let op = name.split_once(' ').map_or(name, |(_, rest)| rest);
+    Some(match name {
+        "zero gradients" | "optimizer" => WorkKind::Optimizer,
+        "gradient reduction" | "embedding gradient sum" => WorkKind::Communication,
+        "end" => return None,
+        _ if name.starts_with("pipeline transfer") => WorkKind::PipelineWait,
+        _ if name.contains(": tensor-parallel") => WorkKind::Communication,
+        _ if op.starts_with("embedding") => WorkKind::Embedding,
+        _ if op.starts_with("loss head") => WorkKind::Head,
+        _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
+        // The core, its probabilities' recompute, and the heads-major layout around it
+        // (the qkv split, the gradients' merge).
+        _ if op.starts_with("attention core")
+            || op.starts_with("attention qkv")
+            || op.starts_with("attention probabilities") =>
+        {
+            WorkKind::Attention
+        }
+        _ if op.starts_with("mlp activation") => WorkKind::Activation,
+        // The products' spans, and a layer's recompute mark (its forward's spans follow).
+        _ => WorkKind::Linear,
+    })
+}
+
+/// The last step's spans summed by kind, next to the prediction's kinds.
+pub(super) fn by_kind(spans: &[Span], prediction: &predict::Prediction) -> Vec<KindRow> {
+    let Some(last) = spans.last().map(|s| s.step) else {
+        return Vec::new();
+    };
+    let mut rows: Vec<KindRow> = prediction
+        .by_kind
+        .iter()
+        .map(|&(kind, predicted_s)| KindRow {
+            kind,
+            measured_s: 0.0,
+            predicted_s,
+            predicted_constants_s: prediction
+                .by_kind_constants
+                .as_ref()
+                .map(|c| c.iter().find(|(k, _)| *k == kind).map_or(0.0, |(_, s)| *s)),
+        })
+        .collect();
+    for sp in spans.iter().filter(|s| s.step == last) {
+        let Some(kind) = kind_of_span(&sp.name) else {
+            continue;
+        };
+        match rows.iter_mut().find(|r| r.kind == kind) {
+            Some(r) => r.measured_s += sp.dur_s,
+            None => rows.push(KindRow {
+                kind,
+                measured_s: sp.dur_s,
+                predicted_s: 0.0,
+                predicted_constants_s: prediction.by_kind_constants.as_ref().map(|_| 0.0),
+            }),
+        }
+    }
+    rows.sort_by_key(|r| r.kind);
+    rows
+}
+
+/// The spans between a traced step's marks (the last mark ends the last span), placed on
+/// the run's clock: the step ended `ended_s` after the trace's origin and took `step_s`.
+pub(super) fn spans_of(
+    marks: &[(String, CudaEvent)],
+    step: u64,
+    ended_s: f64,
+    step_s: f64,
+) -> Result<Vec<Span>, RunError> {
+    let base = ended_s - step_s;
+    let mut spans = Vec::new();
+    for w in marks.windows(2) {
+        let dur = w[0].1.ms_to(&w[1].1)? as f64 / 1e3;
+        let at = marks[0].1.ms_to(&w[0].1)? as f64 / 1e3;
+        spans.push(Span {
+            step,
+            name: w[0].0.clone(),
+            start_s: base + at,
+            dur_s: dur,
+        });
+    }
+    Ok(spans)
+}
+
+/// Median step time over the steps after the first (which includes warm-up).
+pub(super) fn median_step_s(steps: &[StepMetrics]) -> f64 {
+    let mut times: Vec<f64> = steps.iter().skip(1).map(|m| m.step_s).collect();
+    if times.is_empty() {
+        times = steps.iter().map(|m| m.step_s).collect();
+    }
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kind_of_span;
+
+    #[test]
+    fn traced_spans_fall_into_the_kinds_the_cost_model_prices() {
+        use planc_compiler::cost::kinds::WorkKind as K;
+        for (name, kind) in [
+            ("zero gradients", Some(K::Optimizer)),
+            ("optimizer", Some(K::Optimizer)),
+            ("gradient reduction", Some(K::Communication)),
+            ("embedding gradient sum", Some(K::Communication)),
+            ("end", None),
+            ("F0 embedding", Some(K::Embedding)),
+            ("B3 embedding backward", Some(K::Embedding)),
+            ("F2 loss head", Some(K::Head)),
+            ("L0 attention norm", Some(K::Norms)),
+            ("L11 mlp norm backward", Some(K::Norms)),
+            ("L4 attention core", Some(K::Attention)),
+            ("L4 attention core backward products", Some(K::Attention)),
+            ("L4 attention probabilities recompute", Some(K::Attention)),
+            ("L4 attention qkv split", Some(K::Attention)),
+            ("L4 attention qkv gradient merge", Some(K::Attention)),
+            ("L7 mlp activation backward", Some(K::Activation)),
+            ("L7 qkv", Some(K::Linear)),
+            ("L7 attention projection backward", Some(K::Linear)),
+            ("L7 mlp down", Some(K::Linear)),
+            ("L7 recompute", Some(K::Linear)),
+            (
+                "L3 attention projection: tensor-parallel all-reduce",
+                Some(K::Communication),
+            ),
+            (
+                "L3 mlp norm: tensor-parallel all-gather",
+                Some(K::Communication),
+            ),
+            ("pipeline transfer", Some(K::PipelineWait)),
+        ] {
+            assert_eq!(kind_of_span(name), kind, "{name}");
+        }
+    }
+}

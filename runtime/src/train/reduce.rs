@@ -1,0 +1,169 @@
+//! The step's sums across ranks after its program: the gradients over the data-parallel
+//! group (what the layers' hooks did not cover, or the distributed optimizer's
+//! reduce-scatter), the loss over the pipeline and the data-parallel group, and the
+//! gradient norm with every rank's stop flags, so that every rank stops, or not, after the
+//! same step.
+
+use super::engine::Engine;
+use super::ranks::{Comms, Ranks};
+use super::stop;
+use crate::device::cuda::Buf;
+use crate::device::trail;
+use crate::error::RunError;
+
+/// Where the step's reductions run and over what.
+pub struct Reduction<'a> {
+    pub comms: &'a Comms,
+    pub ranks: Ranks,
+    pub zero: u64,
+    /// This rank's range of the gradients under ZeRO (all of them without).
+    pub shard: (usize, usize),
+    pub micro_batches: usize,
+    /// This process's rank, for fault injection.
+    pub rank: usize,
+    /// Whether this rank's stage holds the last stage's copy of a tied embedding.
+    pub tied_copy: bool,
+}
+
+/// The gradient norm and the flags summed over every rank.
+pub struct Sums {
+    /// Ranks that saw a stop signal.
+    pub signals: f32,
+    /// Ranks whose loss was not finite.
+    pub losses_not_finite: f32,
+    /// The norm of the (still loss-scaled) gradients over the whole model.
+    pub raw_norm: f64,
+}
+
+impl Reduction<'_> {
+    /// The gradients and the loss, summed; `reduced` are the ranges the layers' hooks
+    /// already all-reduced. `step` counts from 0.
+    pub fn gradients(
+        &self,
+        eng: &mut Engine,
+        mut reduced: Vec<(usize, usize)>,
+        step: u64,
+    ) -> Result<(), RunError> {
+        eng.mark_step("gradient reduction")?;
+        trail::doing(format!(
+            "step {}: the loss and the gradient reduction after the last backward",
+            step + 1
+        ));
+        let (stream, comm_stream) = (eng.gpu.stream as u64, eng.gpu.comm as u64);
+        // The loss is the last stage's: summed over the pipeline (zero elsewhere).
+        if let Some(c) = &self.comms.pp {
+            c.all_reduce_sum(eng.loss_sums, self.micro_batches, stream)?;
+        }
+        if let Some(c) = &self.comms.dp {
+            let padded = eng.shape.padded(eng.params.total);
+            if self.zero == 0 {
+                // What the layers' reductions did not cover: embeddings, final norm, head.
+                reduced.sort();
+                let mut at = 0;
+                let mut rest = Vec::new();
+                for &(lo, hi) in &reduced {
+                    if lo > at {
+                        rest.push((at, lo));
+                    }
+                    at = at.max(hi);
+                }
+                rest.push((at, padded));
+                eng.gpu.comm_after_compute()?;
+                for (lo, hi) in rest {
+                    c.all_reduce_sum(eng.grad.at(lo, 4), hi - lo, comm_stream)?;
+                }
+                eng.gpu.compute_after_comm()?;
+            } else {
+                // The distributed optimizer: each rank keeps the sum of its shard.
+                let (lo, hi) = self.shard;
+                c.reduce_scatter_sum(eng.grad, eng.grad.at(lo, 4), hi - lo, stream)?;
+            }
+            // Fault injection for the hang test: PLANC_FAULT=skip-collective:RANK:STEP makes
+            // that rank skip the loss reduction of that step, as a rank running another
+            // program would.
+            if !fault_skips(self.rank, step + 1) {
+                c.all_reduce_sum(eng.loss_sums, self.micro_batches, stream)?;
+            }
+        }
+        // The norms' and row-parallel biases' gradients of a sequence-parallel rank cover
+        // its tokens only (a sum: before or after the data-parallel one alike).
+        eng.tp_reduce_partial_grads()
+    }
+
+    /// Queues the gradient norm's sums and this rank's flags (a stop signal seen, a loss
+    /// not finite) on the GPU; [`Reduction::read`] reads them.
+    pub fn queue_norm(
+        &self,
+        eng: &mut Engine,
+        loss_finite: bool,
+        step: u64,
+    ) -> Result<(), RunError> {
+        let total = eng.params.total;
+        // The norm over the whole model: of this rank's shard under ZeRO, summed over ranks.
+        let norm_range = if self.comms.dp.is_some() && self.zero >= 1 {
+            self.shard
+        } else {
+            (0, total)
+        };
+        // Σ g² of this rank's tensors [0], of those every tensor-parallel rank holds whole
+        // [1], and of the last stage's copy of a tied embedding [2]; summed over the
+        // groups whose ranks hold different tensors, each tensor then counted once:
+        // Σ(all) − (tp − 1)/tp · Σ(whole) − Σ(copy).
+        eng.mark_step("optimizer")?;
+        trail::doing(format!(
+            "step {}: the gradient norm and the update",
+            step + 1
+        ));
+        eng.gpu.zero(Buf {
+            bytes: stop::SLOTS * 4,
+            ..eng.scalars
+        })?;
+        eng.grad_sumsq(norm_range, eng.scalars)?;
+        if self.ranks.tp > 1 {
+            eng.whole_sumsq(norm_range, eng.scalars.at(1, 4))?;
+        }
+        if self.tied_copy {
+            eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |n| n == "wte")?;
+        }
+        // This rank's flags join the sums, so that every rank stops, or not, after this
+        // same step.
+        let flags = stop::flags(stop::requested().is_some(), loss_finite);
+        eng.gpu
+            .upload(eng.scalars.at(stop::FLAG_SLOTS.start, 4), &flags)?;
+        let (r, stream) = (&self.ranks, eng.gpu.stream as u64);
+        for (axis, slots) in stop::scalar_sums(r.tp, r.pp, r.dp, self.zero) {
+            let c = self.comms.of_axis(axis);
+            c.all_reduce_sum(eng.scalars.at(slots.start, 4), slots.len(), stream)?;
+        }
+        Ok(())
+    }
+
+    /// The sums [`Reduction::queue_norm`] queued (waits for the GPU).
+    pub fn read(&self, eng: &Engine) -> Result<Sums, RunError> {
+        let tp = self.ranks.tp;
+        let sums: Vec<f32> = eng.gpu.download(eng.scalars, stop::SLOTS)?;
+        let (signals, losses_not_finite) = (sums[stop::FLAG_SLOTS][0], sums[stop::FLAG_SLOTS][1]);
+        let whole_part = sums[1] as f64 * (tp - 1) as f64 / tp as f64 + sums[2] as f64;
+        Ok(Sums {
+            signals,
+            losses_not_finite,
+            raw_norm: (sums[0] as f64 - whole_part).max(0.0).sqrt(),
+        })
+    }
+
+    /// A barrier after a stop's checkpoint: no rank ends (and no launcher such as srun
+    /// --kill-on-bad-exit kills the rest) before rank 0 has written it. Summed along every
+    /// axis in turn, every rank's result needs every rank's part.
+    pub fn barrier(&self, eng: &Engine) -> Result<(), RunError> {
+        let (r, stream) = (&self.ranks, eng.gpu.stream as u64);
+        for (axis, _) in stop::scalar_sums(r.tp, r.pp, r.dp, self.zero) {
+            let c = self.comms.of_axis(axis);
+            c.all_reduce_sum(eng.scalars.at(stop::FLAG_SLOTS.start, 4), 1, stream)?;
+        }
+        eng.gpu.sync()
+    }
+}
+
+fn fault_skips(rank: usize, step: u64) -> bool {
+    std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("skip-collective:{rank}:{step}"))
+}
