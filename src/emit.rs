@@ -21,6 +21,9 @@ pub struct EmitArgs<'a> {
 
 /// Renders and writes the artifacts of an already checked (and retimed) plan.
 pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
+    if let Some(code) = refuse_settings_for_planc(checked) {
+        return code;
+    }
     let target = args.target;
     let dir: PathBuf = args
         .out
@@ -91,8 +94,32 @@ fn warn_if_planc_cannot_run(checked: &Checked) {
     }
 }
 
-pub fn run(file: &Path, args: &EmitArgs, color: ColorChoice) -> ExitCode {
-    let mut checked = match load::checked(file) {
+/// A job of framework planc runs `planc run PLAN` on every node, which reads the file and
+/// not this command line: its `--set` settings would be lost in the launch, so they are
+/// refused there (the other frameworks' artifacts carry every value themselves).
+fn refuse_settings_for_planc(checked: &Checked) -> Option<ExitCode> {
+    let planc = checked
+        .spec
+        .as_ref()
+        .and_then(|s| s.job.as_ref())
+        .is_some_and(|j| j.framework == Framework::Planc);
+    let set =
+        checked.sources.files.iter().any(|f| {
+            f.display == planc_compiler::settings::DISPLAY && f.path.as_os_str().is_empty()
+        });
+    if !(planc && set) {
+        return None;
+    }
+    eprintln!(
+        "error: a job of framework planc runs `planc run` on the plan file, which would not see \
+         --set; write the settings into a file that imports the plan (a block written again \
+         there overrides single attributes, docs/language.md) and emit that file"
+    );
+    Some(ExitCode::from(1))
+}
+
+pub fn run(file: &Path, sets: &[String], args: &EmitArgs, color: ColorChoice) -> ExitCode {
+    let mut checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

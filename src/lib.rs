@@ -53,6 +53,8 @@ enum Command {
     Check {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// `human`: summary and diagnostics with source snippets; `json`: the report
         /// contract of docs/spec/report.md on standard output.
         #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -74,6 +76,8 @@ enum Command {
     Simulate {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// Write a Chrome/Perfetto trace (JSON) of the step here.
         #[arg(long, value_name = "PATH")]
         trace: Option<PathBuf>,
@@ -130,6 +134,8 @@ enum Command {
     Solve {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// `human`: a ranked table, the Pareto front and the best plan; `json`: `best` (the
         /// check report of the best plan), `candidates`, `pareto` and `search`.
         #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -168,6 +174,8 @@ enum Command {
     Emit {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// megatron, deepspeed, torchrun, torchtitan, slurm or k8s.
         #[arg(long, short = 't', value_parser = parse_target)]
         target: planc_targets::Target,
@@ -258,6 +266,8 @@ enum Command {
     Run {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// Optimizer steps to run (default: `train.steps`, else 10).
         #[arg(long)]
         steps: Option<u64>,
@@ -393,17 +403,20 @@ where
     match cli.command {
         Command::Check {
             file,
+            sets,
             format,
             color,
-        } => check(file, format, color),
+        } => check(file, &sets.set, format, color),
         Command::Simulate {
             file,
+            sets,
             trace,
             svg,
             force,
             color,
         } => simulate::run(
             &file,
+            &sets.set,
             trace.as_deref(),
             svg.as_deref(),
             force,
@@ -417,6 +430,7 @@ where
         } => report::run(&file, out.as_deref(), force, color_choice(color)),
         Command::Solve {
             file,
+            sets,
             format,
             top,
             emit,
@@ -433,6 +447,7 @@ where
             });
             solve::run(
                 &file,
+                &sets.set,
                 format == Format::Json,
                 top,
                 args.as_ref(),
@@ -441,6 +456,7 @@ where
         }
         Command::Emit {
             file,
+            sets,
             target,
             out,
             force,
@@ -448,6 +464,7 @@ where
             color,
         } => emit::run(
             &file,
+            &sets.set,
             &emit::EmitArgs {
                 target,
                 out: out.as_deref(),
@@ -463,14 +480,22 @@ where
         } => fmt::run(&files, check, color_choice(color)),
         Command::Run {
             file,
+            sets,
             ops: true,
             repeat,
             format,
             color,
             ..
-        } => run::run(&file, repeat, format == Format::Json, color_choice(color)),
+        } => run::run(
+            &file,
+            &sets.set,
+            repeat,
+            format == Format::Json,
+            color_choice(color),
+        ),
         Command::Run {
             file,
+            sets,
             steps,
             save,
             save_every,
@@ -488,6 +513,7 @@ where
         } => train::run(
             &file,
             train::Args {
+                sets: sets.set,
                 steps,
                 save,
                 save_every,
@@ -521,8 +547,8 @@ where
     }
 }
 
-fn check(file: PathBuf, format: Format, color: Color) -> ExitCode {
-    let mut checked = match load::checked(&file) {
+fn check(file: PathBuf, sets: &[String], format: Format, color: Color) -> ExitCode {
+    let mut checked = match load::checked_with(&file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

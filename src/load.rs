@@ -1,5 +1,6 @@
-//! Reading and checking a plan file, the same way for every command: a progress bar when
-//! filling the plan's holes outlives half a second, and exit 2 when the file cannot be read.
+//! Reading and checking a plan file, the same way for every command: the command line's
+//! `--set PATH=VALUE` settings applied over it, a progress bar when filling the plan's holes
+//! outlives half a second, and exit 2 when the file cannot be read.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,13 +8,29 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use planc_compiler::check::{check_file_with_progress, Checked};
+use planc_compiler::check::{check_file_with, Checked};
 use planc_compiler::source::FsLoader;
+
+/// What every command that reads a plan takes besides the file: settings over it.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Sets {
+    /// Change one attribute without editing the file (repeatable; the last of a path wins).
+    /// PATH is block.attribute (`parallel.tp`, `cluster.inter_node.bandwidth`,
+    /// `cluster.group.NAME.nodes`); VALUE is written as in the plan (`4`, `400Gb/s`,
+    /// `[2, 4]`, `auto`, `H200_SXM_141GB`). Errors point at the flag.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+}
 
 /// The checked plan, or the exit code after saying why the file could not be read.
 pub fn checked(file: &Path) -> Result<Checked, ExitCode> {
+    checked_with(file, &[])
+}
+
+/// [`checked`] with `--set` settings applied over the plan.
+pub fn checked_with(file: &Path, sets: &[String]) -> Result<Checked, ExitCode> {
     let progress = Progress::new();
-    let checked = check_file_with_progress(file, &FsLoader, &|d, t| progress.update(d, t));
+    let checked = check_file_with(file, &FsLoader, sets, &|d, t| progress.update(d, t));
     progress.finish();
     checked.map_err(|e| {
         eprintln!("error: cannot read `{}`: {e}", file.display());

@@ -9,8 +9,14 @@ use planc_runtime::{measure, RunError, RunReport};
 
 use crate::{load, render};
 
-pub fn run(file: &Path, repeats: usize, json: bool, color: ColorChoice) -> ExitCode {
-    let checked = match load::checked(file) {
+pub fn run(
+    file: &Path,
+    sets: &[String],
+    repeats: usize,
+    json: bool,
+    color: ColorChoice,
+) -> ExitCode {
+    let checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -11,6 +11,7 @@ use crate::{load, render};
 
 pub fn run(
     file: &Path,
+    sets: &[String],
     trace: Option<&Path>,
     svg: Option<&Path>,
     force: bool,
@@ -26,7 +27,7 @@ pub fn run(
             return ExitCode::from(2);
         }
     }
-    let mut checked = match load::checked(file) {
+    let mut checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -103,12 +103,13 @@ pub(crate) fn search_line(s: &Solution) -> String {
 
 pub fn run(
     file: &Path,
+    sets: &[String],
     json_out: bool,
     top: Option<usize>,
     emit: Option<&crate::emit::EmitArgs>,
     color: ColorChoice,
 ) -> ExitCode {
-    let mut checked: Checked = match load::checked(file) {
+    let mut checked: Checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

@@ -18,6 +18,8 @@ use crate::render::gib;
 use crate::{launch, load, output, render};
 
 pub struct Args {
+    /// `--set` settings over the plan.
+    pub sets: Vec<String>,
     pub steps: Option<u64>,
     pub save: Option<PathBuf>,
     pub save_every: Option<u64>,
@@ -46,7 +48,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let mut checked = match load::checked(file) {
+    let mut checked = match load::checked_with(file, &args.sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
@@ -99,13 +101,17 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // The text `check` already read (the root file is the first source).
-    let text = checked
+    // The text `check` already read (the root file is the first source), with the settings
+    // over it: a checkpoint records the plan that trained it.
+    let mut text = checked
         .sources
         .files
         .first()
-        .map(|f| f.text.as_str())
+        .map(|f| f.text.clone())
         .unwrap_or_default();
+    for s in &args.sets {
+        text.push_str(&format!("\n# --set {s}"));
+    }
     let opts = Options {
         steps: args.steps,
         save: args.save.clone(),
@@ -116,7 +122,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from(".")),
-        plan_hash: planc_runtime::train::plan_hash(text),
+        plan_hash: planc_runtime::train::plan_hash(&text),
         trace: args.trace.is_some(),
     };
     let metrics_path = args.metrics.as_ref().filter(|_| lead);

@@ -81,9 +81,24 @@ pub fn check_file_with_progress(
     loader: &dyn FileLoader,
     progress: &(dyn Fn(usize, usize) + Sync),
 ) -> std::io::Result<Checked> {
+    check_file_with(path, loader, &[], progress)
+}
+
+/// [`check_file_with_progress`] with command-line settings (`--set PATH=VALUE`, see
+/// [`crate::settings`]) applied over the plan, the last one winning.
+pub fn check_file_with(
+    path: &Path,
+    loader: &dyn FileLoader,
+    sets: &[String],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> std::io::Result<Checked> {
     let mut sources = SourceMap::default();
-    let (order, mut diagnostics) = load_plan(path, loader, &mut sources)?;
-    let (spec, resolve_diags) = crate::resolve::resolve(&sources, &order);
+    let (mut order, mut diagnostics) = load_plan(path, loader, &mut sources)?;
+    let root = order.last().copied().unwrap_or_default();
+    let (set_files, set_diags) = crate::settings::add(&mut sources, root, sets);
+    order.extend(set_files);
+    diagnostics.extend(set_diags);
+    let (spec, resolve_diags) = crate::resolve::resolve_rooted(&sources, &order, root);
     diagnostics.extend(resolve_diags);
     let mut checked = Checked {
         sources,

@@ -16,6 +16,7 @@ pub mod profile;
 pub mod report;
 pub mod resolve;
 pub mod schema;
+pub mod settings;
 pub mod solve;
 pub mod source;
 pub mod token_file;

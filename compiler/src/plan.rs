@@ -663,6 +663,13 @@ impl Origins {
             .or_insert((file, span));
     }
 
+    /// Records where `block.attr` was written, replacing an earlier place (an override's
+    /// block header replaces the imported one's).
+    pub fn replace(&mut self, block: &str, attr: &str, file: FileId, span: Span) {
+        self.map
+            .insert((block.to_string(), attr.to_string()), (file, span));
+    }
+
     /// The attribute's value if written, else the block's header, else nothing.
     pub fn of(&self, block: &str, attr: &str) -> Option<(FileId, Span)> {
         self.map

@@ -31,19 +31,27 @@ use crate::value::{arith, fmt_num, ArithOp, Value};
 pub const ENV_NAME_ORIGIN: &str = "job.env:name";
 
 struct Node<'a> {
+    /// The file of the block's first definition (its header).
     file: FileId,
     block: &'a Block,
     /// `cluster`, `cluster.inter_node`, `gpu.MI300X`: how diagnostics and origins name it.
     path: String,
-    /// First definition of each attribute; later ones were reported as duplicates.
-    attrs: Vec<&'a Attr>,
-    /// `attrs` by name: a `job.env` block may hold thousands.
-    by_name: HashMap<&'a str, &'a Attr>,
+    /// The file of the last definition merged into it: a later one overrides it only from
+    /// a file that imports this one.
+    last_file: FileId,
+    /// Each attribute as it stands after overrides, with the file it was written in; a
+    /// second one in the same block was reported as a duplicate.
+    attrs: Vec<(FileId, &'a Attr)>,
+    /// Index into `attrs` by name: a `job.env` block may hold thousands.
+    by_name: HashMap<&'a str, usize>,
     children: Vec<usize>,
 }
 
 pub struct Resolver<'a> {
+    map: &'a SourceMap,
     nodes: Vec<Node<'a>>,
+    /// The file of the attribute being evaluated: where its expression's spans point.
+    cur_file: FileId,
     top: HashMap<String, usize>,
     gpu_blocks: HashMap<String, usize>,
     memo: HashMap<(usize, String), Option<Value>>,
@@ -61,7 +69,19 @@ pub struct Resolver<'a> {
 /// Resolves the blocks of the given files (in merge order) into a plan spec. Returns
 /// `None` when a required part is missing or invalid; the diagnostics say why.
 pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diagnostic>) {
+    resolve_rooted(map, order, order.last().copied().unwrap_or_default())
+}
+
+/// [`resolve`] where the root plan is not the last file merged: command-line settings
+/// (`--set`) come after it, and a missing block is reported at the root.
+pub fn resolve_rooted(
+    map: &SourceMap,
+    order: &[FileId],
+    root: FileId,
+) -> (Option<PlanSpec>, Vec<Diagnostic>) {
     let mut r = Resolver {
+        map,
+        cur_file: FileId::default(),
         nodes: Vec::new(),
         top: HashMap::new(),
         gpu_blocks: HashMap::new(),
@@ -81,7 +101,7 @@ pub fn resolve(map: &SourceMap, order: &[FileId]) -> (Option<PlanSpec>, Vec<Diag
             }
         }
     }
-    let spec = r.lower(order.last().copied().unwrap_or_default());
+    let spec = r.lower(root);
     (spec, r.diagnostics.into_vec())
 }
 
@@ -138,7 +158,12 @@ impl<'a> Resolver<'a> {
                 return;
             };
             if let Some(&prev) = self.gpu_blocks.get(&name.text) {
+                if self.overrides(file, prev) {
+                    self.merge(prev, file, b);
+                    return;
+                }
                 let (pf, ps) = (self.nodes[prev].file, self.nodes[prev].block.header_span());
+                let help = self.twice_help("gpu", prev, file);
                 self.report(
                     codes::P0202,
                     format!("GPU `{}` is defined twice", name.text),
@@ -146,6 +171,7 @@ impl<'a> Resolver<'a> {
                     b.header_span(),
                     "defined again here",
                 )
+                .with_help(help)
                 .with_also(pf, ps, "first defined here");
                 return;
             }
@@ -154,10 +180,21 @@ impl<'a> Resolver<'a> {
             return;
         }
         if let Some(&prev) = self.top.get(kind) {
+            if self.overrides(file, prev) && self.same_name(prev, b) {
+                self.merge(prev, file, b);
+                return;
+            }
             let (pf, ps) = (self.nodes[prev].file, self.nodes[prev].block.header_span());
-            self.report(codes::P0202, format!("`{kind}` block is defined twice"), file, b.header_span(), "defined again here")
-                .with_help(format!("a plan has one `{kind}` block; remove one, or move shared settings into an imported file"))
-                .with_also(pf, ps, "first defined here");
+            let help = self.twice_help(kind, prev, file);
+            self.report(
+                codes::P0202,
+                format!("`{kind}` block is defined twice"),
+                file,
+                b.header_span(),
+                "defined again here",
+            )
+            .with_help(help)
+            .with_also(pf, ps, "first defined here");
             return;
         }
         let id = self.add_node(file, b, kind.to_string());
@@ -192,11 +229,81 @@ impl<'a> Resolver<'a> {
             }
             _ => {}
         }
-        let mut attrs: Vec<&Attr> = Vec::new();
-        let mut by_name: HashMap<&str, &Attr> = HashMap::new();
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            file,
+            block: b,
+            path: path.clone(),
+            last_file: file,
+            attrs: Vec::new(),
+            by_name: HashMap::new(),
+            children: Vec::new(),
+        });
+        self.origins.insert(&path, "", file, b.header_span());
+        self.add_entries(id, file, b);
+        id
+    }
+
+    /// Whether a definition of a block in `file` overrides the one of node `prev`: `file`
+    /// imports the file of its last definition (directly or not). Two definitions where
+    /// neither file imports the other, or in one file, are duplicates.
+    fn overrides(&self, file: FileId, prev: usize) -> bool {
+        self.map.imports(file, self.nodes[prev].last_file)
+    }
+
+    /// An override may repeat the block's name or leave it out; another name is reported
+    /// as a second definition.
+    fn same_name(&self, prev: usize, b: &Block) -> bool {
+        match (&b.name, &self.nodes[prev].block.name) {
+            (None, _) => true,
+            (Some(new), Some(old)) => new.text == old.text,
+            (Some(_), None) => false,
+        }
+    }
+
+    fn twice_help(&self, kind: &str, prev: usize, file: FileId) -> String {
+        let first = self.nodes[prev].last_file;
+        if first == file && kind == "gpu" {
+            return "give each `gpu` block its own name".into();
+        }
+        if first == file {
+            return format!("a plan has one `{kind}` block; remove one, or move shared settings into an imported file");
+        }
+        let (a, b) = (&self.map.get(first).display, &self.map.get(file).display);
+        if self.map.imports(file, first) {
+            let old = self.nodes[prev]
+                .block
+                .name
+                .as_ref()
+                .map_or(String::new(), |n| format!(" `{}`", n.text));
+            return format!("an override in `{b}` repeats the block's name{old} or leaves it out");
+        }
+        format!(
+            "`{a}` and `{b}` both define it and neither imports the other; a block written again \
+             overrides the imported one only in a file that imports it"
+        )
+    }
+
+    /// Merges a later definition of node `id` (from a file that imports its earlier ones)
+    /// attribute by attribute: its attributes replace those of the same name, its nested
+    /// blocks merge the same way, the rest stays.
+    fn merge(&mut self, id: usize, file: FileId, b: &'a Block) {
+        self.nodes[id].last_file = file;
+        // A diagnostic about the block as a whole (a layout that does not fit) points at
+        // the override, where the plan was changed.
+        let path = self.nodes[id].path.clone();
+        self.origins.replace(&path, "", file, b.header_span());
+        self.add_entries(id, file, b);
+    }
+
+    /// Adds the attributes and nested blocks of one definition `b` (in `file`) to node
+    /// `id`, checking names against the schema.
+    fn add_entries(&mut self, id: usize, file: FileId, b: &'a Block) {
+        let schema = schema::lookup(&b.kind.text).expect("caller checked the kind");
+        let path = self.nodes[id].path.clone();
+        let mut here: HashMap<&str, Span> = HashMap::new();
         for a in b.attrs() {
-            if let Some(prev) = by_name.get(a.name.text.as_str()) {
-                let prev_span = prev.name.span;
+            if let Some(prev_span) = here.get(a.name.text.as_str()).copied() {
                 self.report(
                     codes::P0205,
                     format!("`{}` is set twice in `{}`", a.name.text, path),
@@ -230,20 +337,16 @@ impl<'a> Resolver<'a> {
                 self.diagnostics.push(d);
                 continue;
             }
-            attrs.push(a);
-            by_name.insert(&a.name.text, a);
+            here.insert(&a.name.text, a.name.span);
+            let node = &mut self.nodes[id];
+            match node.by_name.get(a.name.text.as_str()) {
+                Some(&i) => node.attrs[i] = (file, a),
+                None => {
+                    node.by_name.insert(&a.name.text, node.attrs.len());
+                    node.attrs.push((file, a));
+                }
+            }
         }
-        let id = self.nodes.len();
-        self.nodes.push(Node {
-            file,
-            block: b,
-            path: path.clone(),
-            attrs,
-            by_name,
-            children: Vec::new(),
-        });
-        self.origins.insert(&path, "", file, b.header_span());
-        let mut children = Vec::new();
         let mut seen: HashMap<String, Span> = HashMap::new();
         for child in b.blocks() {
             let kind = child.kind.text.as_str();
@@ -290,17 +393,39 @@ impl<'a> Resolver<'a> {
                 continue;
             }
             seen.insert(key.clone(), child.header_span());
-            let cid = self.add_node(file, child, format!("{path}.{key}"));
-            children.push(cid);
+            let child_path = format!("{path}.{key}");
+            let existing = self.nodes[id]
+                .children
+                .iter()
+                .copied()
+                .find(|&c| self.nodes[c].path == child_path);
+            match existing {
+                Some(c) => self.merge(c, file, child),
+                None => {
+                    let cid = self.add_node(file, child, child_path);
+                    self.nodes[id].children.push(cid);
+                }
+            }
         }
-        self.nodes[id].children = children;
-        id
     }
 
     // ----- evaluation -------------------------------------------------------------------
 
     fn find_attr(&self, node: usize, name: &str) -> Option<&'a Attr> {
-        self.nodes[node].by_name.get(name).copied()
+        self.written(node, name).map(|(_, a)| a)
+    }
+
+    /// The attribute as it stands after overrides, with the file it was written in.
+    fn written(&self, node: usize, name: &str) -> Option<(FileId, &'a Attr)> {
+        let n = &self.nodes[node];
+        n.by_name.get(name).map(|&i| n.attrs[i])
+    }
+
+    /// The file a diagnostic about attribute `name` of `node` points into: where the
+    /// attribute was written (an override's file), else the block's.
+    fn file_of(&self, node: usize, name: &str) -> FileId {
+        self.written(node, name)
+            .map_or(self.nodes[node].file, |(f, _)| f)
     }
 
     /// The value of an attribute as written (not its default), evaluated once.
@@ -309,9 +434,8 @@ impl<'a> Resolver<'a> {
         if let Some(v) = self.memo.get(&key) {
             return v.clone();
         }
-        let attr = self.find_attr(node, name)?;
+        let (file, attr) = self.written(node, name)?;
         if !self.in_progress.insert(key.clone()) {
-            let file = self.nodes[node].file;
             self.report(
                 codes::P0211,
                 format!("`{name}` refers to itself through a cycle of references"),
@@ -323,7 +447,9 @@ impl<'a> Resolver<'a> {
             self.memo.insert(key, None);
             return None;
         }
+        let outer = std::mem::replace(&mut self.cur_file, file);
         let v = self.eval_expr(node, &attr.value);
+        self.cur_file = outer;
         self.in_progress.remove(&key);
         // A cycle found deeper already stored `None` for this key; keep it.
         self.memo.entry(key).or_insert(v).clone()
@@ -334,7 +460,7 @@ impl<'a> Resolver<'a> {
         if self.depth >= MAX_NESTING {
             if !self.too_deep {
                 self.too_deep = true;
-                let file = self.nodes[node].file;
+                let file = self.cur_file;
                 self.report(
                     codes::P0008,
                     format!("nested too deeply (limit {MAX_NESTING})"),
@@ -356,7 +482,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn eval_inner(&mut self, node: usize, e: &Expr) -> Option<Value> {
-        let file = self.nodes[node].file;
+        let file = self.cur_file;
         Some(match &e.kind {
             ExprKind::Number(n) => Value::Number(*n),
             ExprKind::Quantity { value, unit } => {
@@ -407,7 +533,7 @@ impl<'a> Resolver<'a> {
                 }
                 Value::Enum(name.clone())
             }
-            ExprKind::Path(parts) => return self.eval_path(node, parts, e.span),
+            ExprKind::Path(parts) => return self.eval_path(parts, e.span),
         })
     }
 
@@ -431,13 +557,8 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    fn eval_path(
-        &mut self,
-        node: usize,
-        parts: &[planc_lang::syntax::Ident],
-        span: Span,
-    ) -> Option<Value> {
-        let file = self.nodes[node].file;
+    fn eval_path(&mut self, parts: &[planc_lang::syntax::Ident], span: Span) -> Option<Value> {
+        let file = self.cur_file;
         let first = &parts[0].text;
         // By kind, or by the name of a top-level block (`cluster c`: `c.nodes`); not a scan of
         // every node, which a generated file may have by the hundred thousand.
@@ -510,13 +631,11 @@ impl<'a> Resolver<'a> {
 
     /// The attribute's value and the span of its expression, when written and valid.
     fn get(&mut self, node: usize, name: &str) -> Option<(Value, Span)> {
-        let attr = self.find_attr(node, name)?;
+        let (file, attr) = self.written(node, name)?;
         let path = self.nodes[node].path.clone();
-        self.origins
-            .insert(&path, name, self.nodes[node].file, attr.value.span);
+        self.origins.insert(&path, name, file, attr.value.span);
         let v = self.eval_attr(node, name)?;
         if !path.starts_with("parallel") && matches!(v, Value::Auto | Value::List(_)) {
-            let file = self.nodes[node].file;
             self.report(
                 codes::P0213,
                 format!("`{name}` cannot be a hole"),
@@ -531,7 +650,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn type_error(&mut self, node: usize, span: Span, name: &str, expected: &str, found: &Value) {
-        let file = self.nodes[node].file;
+        let file = self.file_of(node, name);
         let code = match found {
             Value::Quantity(..) => codes::P0208,
             Value::Number(_) if expected.contains("e.g.") => codes::P0208,
@@ -580,7 +699,7 @@ impl<'a> Resolver<'a> {
                 Some(*n as u64)
             }
             Value::Number(n) if n.fract() == 0.0 && *n > max as f64 => {
-                let file = self.nodes[node].file;
+                let file = self.file_of(node, name);
                 self.report(
                     codes::P0212,
                     format!("`{name}` must be at most {max}, found {}", fmt_num(*n)),
@@ -594,7 +713,7 @@ impl<'a> Resolver<'a> {
                 None
             }
             Value::Number(n) => {
-                let file = self.nodes[node].file;
+                let file = self.file_of(node, name);
                 let what = if n.fract() != 0.0 {
                     "a whole number"
                 } else {
@@ -625,7 +744,7 @@ impl<'a> Resolver<'a> {
         match v {
             Value::Number(n) if n >= lo && n <= hi => Some(n),
             Value::Number(n) => {
-                let file = self.nodes[node].file;
+                let file = self.file_of(node, name);
                 self.report(
                     codes::P0212,
                     format!(
@@ -652,7 +771,7 @@ impl<'a> Resolver<'a> {
         match v {
             Value::Quantity(x, d) if d == dim && x > 0.0 => Some(x),
             Value::Quantity(_, d) if d == dim => {
-                let file = self.nodes[node].file;
+                let file = self.file_of(node, name);
                 self.report(
                     codes::P0212,
                     format!("`{name}` must be positive"),
@@ -674,7 +793,7 @@ impl<'a> Resolver<'a> {
         match v {
             Value::Quantity(x, Dimension::Ratio) if (0.0..1.0).contains(&x) => Some(x),
             Value::Quantity(_, Dimension::Ratio) => {
-                let file = self.nodes[node].file;
+                let file = self.file_of(node, name);
                 self.report(
                     codes::P0212,
                     format!("`{name}` must be at least 0 % and below 100 %"),
@@ -749,7 +868,7 @@ impl<'a> Resolver<'a> {
         if let Some(x) = parse(&text) {
             return Some(x);
         }
-        let file = self.nodes[node].file;
+        let file = self.file_of(node, name);
         let mut d = Diagnostic::new(codes::P0209, format!("`{text}` is not a valid `{name}`")).at(
             file,
             span,
@@ -945,7 +1064,7 @@ impl<'a> Resolver<'a> {
         let Value::Enum(name) = &v else {
             return Some(v);
         };
-        let file = self.nodes[node].file;
+        let file = self.cur_file;
         let path = self.nodes[node].path.clone();
         let d = Diagnostic::new(
             codes::P0210,
@@ -959,13 +1078,9 @@ impl<'a> Resolver<'a> {
             return None;
         }
         let written: Vec<String> = self.nodes[node]
-            .block
-            .entries
+            .attrs
             .iter()
-            .filter_map(|en| match en {
-                planc_lang::syntax::Entry::Attr(a) => Some(a.name.text.clone()),
-                _ => None,
-            })
+            .map(|(_, a)| a.name.text.clone())
             .take(1000) // as many as `did_you_mean` reads
             .collect();
         let d = match did_you_mean(name, written.iter().map(String::as_str)) {
@@ -992,7 +1107,7 @@ impl<'a> Resolver<'a> {
         if let Some(g) = catalog.gpu(&name) {
             return Some(g.clone());
         }
-        let file = self.nodes[n].file;
+        let file = self.file_of(n, "gpu");
         let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
             file,
             span,
@@ -1076,7 +1191,7 @@ impl<'a> Resolver<'a> {
         } else {
             for attr in ["nodes", "gpus_per_node", "gpu"] {
                 if let Some(a) = self.find_attr(n, attr) {
-                    let file = self.nodes[n].file;
+                    let file = self.file_of(n, attr);
                     self.report(codes::P0218, format!("`{attr}` in a cluster made of groups"), file, a.name.span, "belongs in each `group`")
                         .with_help("a cluster either sets nodes, gpus_per_node and gpu, or holds `group` blocks that do");
                     ok = false;
@@ -1157,7 +1272,7 @@ impl<'a> Resolver<'a> {
         }
         let profile = self.string(n, "profile").and_then(|p| {
             self.get(n, "profile")
-                .map(|(_, span)| (p, self.nodes[n].file, span))
+                .map(|(_, span)| (p, self.file_of(n, "profile"), span))
         });
         Some(Cluster {
             name,
@@ -1174,7 +1289,7 @@ impl<'a> Resolver<'a> {
                 Value::Str(s) | Value::Enum(s) => match Catalog::builtin().model(&s) {
                     Some(p) => self.preset = Some(p),
                     None => {
-                        let file = self.nodes[n].file;
+                        let file = self.file_of(n, "preset");
                         let names: Vec<&str> = Catalog::builtin()
                             .models
                             .iter()
@@ -1318,7 +1433,7 @@ impl<'a> Resolver<'a> {
             .find_attr(n, "heads")
             .map(|a| a.value.span)
             .unwrap_or_else(|| self.nodes[n].block.header_span());
-        let file = self.nodes[n].file;
+        let file = self.file_of(n, "heads");
         self.report(
             codes::P0206,
             format!(
@@ -1406,7 +1521,7 @@ impl<'a> Resolver<'a> {
             Value::Auto => Some(Hole::Auto),
             Value::List(items) => {
                 if items.is_empty() {
-                    let file = self.nodes[n].file;
+                    let file = self.file_of(n, name);
                     self.report(
                         codes::P0212,
                         format!("`{name}` has an empty candidate list"),
@@ -1441,7 +1556,7 @@ impl<'a> Resolver<'a> {
         let zero = self.hole(n, "zero", Hole::Fixed(0), |r, span, v| {
             let z = r.read_count(n, span, "zero", v, 0)?;
             if z > 3 {
-                let file = r.nodes[n].file;
+                let file = r.file_of(n, "zero");
                 r.report(
                     codes::P0212,
                     format!("`zero` must be 0, 1, 2 or 3, found {z}"),
@@ -1531,7 +1646,7 @@ impl<'a> Resolver<'a> {
         }
         let (v, span) = self.get(n, name)?;
         if matches!(v, Value::Auto | Value::List(_)) {
-            let file = self.nodes[n].file;
+            let file = self.file_of(n, name);
             self.report(
                 codes::P0213,
                 format!("`{name}` cannot be `auto` or a list"),
@@ -1559,7 +1674,7 @@ impl<'a> Resolver<'a> {
         match v {
             Value::Auto => Some(Some(StageEnd::Auto)),
             Value::List(_) => {
-                let file = self.nodes[n].file;
+                let file = self.file_of(n, name);
                 self.report(
                     codes::P0213,
                     format!("`{name}` cannot be a list"),
@@ -1582,8 +1697,7 @@ impl<'a> Resolver<'a> {
         let mut env = Vec::new();
         if let Some(c) = self.child(n, "env") {
             let attrs = self.nodes[c].attrs.clone();
-            for a in attrs {
-                let file = self.nodes[c].file;
+            for (file, a) in attrs {
                 self.origins
                     .insert(ENV_NAME_ORIGIN, &a.name.text, file, a.name.span);
                 if let Some((v, span)) = self.get(c, &a.name.text) {

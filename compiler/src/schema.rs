@@ -194,6 +194,20 @@ pub const SCHEMAS: &[BlockSchema] = &[
     ),
 ];
 
+/// The attributes whose value is text (a string in double quotes), by block: `--set`
+/// takes a bare word there as the text (`--set job.name=nightly`). A test
+/// (`compiler/tests/overrides.rs`) keeps the list equal to what the resolver reads as strings.
+pub const TEXT_ATTRS: &[(&str, &str)] = &[
+    ("cluster", "profile"),
+    ("train", "data"),
+    ("job", "name"),
+    ("job", "partition"),
+    ("job", "image"),
+    ("job", "checkpoint_dir"),
+    ("job", "entrypoint"),
+    ("job", "volume"),
+];
+
 pub fn lookup(kind: &str) -> Option<&'static BlockSchema> {
     SCHEMAS.iter().find(|s| s.kind == kind)
 }

@@ -94,6 +94,10 @@ pub struct SourceFileEntry {
     pub text: String,
     pub lines: LineIndex,
     pub syntax: SourceFile,
+    /// The files its `import` lines name (loaded, in order; a command-line setting's file
+    /// names the plan it applies to). A block written again in a file that imports the
+    /// file defining it, directly or not, overrides it (`resolve`).
+    pub imports: Vec<FileId>,
 }
 
 #[derive(Default)]
@@ -113,6 +117,44 @@ impl SourceMap {
             f.lines.line_col(&f.text, span.start as usize),
             f.lines.line_col(&f.text, span.end as usize),
         )
+    }
+
+    /// Whether `a` imports `b`, directly or through other imports (a file does not import
+    /// itself).
+    pub fn imports(&self, a: FileId, b: FileId) -> bool {
+        let mut seen = vec![false; self.files.len()];
+        let mut stack: Vec<FileId> = self.get(a).imports.clone();
+        while let Some(f) = stack.pop() {
+            if f == b {
+                return true;
+            }
+            let i = f.0 as usize;
+            if i < seen.len() && !seen[i] {
+                seen[i] = true;
+                stack.extend(self.get(f).imports.iter().copied());
+            }
+        }
+        false
+    }
+
+    /// Adds a file that was not read from disk (a command-line setting), with its tree.
+    pub fn add_parsed(
+        &mut self,
+        display: String,
+        text: String,
+        syntax: SourceFile,
+        imports: Vec<FileId>,
+    ) -> FileId {
+        let id = FileId(self.files.len() as u32);
+        self.files.push(SourceFileEntry {
+            lines: LineIndex::new(&text),
+            path: PathBuf::new(),
+            display,
+            text,
+            syntax,
+            imports,
+        });
+        id
     }
 
     fn find(&self, path: &Path) -> Option<FileId> {
@@ -148,6 +190,7 @@ impl SourceMap {
             display,
             text,
             syntax: parsed.file,
+            imports: Vec::new(),
         });
         (id, diagnostics)
     }
@@ -234,6 +277,8 @@ fn visit(
                         .at(id, imp.path_span, "this import closes the cycle")
                         .help("move the blocks both files need into a third file that both import"),
                 );
+            } else {
+                map.files[id.0 as usize].imports.push(existing);
             }
             // Already loaded (a diamond import): its blocks are merged once.
             continue;
@@ -255,6 +300,7 @@ fn visit(
                 // with the import), so that an editor can open it from the diagnostic.
                 let display = path.display().to_string();
                 let (child, parse_diags) = map.add(path, display, text);
+                map.files[id.0 as usize].imports.push(child);
                 diagnostics.extend(parse_diags);
                 stack.push(child);
                 visit(child, loader, map, stack, order, diagnostics);

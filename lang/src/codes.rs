@@ -131,6 +131,12 @@ codes! {
         "A cluster is either uniform (`nodes`, `gpus_per_node`, `gpu`) or made of `group` blocks, not both.";
     P0219 Error "missing inter-node network"
         "A cluster of more than one node needs an `inter_node { ... }` block: planc will not guess the network.";
+    P0230 Error "`--set` names no attribute"
+        "`--set PATH=VALUE` changes one attribute of the plan without editing it: PATH is the \
+         block, its nested blocks and the attribute, separated by dots (`parallel.tp`, \
+         `cluster.inter_node.bandwidth`, `cluster.group.NAME.nodes`, `gpu.NAME.memory`). A path \
+         that stops at a block, or before the name a `gpu` or `group` block needs, names nothing \
+         to set.";
     P0301 Error "world size mismatch"
         "tp × pp × dp × cp must equal the number of GPUs in the cluster.";
     P0302 Error "expert parallelism does not fit"

@@ -44,6 +44,36 @@ pub fn parse(src: &str, file: FileId) -> Parsed {
     }
 }
 
+/// One command-line setting, `PATH=VALUE` (`planc check plan.tp --set parallel.tp=4`): the
+/// dotted path as written and the value, an expression of the language.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setting {
+    /// At least one segment when parsed; which segments are blocks and which the attribute
+    /// is the schema's business (the compiler's).
+    pub path: Vec<Ident>,
+    pub value: Expr,
+}
+
+/// Parses `PATH=VALUE` as a whole text (the flag's argument): spans are into `src`, so a
+/// diagnostic shows the flag as it was typed. `None` when it is not of that form; the
+/// diagnostics say why.
+pub fn parse_setting(src: &str, file: FileId) -> (Option<Setting>, Vec<Diagnostic>) {
+    let lexed = lex(src, file);
+    let mut p = Parser {
+        tokens: lexed.tokens,
+        pos: 0,
+        file,
+        diagnostics: lexed.diagnostics,
+        depth: 0,
+        brackets: 0,
+        too_deep: false,
+    };
+    let setting = p.setting();
+    let diagnostics = p.diagnostics.into_vec();
+    let setting = setting.filter(|_| !diagnostics.iter().any(Diagnostic::is_error));
+    (setting, diagnostics)
+}
+
 pub const RESERVED: &[&str] = &["import", "auto", "true", "false"];
 
 /// How deep blocks, brackets and signs may nest. Real plans nest three or four levels; the
@@ -254,6 +284,51 @@ impl Parser {
                 }
             }
         }
+    }
+
+    /// `a.b.c = expr` to the end of the text.
+    fn setting(&mut self) -> Option<Setting> {
+        let mut path = Vec::new();
+        loop {
+            let Some(id) = self.ident() else {
+                let what = if path.is_empty() {
+                    "an attribute path such as `parallel.tp`"
+                } else {
+                    "a name after `.`"
+                };
+                self.expected(what).help =
+                    Some("write PATH=VALUE: `--set parallel.tp=4`, `--set 'cluster.inter_node.bandwidth=400 Gb/s'`".into());
+                return None;
+            };
+            path.push(id);
+            if !self.at(&TokenKind::Dot) {
+                break;
+            }
+            self.bump();
+        }
+        if !self.at(&TokenKind::Eq) {
+            self.expected("`=` after the path").help =
+                Some("write PATH=VALUE: `--set parallel.tp=4`".into());
+            return None;
+        }
+        self.bump();
+        let value = self.expr();
+        if matches!(value.kind, ExprKind::Error) {
+            return None;
+        }
+        while matches!(self.peek(), TokenKind::Newline) {
+            self.bump();
+        }
+        if !self.at(&TokenKind::Eof) {
+            let d = self.expected("the end of the value");
+            d.help = Some(if matches!(value.kind, ExprKind::Number(_)) {
+                "if this is a unit, it is not one planc knows; units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %".into()
+            } else {
+                "one value per `--set`; a string goes in double quotes, which the shell needs quoted too: `--set 'job.image=\"nvcr.io/nvidia/pytorch:24.01-py3\"'`".into()
+            });
+            return None;
+        }
+        Some(Setting { path, value })
     }
 
     fn recover_top_level(&mut self) {
