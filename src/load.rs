@@ -22,12 +22,8 @@ pub struct Sets {
     pub set: Vec<String>,
 }
 
-/// The checked plan, or the exit code after saying why the file could not be read.
-pub fn checked(file: &Path) -> Result<Checked, ExitCode> {
-    checked_with(file, &[])
-}
-
-/// [`checked`] with `--set` settings applied over the plan.
+/// The checked plan with `--set` settings applied over it, or the exit code after saying
+/// why the file could not be read.
 pub fn checked_with(file: &Path, sets: &[String]) -> Result<Checked, ExitCode> {
     let progress = Progress::new();
     let checked = check_file_with(file, &FsLoader, sets, &|d, t| progress.update(d, t));

@@ -65,7 +65,7 @@ fn setting_block(text: &str, file: FileId) -> (Option<Block>, Vec<Diagnostic>) {
             };
             (Some(shape.build(value)), Vec::new())
         }
-        Err(d) => (None, vec![d]),
+        Err(d) => (None, vec![*d]),
     }
 }
 
@@ -99,7 +99,7 @@ fn as_text(text: &str, file: FileId, diags: &[Diagnostic]) -> Option<Setting> {
 fn setting_block_of(s: Setting, file: FileId) -> (Option<Block>, Vec<Diagnostic>) {
     match shape(&s.path, file) {
         Ok(shape) => (Some(shape.build(s.value)), Vec::new()),
-        Err(d) => (None, vec![d]),
+        Err(d) => (None, vec![*d]),
     }
 }
 
@@ -141,14 +141,14 @@ impl Shape<'_> {
 
 /// Walks the path through the schema: a top-level block, its name where it needs one,
 /// nested blocks (a `group` with its name), then one attribute.
-fn shape(path: &[Ident], file: FileId) -> Result<Shape<'_>, Diagnostic> {
+fn shape(path: &[Ident], file: FileId) -> Result<Shape<'_>, Box<Diagnostic>> {
     let first = &path[0];
     let Some(top) = schema::TOP_LEVEL
         .contains(&first.text.as_str())
         .then(|| schema::lookup(&first.text))
         .flatten()
     else {
-        return Err(unknown_top(first, file));
+        return Err(Box::new(unknown_top(first, file)));
     };
     let mut blocks = Vec::new();
     let mut i = 1;
@@ -157,7 +157,7 @@ fn shape(path: &[Ident], file: FileId) -> Result<Shape<'_>, Diagnostic> {
     loop {
         let name = if at.naming == Naming::Required {
             let Some(n) = path.get(i).filter(|_| i + 1 < path.len()) else {
-                return Err(incomplete(path, i, file, at, true));
+                return Err(Box::new(incomplete(path, i, file, at, true)));
             };
             i += 1;
             Some(n)
@@ -166,7 +166,7 @@ fn shape(path: &[Ident], file: FileId) -> Result<Shape<'_>, Diagnostic> {
         };
         blocks.push((kind_ident, name));
         let Some(seg) = path.get(i) else {
-            return Err(incomplete(path, i, file, at, false));
+            return Err(Box::new(incomplete(path, i, file, at, false)));
         };
         if i + 1 == path.len() {
             return attribute(at, path, file).map(|kind| Shape {
@@ -181,43 +181,48 @@ fn shape(path: &[Ident], file: FileId) -> Result<Shape<'_>, Diagnostic> {
                 kind_ident = seg;
                 i += 1;
             }
-            None => return Err(not_a_block(at, seg, file)),
+            None => return Err(Box::new(not_a_block(at, seg, file))),
         }
     }
 }
 
 /// The last segment must be an attribute of the block it ends in.
-fn attribute(at: &BlockSchema, path: &[Ident], file: FileId) -> Result<&'static str, Diagnostic> {
+fn attribute(
+    at: &BlockSchema,
+    path: &[Ident],
+    file: FileId,
+) -> Result<&'static str, Box<Diagnostic>> {
     let seg = &path[path.len() - 1];
     let name = seg.text.as_str();
     if at.free_attrs || at.attrs.contains(&name) {
         return Ok(at.kind);
     }
     if at.blocks.contains(&name) {
-        return Err(Diagnostic::new(
+        let first = schema::lookup(name)
+            .and_then(|s| s.attrs.first().copied())
+            .unwrap_or("ATTRIBUTE");
+        let d = Diagnostic::new(
             codes::P0230,
             format!("`--set` names the block `{name}`, not an attribute"),
         )
         .at(file, seg.span, "a block")
         .help(format!(
-            "name one of its attributes: `--set {}.{}=VALUE`",
-            joined(path),
-            schema::lookup(name).map_or("ATTRIBUTE", |s| s
-                .attrs
-                .first()
-                .copied()
-                .unwrap_or("ATTRIBUTE"))
-        )));
+            "name one of its attributes: `--set {}.{first}=VALUE`",
+            joined(path)
+        ));
+        return Err(Box::new(d));
     }
     let d = Diagnostic::new(
         codes::P0204,
         format!("unknown attribute `{name}` in `{}`", at.kind),
     )
     .at(file, seg.span, "unknown attribute");
-    Err(match did_you_mean(name, at.attrs.iter().copied()) {
-        Some(s) => d.help(format!("did you mean `{s}`?")),
-        None => d.help(format!("`{}` accepts: {}", at.kind, at.attrs.join(", "))),
-    })
+    Err(Box::new(
+        match did_you_mean(name, at.attrs.iter().copied()) {
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None => d.help(format!("`{}` accepts: {}", at.kind, at.attrs.join(", "))),
+        },
+    ))
 }
 
 fn unknown_top(first: &Ident, file: FileId) -> Diagnostic {
