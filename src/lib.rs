@@ -110,6 +110,8 @@ enum Command {
     Report {
         /// The plan file (`.tp`).
         file: PathBuf,
+        #[command(flatten)]
+        sets: load::Sets,
         /// Where to write the page (default: <plan name>.report.html in the current folder).
         #[arg(short = 'o', long = "out", value_name = "FILE")]
         out: Option<PathBuf>,
@@ -424,10 +426,11 @@ where
         ),
         Command::Report {
             file,
+            sets,
             out,
             force,
             color,
-        } => report::run(&file, out.as_deref(), force, color_choice(color)),
+        } => report::run(&file, &sets.set, out.as_deref(), force, color_choice(color)),
         Command::Solve {
             file,
             sets,

@@ -38,7 +38,13 @@ pub fn default_output(file: &Path) -> PathBuf {
     PathBuf::from(format!("{stem}.report.html"))
 }
 
-pub fn run(file: &Path, out: Option<&Path>, force: bool, color: ColorChoice) -> ExitCode {
+pub fn run(
+    file: &Path,
+    sets: &[String],
+    out: Option<&Path>,
+    force: bool,
+    color: ColorChoice,
+) -> ExitCode {
     let out = out.map_or_else(|| default_output(file), Path::to_path_buf);
     // Refuse before the work, not after it.
     if out.exists() && !force {
@@ -48,7 +54,7 @@ pub fn run(file: &Path, out: Option<&Path>, force: bool, color: ColorChoice) -> 
         );
         return ExitCode::from(2);
     }
-    let mut checked = match crate::load::checked(file) {
+    let mut checked = match crate::load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
