@@ -4,6 +4,7 @@
 mod calibrate;
 mod emit;
 mod fmt;
+mod import;
 mod launch;
 mod load;
 mod lsp;
@@ -193,6 +194,57 @@ enum Command {
         /// When to colour diagnostics.
         #[arg(long, value_enum, default_value_t = Color::Auto)]
         color: Color,
+    },
+    /// Bring a job in: its launch script and configs as a plan.
+    ///
+    /// Reads a Megatron-LM launch script or command line (pretrain_gpt.py flags through
+    /// torchrun, python -m torch.distributed.run, srun, deepspeed or mpirun; variables,
+    /// `${VAR:-default}`, arrays and exported NCCL_/CUDA_ variables), a DeepSpeed JSON and
+    /// its hostfile, a torchtitan job TOML and its launch's --section.option flags, a
+    /// LLaMA-Factory YAML (and the DeepSpeed JSON it names), a Hugging Face config.json (the
+    /// model block), or several of them for one job. The plan says where each value came
+    /// from, and lists at its top every flag or key it could not place and everything it
+    /// assumed. What the files do not hold (the GPU, the network) comes from --cluster or
+    /// --nodes/--gpus-per-node/--gpu, else is assumed and said. The plan is checked; one that
+    /// does not check is written all the same, with its diagnostics. -o never replaces a file
+    /// without --force.
+    ///
+    /// Exit status: 0 the plan checks, 1 written but it has errors, 2 misuse or an input
+    /// planc cannot read.
+    ///
+    /// Examples:
+    ///   planc import train_llama.sh --cluster examples/llama3-70b-64xh100.tp -o llama.tp
+    ///   planc import ds_config.json hostfile config.json --gpu A100_SXM_80GB
+    ///   planc import llama3_8b.toml --nodes 2 --gpus-per-node 8
+    ///   planc import sft.yaml config.json --format json | jq .unplaced
+    ///   echo 'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 ...' | planc import -
+    #[command(verbatim_doc_comment)]
+    Import {
+        /// The job's files (`-` reads a script from standard input).
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Write the plan here (default: standard output).
+        #[arg(short = 'o', long = "out", value_name = "PLAN")]
+        out: Option<PathBuf>,
+        /// Take the cluster (and its gpu blocks) from this plan, as written.
+        #[arg(long, value_name = "PLAN", conflicts_with_all = ["nodes", "gpus_per_node", "gpu"])]
+        cluster: Option<PathBuf>,
+        /// Nodes of the cluster, when the inputs do not say.
+        #[arg(long, value_name = "N")]
+        nodes: Option<u64>,
+        /// GPUs in each node, when the inputs do not say.
+        #[arg(long, value_name = "N")]
+        gpus_per_node: Option<u64>,
+        /// The GPU, a catalog name (H100_SXM_80GB, A100_SXM_80GB, ...); default H100_SXM_80GB.
+        #[arg(long, value_name = "NAME")]
+        gpu: Option<String>,
+        /// Replace an existing -o file.
+        #[arg(long)]
+        force: bool,
+        /// `human`: the plan (without -o) and a summary on standard error; `json`: the plan,
+        /// the placed and unplaced values, the assumptions and the check's diagnostics.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
     },
     /// Rewrite plan files in the one layout (or check that they are).
     ///
@@ -545,6 +597,25 @@ where
             force,
             format == Format::Json,
         ),
+        Command::Import {
+            files,
+            out,
+            cluster,
+            nodes,
+            gpus_per_node,
+            gpu,
+            force,
+            format,
+        } => import::run(import::Args {
+            files,
+            out,
+            cluster,
+            nodes,
+            gpus_per_node,
+            gpu,
+            force,
+            json: format == Format::Json,
+        }),
         Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),
     }

@@ -12,6 +12,7 @@
 //! environment), `json` in JSON.
 
 pub mod args;
+pub mod import;
 pub mod quote;
 pub mod script;
 mod templates;
