@@ -33,7 +33,8 @@ fn read(path: &Path) -> Result<String, String> {
         return Err("larger than 64 MiB".into());
     }
     let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+    String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -55,8 +56,16 @@ pub fn run(a: Args) -> ExitCode {
                 }
             }
         };
-        let name = if f.as_os_str() == "-" { "stdin".to_string() } else { f.display().to_string() };
-        let path = if f.as_os_str() == "-" { PathBuf::from("stdin.sh") } else { f.clone() };
+        let name = if f.as_os_str() == "-" {
+            "stdin".to_string()
+        } else {
+            f.display().to_string()
+        };
+        let path = if f.as_os_str() == "-" {
+            PathBuf::from("stdin.sh")
+        } else {
+            f.clone()
+        };
         inputs.push(Input { name, path, text });
     }
     let cluster = match &a.cluster {
@@ -83,16 +92,27 @@ pub fn run(a: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let name = a.out.as_ref().map_or("imported.tp".to_string(), |p| p.display().to_string());
+    let name = a
+        .out
+        .as_ref()
+        .map_or("imported.tp".to_string(), |p| p.display().to_string());
     let checked = check_source(&name, &imported.plan);
     let report = serde_json::to_value(checked.report()).unwrap_or_default();
     let diagnostics = report.get("diagnostics").cloned().unwrap_or_default();
-    let count = |sev: &str| diagnostics.as_array().map_or(0, |d| d.iter().filter(|x| x["severity"] == sev).count());
+    let count = |sev: &str| {
+        diagnostics
+            .as_array()
+            .map_or(0, |d| d.iter().filter(|x| x["severity"] == sev).count())
+    };
     let (errors, warnings) = (count("error"), count("warning"));
     if let Some(out) = &a.out {
         if let Err(e) = write_new(out, imported.plan.as_bytes(), a.force) {
             eprintln!("error: {e}");
-            return ExitCode::from(if matches!(e, WriteError::Exists(_)) { 2 } else { 1 });
+            return ExitCode::from(if matches!(e, WriteError::Exists(_)) {
+                2
+            } else {
+                1
+            });
         }
     }
     if a.json {
@@ -118,8 +138,16 @@ pub fn run(a: Args) -> ExitCode {
     }
 }
 
-fn summary(i: &Imported, out: Option<&Path>, diagnostics: &serde_json::Value, errors: usize, warnings: usize) {
-    let to = out.map_or("standard output".to_string(), |p| format!("`{}`", p.display()));
+fn summary(
+    i: &Imported,
+    out: Option<&Path>,
+    diagnostics: &serde_json::Value,
+    errors: usize,
+    warnings: usize,
+) {
+    let to = out.map_or("standard output".to_string(), |p| {
+        format!("`{}`", p.display())
+    });
     eprintln!(
         "imported to {to}: {} values placed, {} not placed and {} assumptions listed at the top of the plan",
         i.placed.len(),
@@ -127,7 +155,10 @@ fn summary(i: &Imported, out: Option<&Path>, diagnostics: &serde_json::Value, er
         i.assumed.len()
     );
     if errors == 0 {
-        eprintln!("the plan checks ({warnings} warning{})", if warnings == 1 { "" } else { "s" });
+        eprintln!(
+            "the plan checks ({warnings} warning{})",
+            if warnings == 1 { "" } else { "s" }
+        );
     } else {
         eprintln!(
             "the plan does not check yet: {errors} error{}, {warnings} warning{} (written all the same; `planc check` shows them in place):",
@@ -136,7 +167,15 @@ fn summary(i: &Imported, out: Option<&Path>, diagnostics: &serde_json::Value, er
         );
     }
     for d in diagnostics.as_array().into_iter().flatten() {
-        let line = d["line"].as_u64().map(|l| format!(" (line {l})")).unwrap_or_default();
-        eprintln!("  {}[{}] {}{line}", d["severity"].as_str().unwrap_or(""), d["code"].as_str().unwrap_or(""), d["message"].as_str().unwrap_or(""));
+        let line = d["line"]
+            .as_u64()
+            .map(|l| format!(" (line {l})"))
+            .unwrap_or_default();
+        eprintln!(
+            "  {}[{}] {}{line}",
+            d["severity"].as_str().unwrap_or(""),
+            d["code"].as_str().unwrap_or(""),
+            d["message"].as_str().unwrap_or("")
+        );
     }
 }

@@ -34,8 +34,17 @@ pub fn said(cx: &mut Ctx, said: &[Said], file: &str) {
         // Later launchers are nearer the program.
         let rank = 2 + (i * 2 / n.max(1)) as u8;
         let mut hint = |what, value: Option<u64>, rank| match value {
-            Some(value) => cx.pending.hints.push(Hint { what, value, rank, from: from.clone() }),
-            None => cx.draft.unplaced(from.clone(), s.value.clone(), "not a number planc can read (set by the site when the job runs?)"),
+            Some(value) => cx.pending.hints.push(Hint {
+                what,
+                value,
+                rank,
+                from: from.clone(),
+            }),
+            None => cx.draft.unplaced(
+                from.clone(),
+                s.value.clone(),
+                "not a number planc can read (set by the site when the job runs?)",
+            ),
         };
         match s.means {
             Means::Nodes => hint(Means::Nodes, elastic_max(&v), rank),
@@ -93,9 +102,11 @@ pub fn env(cx: &mut Ctx, assignment: &str, from: Origin) {
 
 /// Variables the plan's `job.env` carries: NCCL's, CUDA's and PyTorch's.
 pub fn carried(name: &str) -> bool {
-    ["NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "NVTE_", "UCX_", "NVSHMEM_", "CUBLAS_", "CUDNN_"]
-        .iter()
-        .any(|p| name.starts_with(p))
+    [
+        "NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "NVTE_", "UCX_", "NVSHMEM_", "CUBLAS_", "CUDNN_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 pub fn place_env(cx: &mut Ctx, name: &str, value: &str, unresolved: bool, from: Origin) {
@@ -103,12 +114,20 @@ pub fn place_env(cx: &mut Ctx, name: &str, value: &str, unresolved: bool, from: 
         cx.draft.unplaced(from, Some(format!("{name}={value}")), "a variable of the site or the launcher, not NCCL's, CUDA's or PyTorch's: the plan's job.env carries those");
         return;
     }
-    if unresolved || value.contains("$(") || value.contains('`') || value.contains("${") && value.contains(":-") {
+    if unresolved
+        || value.contains("$(")
+        || value.contains('`')
+        || value.contains("${") && value.contains(":-")
+    {
         cx.draft.unplaced(from, Some(format!("{name}={value}")), "its value is only known when the script runs; job.env takes literal values and $NAME references");
         return;
     }
-    let from = Origin { key: name.to_string(), ..from };
-    cx.draft.set("job.env", name, V::Str(value.to_string()), from);
+    let from = Origin {
+        key: name.to_string(),
+        ..from
+    };
+    cx.draft
+        .set("job.env", name, V::Str(value.to_string()), from);
 }
 
 /// Builds the cluster: `--cluster`'s block, or the flags and the inputs' hints.
@@ -119,8 +138,14 @@ pub fn assemble(cx: &mut Ctx, opts: &Options) -> Result<(), ImportError> {
     let flag = |k: &str| Origin::new("command line", None, k.to_string());
     let pick = |cx: &mut Ctx, what: Means| best(cx, what);
     let world = pick(cx, Means::World);
-    let mut gpn = opts.gpus_per_node.map(|n| (n, flag("--gpus-per-node"))).or_else(|| pick(cx, Means::GpusPerNode));
-    let mut nodes = opts.nodes.map(|n| (n, flag("--nodes"))).or_else(|| pick(cx, Means::Nodes));
+    let mut gpn = opts
+        .gpus_per_node
+        .map(|n| (n, flag("--gpus-per-node")))
+        .or_else(|| pick(cx, Means::GpusPerNode));
+    let mut nodes = opts
+        .nodes
+        .map(|n| (n, flag("--nodes")))
+        .or_else(|| pick(cx, Means::Nodes));
     if gpn.is_none() {
         gpn = pick(cx, Means::TasksPerNode);
     }
@@ -138,11 +163,23 @@ pub fn assemble(cx: &mut Ctx, opts: &Options) -> Result<(), ImportError> {
     let d = &mut cx.draft;
     match nodes {
         Some((n, o)) => d.set("cluster", "nodes", V::Int(n), o),
-        None => d.assume("cluster", "nodes", V::Int(1), flag("assumed"), "no input says how many nodes; pass --nodes or --cluster"),
+        None => d.assume(
+            "cluster",
+            "nodes",
+            V::Int(1),
+            flag("assumed"),
+            "no input says how many nodes; pass --nodes or --cluster",
+        ),
     }
     match gpn {
         Some((n, o)) => d.set("cluster", "gpus_per_node", V::Int(n), o),
-        None => d.assume("cluster", "gpus_per_node", V::Int(8), flag("assumed"), "no input says how many GPUs a node has; pass --gpus-per-node or --cluster"),
+        None => d.assume(
+            "cluster",
+            "gpus_per_node",
+            V::Int(8),
+            flag("assumed"),
+            "no input says how many GPUs a node has; pass --gpus-per-node or --cluster",
+        ),
     }
     match &opts.gpu {
         Some(g) => {
@@ -151,16 +188,39 @@ pub fn assemble(cx: &mut Ctx, opts: &Options) -> Result<(), ImportError> {
             }
             d.set("cluster", "gpu", V::Ident(g.clone()), flag("--gpu"));
         }
-        None => d.assume("cluster", "gpu", V::Ident(DEFAULT_GPU.into()), flag("assumed"), "no input names the GPU; pass --gpu or --cluster"),
+        None => d.assume(
+            "cluster",
+            "gpu",
+            V::Ident(DEFAULT_GPU.into()),
+            flag("assumed"),
+            "no input names the GPU; pass --gpu or --cluster",
+        ),
     }
-    cx.pending.world = Some(d.u64("cluster", "nodes").unwrap_or(1) * d.u64("cluster", "gpus_per_node").unwrap_or(1));
+    cx.pending.world = Some(
+        d.u64("cluster", "nodes").unwrap_or(1) * d.u64("cluster", "gpus_per_node").unwrap_or(1),
+    );
     if d.u64("cluster", "nodes").unwrap_or(1) > 1 {
         let nics = d.u64("cluster", "gpus_per_node").unwrap_or(8);
         let o = flag("assumed");
         d.note(format!("cluster.inter_node: no input describes the network; assumed InfiniBand, {nics} NICs a node of 400 Gb/s (pass --cluster with your network)"));
-        d.set("cluster.inter_node", "kind", V::Ident("infiniband".into()), o.clone());
-        d.set("cluster.inter_node", "nics_per_node", V::Int(nics), o.clone());
-        d.set("cluster.inter_node", "bandwidth", V::Raw("400 Gb/s".into()), o.clone());
+        d.set(
+            "cluster.inter_node",
+            "kind",
+            V::Ident("infiniband".into()),
+            o.clone(),
+        );
+        d.set(
+            "cluster.inter_node",
+            "nics_per_node",
+            V::Int(nics),
+            o.clone(),
+        );
+        d.set(
+            "cluster.inter_node",
+            "bandwidth",
+            V::Raw("400 Gb/s".into()),
+            o.clone(),
+        );
         d.set("cluster.inter_node", "latency", V::Raw("5 us".into()), o);
     }
     Ok(())
@@ -177,7 +237,14 @@ fn best(cx: &mut Ctx, what: Means) -> Option<(u64, Origin)> {
         .collect();
     let out = (top.value, top.from.clone());
     if !others.is_empty() {
-        cx.draft.note(format!("{:?}: {} says {}, {}; kept {}", what, top.from, top.value, others.join(", "), top.value));
+        cx.draft.note(format!(
+            "{:?}: {} says {}, {}; kept {}",
+            what,
+            top.from,
+            top.value,
+            others.join(", "),
+            top.value
+        ));
     }
     Some(out)
 }
@@ -186,7 +253,9 @@ fn best(cx: &mut Ctx, what: Means) -> Option<(u64, Origin)> {
 fn from_plan(cx: &mut Ctx, name: &str, text: &str) -> Result<(), ImportError> {
     let parsed = planc_lang::parse(text, planc_lang::FileId(0));
     if parsed.diagnostics.iter().any(|d| d.is_error()) {
-        return Err(ImportError::Cluster(format!("{name} has syntax errors (planc check {name})")));
+        return Err(ImportError::Cluster(format!(
+            "{name} has syntax errors (planc check {name})"
+        )));
     }
     let mut blocks = Vec::new();
     let mut cluster = None;
@@ -205,15 +274,22 @@ fn from_plan(cx: &mut Ctx, name: &str, text: &str) -> Result<(), ImportError> {
     blocks.push(text[c.span.start as usize..c.span.end as usize].to_string());
     // What the inputs said of the cluster's shape, against the block's.
     let number = |b: &planc_lang::syntax::Block, attr: &str| {
-        b.attrs().find(|a| a.name.text == attr).and_then(|a| match a.value.kind {
-            planc_lang::syntax::ExprKind::Number(x) => Some(x as u64),
-            _ => None,
-        })
+        b.attrs()
+            .find(|a| a.name.text == attr)
+            .and_then(|a| match a.value.kind {
+                planc_lang::syntax::ExprKind::Number(x) => Some(x as u64),
+                _ => None,
+            })
     };
-    for (attr, what) in [("nodes", Means::Nodes), ("gpus_per_node", Means::GpusPerNode)] {
+    for (attr, what) in [
+        ("nodes", Means::Nodes),
+        ("gpus_per_node", Means::GpusPerNode),
+    ] {
         if let (Some(w), Some((v, o))) = (number(c, attr), best(cx, what)) {
             if w != v {
-                cx.draft.note(format!("cluster.{attr}: {o} says {v}; {name} has {w}, kept"));
+                cx.draft.note(format!(
+                    "cluster.{attr}: {o} says {v}; {name} has {w}, kept"
+                ));
             }
         }
     }
@@ -223,14 +299,19 @@ fn from_plan(cx: &mut Ctx, name: &str, text: &str) -> Result<(), ImportError> {
         .map(|g| number(g, "nodes").unwrap_or(0) * number(g, "gpus_per_node").unwrap_or(0))
         .collect();
     cx.pending.world = if groups.is_empty() {
-        number(c, "nodes").zip(number(c, "gpus_per_node")).map(|(n, g)| n * g)
+        number(c, "nodes")
+            .zip(number(c, "gpus_per_node"))
+            .map(|(n, g)| n * g)
     } else {
         Some(groups.iter().sum())
     };
     if c.attrs().any(|a| a.name.text == "profile") {
-        cx.draft.note(format!("cluster.profile is relative to {name}; the imported plan names it as written there"));
+        cx.draft.note(format!(
+            "cluster.profile is relative to {name}; the imported plan names it as written there"
+        ));
     }
-    cx.draft.note(format!("cluster: {name}'s cluster block, as written"));
+    cx.draft
+        .note(format!("cluster: {name}'s cluster block, as written"));
     cx.draft.cluster_text = Some(blocks.join("\n\n"));
     Ok(())
 }

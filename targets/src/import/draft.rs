@@ -255,7 +255,9 @@ impl Draft {
             }
         }
         if !self.unplaced.is_empty() {
-            out.push_str("#\n# Not placed (planc has no attribute for these, or derives them itself):\n");
+            out.push_str(
+                "#\n# Not placed (planc has no attribute for these, or derives them itself):\n",
+            );
             for u in &self.unplaced {
                 let value = u
                     .value

@@ -58,17 +58,28 @@ pub struct DsDefaults {
 pub fn finish(cx: &mut Ctx) {
     super::megatron::defaults(cx);
     super::deepspeed::defaults(cx);
-    super::torchtitan::model(cx);
+    super::torchtitan::finish(cx);
     model(cx);
     dropout(cx);
     schedule(cx);
     batch(cx);
     let d = &mut cx.draft;
     if !d.has("parallel", "dp") {
-        d.set("parallel", "dp", V::Ident("auto".into()), Origin::new("derived", None, "world size / (tp × pp × cp)"));
+        d.set(
+            "parallel",
+            "dp",
+            V::Ident("auto".into()),
+            Origin::new("derived", None, "world size / (tp × pp × cp)"),
+        );
     }
     if let Some(o) = cx.pending.slurm.clone() {
-        d.assume("job", "scheduler", V::Ident("slurm".into()), o, "a Slurm job (#SBATCH or srun)");
+        d.assume(
+            "job",
+            "scheduler",
+            V::Ident("slurm".into()),
+            o,
+            "a Slurm job (#SBATCH or srun)",
+        );
     }
 }
 
@@ -85,9 +96,17 @@ fn model(cx: &mut Ctx) {
     }
     if let Some((n, o)) = p.max_positions.take() {
         match d.u64("model", "seq_len") {
-            Some(s) if s == n => d.unplaced(o, Some(n.to_string()), "the position table of seq_len, as given"),
+            Some(s) if s == n => d.unplaced(
+                o,
+                Some(n.to_string()),
+                "the position table of seq_len, as given",
+            ),
             _ if !d.has("model", "seq_len") => d.set("model", "seq_len", V::Int(n), o),
-            _ => d.unplaced(o, Some(n.to_string()), "planc sizes positions by seq_len (learned positions: seq_len rows)"),
+            _ => d.unplaced(
+                o,
+                Some(n.to_string()),
+                "planc sizes positions by seq_len (learned positions: seq_len rows)",
+            ),
         }
     }
     if !d.has("model", "vocab") && !d.has("model", "preset") {
@@ -97,7 +116,9 @@ fn model(cx: &mut Ctx) {
         }
     }
     if let Some((size, o)) = p.shared_expert_size.take() {
-        let width = d.u64("model", "expert_ffn_hidden").or_else(|| d.u64("model", "ffn_hidden"));
+        let width = d
+            .u64("model", "expert_ffn_hidden")
+            .or_else(|| d.u64("model", "ffn_hidden"));
         match width {
             Some(w) if w > 0 && size % w == 0 => d.set("model", "shared_experts", V::Int(size / w), o),
             _ => d.unplaced(o, Some(size.to_string()), "shared experts are counted in experts of expert_ffn_hidden; this size is not a multiple of it"),
@@ -125,7 +146,10 @@ fn schedule(cx: &mut Ctx) {
     let p = &mut cx.pending;
     let d = &mut cx.draft;
     if let Some((n, o)) = p.layers_per_chunk.take() {
-        let (layers, pp) = (d.u64("model", "layers"), d.u64("parallel", "pp").unwrap_or(1));
+        let (layers, pp) = (
+            d.u64("model", "layers"),
+            d.u64("parallel", "pp").unwrap_or(1),
+        );
         match layers {
             Some(l) if n > 0 && pp > 0 && l % (pp * n) == 0 => {
                 let vpp = l / (pp * n);
@@ -141,25 +165,46 @@ fn schedule(cx: &mut Ctx) {
     if let Some((n, o)) = p.train_samples.take() {
         match gb {
             Some(g) if g > 0 => d.set("train", "steps", V::Int(n.div_ceil(g)), o),
-            _ => d.unplaced(o, Some(n.to_string()), "samples to steps needs the global batch"),
+            _ => d.unplaced(
+                o,
+                Some(n.to_string()),
+                "samples to steps needs the global batch",
+            ),
         }
     }
     if let Some((n, o)) = p.warmup_samples.take() {
         match gb {
             Some(g) if g > 0 => d.set("train", "warmup_steps", V::Int(n.div_ceil(g)), o),
-            _ => d.unplaced(o, Some(n.to_string()), "samples to steps needs the global batch"),
+            _ => d.unplaced(
+                o,
+                Some(n.to_string()),
+                "samples to steps needs the global batch",
+            ),
         }
     }
     if let Some((f, o)) = p.warmup_fraction.take() {
         match d.u64("train", "steps") {
-            Some(s) => d.set("train", "warmup_steps", V::Int((f * s as f64).round() as u64), o),
-            None => d.unplaced(o, Some(f.to_string()), "a fraction of the steps, which no input gives"),
+            Some(s) => d.set(
+                "train",
+                "warmup_steps",
+                V::Int((f * s as f64).round() as u64),
+                o,
+            ),
+            None => d.unplaced(
+                o,
+                Some(f.to_string()),
+                "a fraction of the steps, which no input gives",
+            ),
         }
     }
     if let Some((r, o)) = p.min_lr_ratio.take() {
         match d.f64("train", "lr") {
             Some(lr) => d.set("train", "min_lr", V::Float(crate::args::tidy(lr * r)), o),
-            None => d.unplaced(o, Some(r.to_string()), "a fraction of the learning rate, which no input gives"),
+            None => d.unplaced(
+                o,
+                Some(r.to_string()),
+                "a fraction of the learning rate, which no input gives",
+            ),
         }
     }
 }
@@ -170,13 +215,26 @@ fn batch(cx: &mut Ctx) {
     let p = &mut cx.pending;
     let d = &mut cx.draft;
     let world = p.world;
-    let split = d.u64("parallel", "tp").unwrap_or(1) * d.u64("parallel", "pp").unwrap_or(1) * d.u64("parallel", "cp").unwrap_or(1);
-    let dp = d.u64("parallel", "dp").or_else(|| world.filter(|w| split > 0 && w % split == 0).map(|w| w / split));
+    let split = d.u64("parallel", "tp").unwrap_or(1)
+        * d.u64("parallel", "pp").unwrap_or(1)
+        * d.u64("parallel", "cp").unwrap_or(1);
+    let dp = d.u64("parallel", "dp").or_else(|| {
+        world
+            .filter(|w| split > 0 && w % split == 0)
+            .map(|w| w / split)
+    });
     let micro = d.u64("parallel", "micro_batch").unwrap_or(1);
     let accum = p.accum.take();
-    if let (None, Some((lb, o)), Some(dp)) = (d.u64("train", "global_batch"), p.titan_local_batch.take(), dp) {
+    if let (None, Some((lb, o)), Some(dp)) = (
+        d.u64("train", "global_batch"),
+        p.titan_local_batch.take(),
+        dp,
+    ) {
         d.set("train", "global_batch", V::Int(lb * dp), o);
-        d.note(format!("train.global_batch = {}: torchtitan's local batch {lb} × dp {dp}", lb * dp));
+        d.note(format!(
+            "train.global_batch = {}: torchtitan's local batch {lb} × dp {dp}",
+            lb * dp
+        ));
     }
     match (d.u64("train", "global_batch"), accum, dp) {
         (None, Some((a, o)), Some(dp)) => {
@@ -184,7 +242,12 @@ fn batch(cx: &mut Ctx) {
             d.note(format!("train.global_batch = {}: micro-batch {micro} × {a} accumulation steps ({}) × dp {dp}", micro * a * dp, o));
         }
         (None, None, Some(dp)) if d.has("parallel", "micro_batch") => {
-            d.set("train", "global_batch", V::Int(micro * dp), Origin::new("derived", None, "micro_batch × dp"));
+            d.set(
+                "train",
+                "global_batch",
+                V::Int(micro * dp),
+                Origin::new("derived", None, "micro_batch × dp"),
+            );
             d.note(format!("train.global_batch = {}: micro-batch {micro} × dp {dp}, no gradient accumulation (no input gives the global batch)", micro * dp));
         }
         (Some(g), Some((a, o)), Some(dp)) if g != micro * a * dp => {
@@ -193,7 +256,11 @@ fn batch(cx: &mut Ctx) {
                 micro * a * dp
             ));
         }
-        (_, Some((a, o)), _) => d.unplaced(o, Some(a.to_string()), "gradient accumulation: planc derives it from the global batch, the micro-batch and dp"),
+        (_, Some((a, o)), _) => d.unplaced(
+            o,
+            Some(a.to_string()),
+            "gradient accumulation: planc derives it from the global batch, the micro-batch and dp",
+        ),
         _ => {}
     }
 }

@@ -151,11 +151,7 @@ pub fn place(
         match f.to {
             To::Attr(block, attr, kind) => match g.value().and_then(|v| typed(v, kind)) {
                 Some(v) => draft.set(block, attr, v, from),
-                None => draft.unplaced(
-                    from,
-                    g.joined(),
-                    format!("not a value of {block}.{attr}"),
-                ),
+                None => draft.unplaced(from, g.joined(), format!("not a value of {block}.{attr}")),
             },
             To::Set(block, attr, text) => draft.set(block, attr, plan_value(text), from),
             To::Special(name) => special.push((name, g)),
@@ -170,7 +166,11 @@ pub fn typed(v: &str, kind: Kind) -> Option<V> {
     let v = v.trim();
     match kind {
         Kind::Int => int(v).map(V::Int),
-        Kind::Float => v.parse::<f64>().ok().filter(|x| x.is_finite()).map(V::Float),
+        Kind::Float => v
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
+            .map(V::Float),
         Kind::Str => Some(V::Str(v.to_string())),
         Kind::Bool => boolean(v).map(V::Bool),
     }

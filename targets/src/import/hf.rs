@@ -9,8 +9,12 @@ use serde_json::Value;
 use super::draft::{ident, Origin, V};
 use super::{Ctx, ImportError, Input};
 
-/// Keys of a config.json: where each goes (`None`: listed with the reason).
-const KEYS: &[(&str, Option<(&str, &str)>, &str)] = &[
+/// `block.attr` a config.json key goes to.
+type Place = Option<(&'static str, &'static str)>;
+
+/// Keys of a config.json: where each goes (`None`: read by the code under that name, or
+/// listed with the reason).
+const KEYS: &[(&str, Place, &str)] = &[
     ("hidden_size", Some(("model", "hidden")), ""),
     ("n_embd", Some(("model", "hidden")), ""),
     ("num_hidden_layers", Some(("model", "layers")), ""),
@@ -27,9 +31,17 @@ const KEYS: &[(&str, Option<(&str, &str)>, &str)] = &[
     ("num_experts", Some(("model", "experts")), ""),
     ("n_routed_experts", Some(("model", "experts")), ""),
     ("num_experts_per_tok", Some(("model", "top_k")), ""),
-    ("moe_intermediate_size", Some(("model", "expert_ffn_hidden")), ""),
+    (
+        "moe_intermediate_size",
+        Some(("model", "expert_ffn_hidden")),
+        "",
+    ),
     ("n_shared_experts", Some(("model", "shared_experts")), ""),
-    ("first_k_dense_replace", Some(("model", "first_dense_layers")), ""),
+    (
+        "first_k_dense_replace",
+        Some(("model", "first_dense_layers")),
+        "",
+    ),
     ("max_position_embeddings", None, "context"),
     ("n_positions", None, "context"),
     ("hidden_act", None, "act"),
@@ -48,46 +60,122 @@ const KEYS: &[(&str, Option<(&str, &str)>, &str)] = &[
     ("hidden_dropout", None, "dropout"),
     ("model_type", None, "read"),
     ("architectures", None, "read"),
-    ("torch_dtype", None, "the stored weights' type, not the training precision (train.precision)"),
-    ("dtype", None, "the stored weights' type, not the training precision (train.precision)"),
-    ("rope_scaling", None, "rope scaling changes positions, not the step's cost"),
-    ("sliding_window", None, "planc prices full causal attention, not a sliding window"),
-    ("use_sliding_window", None, "planc prices full causal attention, not a sliding window"),
-    ("max_window_layers", None, "planc prices full causal attention, not a sliding window"),
+    (
+        "torch_dtype",
+        None,
+        "the stored weights' type, not the training precision (train.precision)",
+    ),
+    (
+        "dtype",
+        None,
+        "the stored weights' type, not the training precision (train.precision)",
+    ),
+    (
+        "rope_scaling",
+        None,
+        "rope scaling changes positions, not the step's cost",
+    ),
+    (
+        "sliding_window",
+        None,
+        "planc prices full causal attention, not a sliding window",
+    ),
+    (
+        "use_sliding_window",
+        None,
+        "planc prices full causal attention, not a sliding window",
+    ),
+    (
+        "max_window_layers",
+        None,
+        "planc prices full causal attention, not a sliding window",
+    ),
 ];
 
 /// Fields of a config.json that name no architecture (token ids, initialisation, caching).
 const IGNORED: &[&str] = &[
-    "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "use_cache",
-    "transformers_version", "pretraining_tp", "_name_or_path", "output_router_logits",
-    "router_aux_loss_coef", "router_jitter_noise", "scale_attn_weights", "summary_type",
-    "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
-    "task_specific_params", "reorder_and_upcast_attn", "scale_attn_by_inverse_layer_idx",
-    "n_ctx", "decoder_sparse_step", "norm_topk_prob", "routed_scaling_factor", "topk_method",
-    "n_group", "topk_group", "scoring_func", "aux_loss_alpha", "seq_aux", "ep_size",
-    "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
-    "num_nextn_predict_layers", "quantization_config", "mlp_only_layers", "final_logit_softcapping",
-    "attn_logit_softcapping", "query_pre_attn_scalar", "layer_types", "auto_map", "model_name",
-    "tokenizer_class", "is_decoder", "id2label", "label2id",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "initializer_range",
+    "use_cache",
+    "transformers_version",
+    "pretraining_tp",
+    "_name_or_path",
+    "output_router_logits",
+    "router_aux_loss_coef",
+    "router_jitter_noise",
+    "scale_attn_weights",
+    "summary_type",
+    "summary_use_proj",
+    "summary_activation",
+    "summary_proj_to_labels",
+    "summary_first_dropout",
+    "task_specific_params",
+    "reorder_and_upcast_attn",
+    "scale_attn_by_inverse_layer_idx",
+    "n_ctx",
+    "decoder_sparse_step",
+    "norm_topk_prob",
+    "routed_scaling_factor",
+    "topk_method",
+    "n_group",
+    "topk_group",
+    "scoring_func",
+    "aux_loss_alpha",
+    "seq_aux",
+    "ep_size",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    "num_nextn_predict_layers",
+    "quantization_config",
+    "mlp_only_layers",
+    "final_logit_softcapping",
+    "attn_logit_softcapping",
+    "query_pre_attn_scalar",
+    "layer_types",
+    "auto_map",
+    "model_name",
+    "tokenizer_class",
+    "is_decoder",
+    "id2label",
+    "label2id",
 ];
 
 pub fn is_config(v: &Value) -> bool {
     let Some(o) = v.as_object() else { return false };
-    ["hidden_size", "num_hidden_layers", "n_embd", "n_layer", "model_type", "architectures"]
-        .iter()
-        .any(|k| o.contains_key(*k))
+    [
+        "hidden_size",
+        "num_hidden_layers",
+        "n_embd",
+        "n_layer",
+        "model_type",
+        "architectures",
+    ]
+    .iter()
+    .any(|k| o.contains_key(*k))
 }
 
 pub fn read(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     let v: Value = serde_json::from_str(input.text.trim_start_matches('\u{feff}'))
         .map_err(|e| ImportError::Invalid(input.name.clone(), format!("not JSON: {e}")))?;
     let Some(o) = v.as_object() else {
-        return Err(ImportError::Invalid(input.name.clone(), "not a JSON object".into()));
+        return Err(ImportError::Invalid(
+            input.name.clone(),
+            "not a JSON object".into(),
+        ));
     };
     let fields: Vec<(String, Value, Option<usize>)> = o
         .iter()
         .map(|(k, v)| {
-            let line = input.text.lines().position(|l| l.contains(&format!("\"{k}\""))).map(|i| i + 1);
+            let line = input
+                .text
+                .lines()
+                .position(|l| l.contains(&format!("\"{k}\"")))
+                .map(|i| i + 1);
             (k.clone(), v.clone(), line)
         })
         .collect();
@@ -98,7 +186,10 @@ pub fn read(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
 /// The model block from a config's fields (name, value, line).
 pub fn model(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], file: &str) {
     let get = |k: &str| fields.iter().find(|f| f.0 == k).map(|f| &f.1);
-    let model_type = get("model_type").and_then(Value::as_str).unwrap_or("").to_string();
+    let model_type = get("model_type")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let gpt2 = model_type == "gpt2" || get("n_embd").is_some();
     let mut dropout = Vec::new();
     for (k, v, line) in fields {
@@ -119,9 +210,15 @@ pub fn model(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], file: &str
         };
         if let Some((b, a)) = to {
             match v {
-                Value::Null if *a == "ffn_hidden" => d.unplaced(from, shown, "unset: 4 × hidden, planc's default"),
-                Value::Number(n) if *a == "rope_theta" => d.set(b, a, V::Float(n.as_f64().unwrap_or(10000.0)), from),
-                Value::Number(n) if n.as_u64().is_some() => d.set(b, a, V::Int(n.as_u64().unwrap_or(0)), from),
+                Value::Null if *a == "ffn_hidden" => {
+                    d.unplaced(from, shown, "unset: 4 × hidden, planc's default")
+                }
+                Value::Number(n) if *a == "rope_theta" => {
+                    d.set(b, a, V::Float(n.as_f64().unwrap_or(10000.0)), from)
+                }
+                Value::Number(n) if n.as_u64().is_some() => {
+                    d.set(b, a, V::Int(n.as_u64().unwrap_or(0)), from)
+                }
                 _ => d.unplaced(from, shown, format!("not a value of {b}.{a}")),
             }
             continue;
@@ -136,7 +233,12 @@ pub fn model(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], file: &str
                 a if a.starts_with("gelu") => {
                     // Gemma's MLP is gated (GeGLU): priced as SwiGLU, the same products.
                     let gated = model_type.starts_with("gemma");
-                    d.set("model", "mlp", V::Ident(if gated { "swiglu" } else { "gelu" }.into()), from);
+                    d.set(
+                        "model",
+                        "mlp",
+                        V::Ident(if gated { "swiglu" } else { "gelu" }.into()),
+                        from,
+                    );
                     if gated {
                         d.note("model.mlp = swiglu: Gemma's GeGLU is gated like SwiGLU (three products), priced as it");
                     }
@@ -176,19 +278,85 @@ fn family_defaults(cx: &mut Ctx, model_type: &str, gpt2: bool, file: &str) {
     let from = |k: &str| Origin::new(file, None, format!("{model_type} default: {k}"));
     let d = &mut cx.draft;
     if gpt2 {
-        d.assume("model", "mlp", V::Ident("gelu".into()), from("activation"), "GPT-2's MLP");
-        d.assume("model", "norm", V::Ident("layernorm".into()), from("layer norm"), "GPT-2's norm");
-        d.assume("model", "position", V::Ident("learned".into()), from("wpe"), "GPT-2's learned positions");
-        d.assume("model", "bias", V::Bool(true), from("bias"), "GPT-2's linear layers have biases");
-        d.assume("model", "tied_embeddings", V::Bool(true), from("tie_word_embeddings"), "transformers' default");
+        d.assume(
+            "model",
+            "mlp",
+            V::Ident("gelu".into()),
+            from("activation"),
+            "GPT-2's MLP",
+        );
+        d.assume(
+            "model",
+            "norm",
+            V::Ident("layernorm".into()),
+            from("layer norm"),
+            "GPT-2's norm",
+        );
+        d.assume(
+            "model",
+            "position",
+            V::Ident("learned".into()),
+            from("wpe"),
+            "GPT-2's learned positions",
+        );
+        d.assume(
+            "model",
+            "bias",
+            V::Bool(true),
+            from("bias"),
+            "GPT-2's linear layers have biases",
+        );
+        d.assume(
+            "model",
+            "tied_embeddings",
+            V::Bool(true),
+            from("tie_word_embeddings"),
+            "transformers' default",
+        );
         return;
     }
-    let llama_like = ["llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3_text", "phi3", "olmo2", "granite"];
-    if llama_like.contains(&model_type) || d.get("model", "norm") == Some(&V::Ident("rmsnorm".into())) {
-        d.assume("model", "position", V::Ident("rope".into()), from("rotary embeddings"), "rotary positions, as the family uses");
-        d.assume("model", "bias", V::Bool(false), from("attention_bias"), "no biases in the linear layers (the family's default)");
+    let llama_like = [
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen3",
+        "qwen2_moe",
+        "qwen3_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi3",
+        "olmo2",
+        "granite",
+    ];
+    if llama_like.contains(&model_type)
+        || d.get("model", "norm") == Some(&V::Ident("rmsnorm".into()))
+    {
+        d.assume(
+            "model",
+            "position",
+            V::Ident("rope".into()),
+            from("rotary embeddings"),
+            "rotary positions, as the family uses",
+        );
+        d.assume(
+            "model",
+            "bias",
+            V::Bool(false),
+            from("attention_bias"),
+            "no biases in the linear layers (the family's default)",
+        );
         let tied = model_type.starts_with("gemma");
-        d.assume("model", "tied_embeddings", V::Bool(tied), from("tie_word_embeddings"), "the family's default");
+        d.assume(
+            "model",
+            "tied_embeddings",
+            V::Bool(tied),
+            from("tie_word_embeddings"),
+            "the family's default",
+        );
         if model_type.starts_with("qwen2") {
             d.note("model.bias: Qwen2 has biases on the query, key and value projections only; planc's bias is all or none, kept none");
         }
@@ -197,7 +365,8 @@ fn family_defaults(cx: &mut Ctx, model_type: &str, gpt2: bool, file: &str) {
 
 /// planc's generated train.py (`MODEL_CONFIG = dict(…)`) or torchtitan flavor module.
 pub fn is_python_model(text: &str) -> bool {
-    text.contains("MODEL_CONFIG = dict(") || (text.contains("register_train_spec") && text.contains("\nDIM = "))
+    text.contains("MODEL_CONFIG = dict(")
+        || (text.contains("register_train_spec") && text.contains("\nDIM = "))
 }
 
 /// `NAME = value` lines of a Python module (numbers, strings, True/False).
@@ -207,8 +376,11 @@ fn constants(text: &str) -> Vec<(String, String, usize)> {
         .filter_map(|(i, l)| {
             let (k, v) = l.split_once(" = ")?;
             let k = k.trim();
-            (k.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()) && !l.starts_with(' '))
-                .then(|| (k.to_string(), v.trim().trim_matches('"').to_string(), i + 1))
+            let v = v.split("  #").next().unwrap_or(v).trim().trim_matches('"');
+            (k.chars()
+                .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+                && !l.starts_with(' '))
+            .then(|| (k.to_string(), v.to_string(), i + 1))
         })
         .collect()
 }
@@ -222,12 +394,15 @@ pub fn read_python(cx: &mut Ctx, input: &Input) {
         let first_line = text[..start].lines().count() + 1;
         let mut fields = Vec::new();
         for (i, l) in body[..end].lines().enumerate().skip(1) {
-            let Some((k, v)) = l.trim().trim_end_matches(',').split_once('=') else { continue };
+            let Some((k, v)) = l.trim().trim_end_matches(',').split_once('=') else {
+                continue;
+            };
             let v = match v.trim() {
                 "True" => Value::Bool(true),
                 "False" => Value::Bool(false),
                 "None" => Value::Null,
-                s => serde_json::from_str(s).unwrap_or(Value::String(s.trim_matches('"').to_string())),
+                s => serde_json::from_str(s)
+                    .unwrap_or(Value::String(s.trim_matches('"').to_string())),
             };
             fields.push((k.trim().to_string(), v, Some(first_line + i)));
         }
@@ -235,10 +410,22 @@ pub fn read_python(cx: &mut Ctx, input: &Input) {
         for (k, v, line) in constants(text) {
             let from = Origin::new(&input.name, Some(line), k.clone());
             match k.as_str() {
-                "RECOMPUTE" if v != "none" => cx.draft.set("parallel", "recompute", V::Ident(v), from),
-                "ZERO" => cx.draft.set("parallel", "zero", V::Int(super::flags::int(&v).unwrap_or(0)), from),
+                "RECOMPUTE" if v != "none" => {
+                    cx.draft.set("parallel", "recompute", V::Ident(v), from)
+                }
+                "ZERO" => cx.draft.set(
+                    "parallel",
+                    "zero",
+                    V::Int(super::flags::int(&v).unwrap_or(0)),
+                    from,
+                ),
                 "OFFLOAD" if v != "none" => cx.draft.set("parallel", "offload", V::Ident(v), from),
-                "SEQ_LEN" => cx.draft.set("model", "seq_len", V::Int(super::flags::int(&v).unwrap_or(0)), from),
+                "SEQ_LEN" => cx.draft.set(
+                    "model",
+                    "seq_len",
+                    V::Int(super::flags::int(&v).unwrap_or(0)),
+                    from,
+                ),
                 "FRAMEWORK" => cx.draft.set("job", "framework", V::Ident(v), from),
                 "ATTENTION" => {
                     let a = if v == "eager" { "standard" } else { "flash" };
@@ -270,12 +457,14 @@ pub fn read_python(cx: &mut Ctx, input: &Input) {
                 cx.draft.set("model", "rope_theta", V::Float(x), from);
             }
         } else if k == "TIED_EMBEDDINGS" {
-            cx.draft.set("model", "tied_embeddings", V::Bool(v == "True"), from);
+            cx.draft
+                .set("model", "tied_embeddings", V::Bool(v == "True"), from);
         }
     }
     let from = Origin::new(&input.name, None, "torchtitan's Llama 3");
     for (attr, val) in [("mlp", "swiglu"), ("norm", "rmsnorm"), ("position", "rope")] {
-        cx.draft.set("model", attr, V::Ident(val.into()), from.clone());
+        cx.draft
+            .set("model", attr, V::Ident(val.into()), from.clone());
     }
     cx.draft.set("model", "bias", V::Bool(false), from);
 }
@@ -302,7 +491,12 @@ const NAMES: &[(&[&str], &str)] = &[
 
 /// planc's preset of a published model name (`meta-llama/Llama-2-70b-hf`), if it has one.
 pub fn preset(name: &str) -> Option<&'static str> {
-    let base = name.trim_end_matches('/').rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    let base = name
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(name)
+        .to_ascii_lowercase();
     if base == "gpt2" {
         return Some("gpt2-124m");
     }
@@ -323,7 +517,9 @@ pub fn model_name(cx: &mut Ctx, name: &str, from: Origin) {
             cx.draft.model_name.get_or_insert_with(|| ident(p));
         }
         None => {
-            cx.draft.model_name.get_or_insert_with(|| ident(name.rsplit('/').next().unwrap_or(name)));
+            cx.draft
+                .model_name
+                .get_or_insert_with(|| ident(name.rsplit('/').next().unwrap_or(name)));
             cx.draft.unplaced(from, Some(name.to_string()), "a model planc has no preset of: pass its config.json to planc import for the model block");
         }
     }

@@ -46,23 +46,61 @@ const fn opt(names: &'static [&'static str], value: bool, means: Means) -> Opt {
 
 /// torchrun and `python -m torch.distributed.run|launch` (torch/distributed/run.py).
 const TORCHRUN: &[Opt] = &[
-    opt(&["--nproc_per_node", "--nproc-per-node"], true, Means::GpusPerNode),
+    opt(
+        &["--nproc_per_node", "--nproc-per-node"],
+        true,
+        Means::GpusPerNode,
+    ),
     opt(&["--nnodes"], true, Means::Nodes),
     opt(
         &[
-            "--node_rank", "--node-rank", "--master_addr", "--master-addr", "--master_port",
-            "--master-port", "--rdzv_backend", "--rdzv-backend", "--rdzv_endpoint",
-            "--rdzv-endpoint", "--rdzv_id", "--rdzv-id", "--rdzv_conf", "--rdzv-conf",
-            "--max_restarts", "--max-restarts", "--monitor_interval", "--monitor-interval",
-            "--start_method", "--start-method", "--role", "--log_dir", "--log-dir", "-r",
-            "--redirects", "-t", "--tee", "--local_addr", "--local-addr", "--logs_specs",
-            "--logs-specs", "--local_ranks_filter", "--local-ranks-filter",
+            "--node_rank",
+            "--node-rank",
+            "--master_addr",
+            "--master-addr",
+            "--master_port",
+            "--master-port",
+            "--rdzv_backend",
+            "--rdzv-backend",
+            "--rdzv_endpoint",
+            "--rdzv-endpoint",
+            "--rdzv_id",
+            "--rdzv-id",
+            "--rdzv_conf",
+            "--rdzv-conf",
+            "--max_restarts",
+            "--max-restarts",
+            "--monitor_interval",
+            "--monitor-interval",
+            "--start_method",
+            "--start-method",
+            "--role",
+            "--log_dir",
+            "--log-dir",
+            "-r",
+            "--redirects",
+            "-t",
+            "--tee",
+            "--local_addr",
+            "--local-addr",
+            "--logs_specs",
+            "--logs-specs",
+            "--local_ranks_filter",
+            "--local-ranks-filter",
         ],
         true,
         Means::Site,
     ),
     opt(
-        &["--standalone", "--use_env", "--use-env", "--no_python", "--no-python", "--run_path", "--run-path"],
+        &[
+            "--standalone",
+            "--use_env",
+            "--use-env",
+            "--no_python",
+            "--no-python",
+            "--run_path",
+            "--run-path",
+        ],
         false,
         Means::Site,
     ),
@@ -75,9 +113,22 @@ const DEEPSPEED: &[Opt] = &[
     opt(&["--hostfile", "-H"], true, Means::Hostfile),
     opt(
         &[
-            "--include", "-i", "--exclude", "-e", "--master_addr", "--master_port", "--launcher",
-            "--launcher_args", "--min_elastic_nodes", "--max_elastic_nodes", "--ssh_port",
-            "--bind_core_list", "--save_pid", "--venv_script", "--comment", "--autotuning",
+            "--include",
+            "-i",
+            "--exclude",
+            "-e",
+            "--master_addr",
+            "--master_port",
+            "--launcher",
+            "--launcher_args",
+            "--min_elastic_nodes",
+            "--max_elastic_nodes",
+            "--ssh_port",
+            "--bind_core_list",
+            "--save_pid",
+            "--venv_script",
+            "--comment",
+            "--autotuning",
             "--node_rank",
         ],
         true,
@@ -85,8 +136,14 @@ const DEEPSPEED: &[Opt] = &[
     ),
     opt(
         &[
-            "--force_multi", "--elastic_training", "--no_local_rank", "--no_python",
-            "--bind_cores_to_rank", "--enable_each_rank_log", "--no_ssh", "--no_ssh_check",
+            "--force_multi",
+            "--elastic_training",
+            "--no_local_rank",
+            "--no_python",
+            "--bind_cores_to_rank",
+            "--enable_each_rank_log",
+            "--no_ssh",
+            "--no_ssh_check",
         ],
         false,
         Means::Site,
@@ -96,23 +153,52 @@ const DEEPSPEED: &[Opt] = &[
 /// Open MPI's and MPICH's mpirun.
 const MPIRUN: &[Opt] = &[
     opt(&["-np", "-n", "--np", "-c"], true, Means::World),
-    opt(&["--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f"], true, Means::Hostfile),
+    opt(
+        &[
+            "--hostfile",
+            "-hostfile",
+            "--machinefile",
+            "-machinefile",
+            "-f",
+        ],
+        true,
+        Means::Hostfile,
+    ),
     opt(&["-H", "--host", "-host"], true, Means::Hosts),
-    opt(&["-N", "-npernode", "--npernode", "-ppn", "--ppn"], true, Means::TasksPerNode),
+    opt(
+        &["-N", "-npernode", "--npernode", "-ppn", "--ppn"],
+        true,
+        Means::TasksPerNode,
+    ),
     opt(&["--map-by", "-map-by"], true, Means::MapBy),
     opt(&["-x"], true, Means::Env),
     opt(
         &[
-            "--bind-to", "-bind-to", "--rank-by", "-wdir", "--wdir", "--prefix", "-genv",
-            "--output-filename", "--display-map",
+            "--bind-to",
+            "-bind-to",
+            "--rank-by",
+            "-wdir",
+            "--wdir",
+            "--prefix",
+            "-genv",
+            "--output-filename",
+            "--display-map",
         ],
         true,
         Means::Site,
     ),
     opt(
         &[
-            "--allow-run-as-root", "--oversubscribe", "--report-bindings", "--tag-output",
-            "-tag-output", "--bind-to-core", "-bind-to-core", "--noprefix", "-v", "--verbose",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--report-bindings",
+            "--tag-output",
+            "-tag-output",
+            "--bind-to-core",
+            "-bind-to-core",
+            "--noprefix",
+            "-v",
+            "--verbose",
         ],
         false,
         Means::Site,
@@ -124,26 +210,74 @@ const SRUN: &[Opt] = &[
     opt(&["-N", "--nodes"], true, Means::Nodes),
     opt(&["-n", "--ntasks"], true, Means::World),
     opt(&["--ntasks-per-node"], true, Means::TasksPerNode),
-    opt(&["--gpus-per-node", "--gpus-per-task"], true, Means::GpusPerNode),
+    opt(
+        &["--gpus-per-node", "--gpus-per-task"],
+        true,
+        Means::GpusPerNode,
+    ),
     opt(&["--gres"], true, Means::Gres),
     opt(&["-p", "--partition"], true, Means::Partition),
     opt(&["-t", "--time"], true, Means::Time),
     opt(&["-J", "--job-name"], true, Means::JobName),
     opt(
         &[
-            "-c", "--cpus-per-task", "--mpi", "--container-image", "--container-mounts",
-            "--container-workdir", "--container-name", "--export", "--mem", "--mem-per-gpu",
-            "--mem-per-cpu", "-o", "--output", "-e", "--error", "-A", "--account", "-q", "--qos",
-            "--gpus", "-G", "--cpu-bind", "--gpu-bind", "--kill-on-bad-exit", "-K",
-            "--distribution", "-m", "--constraint", "-C", "--signal", "--reservation",
-            "--dependency", "-d", "--mail-type", "--mail-user", "--chdir", "-D", "--nodelist",
-            "-w", "--exclude", "-x", "--requeue", "--wait",
+            "-c",
+            "--cpus-per-task",
+            "--mpi",
+            "--container-image",
+            "--container-mounts",
+            "--container-workdir",
+            "--container-name",
+            "--export",
+            "--mem",
+            "--mem-per-gpu",
+            "--mem-per-cpu",
+            "-o",
+            "--output",
+            "-e",
+            "--error",
+            "-A",
+            "--account",
+            "-q",
+            "--qos",
+            "--gpus",
+            "-G",
+            "--cpu-bind",
+            "--gpu-bind",
+            "--kill-on-bad-exit",
+            "-K",
+            "--distribution",
+            "-m",
+            "--constraint",
+            "-C",
+            "--signal",
+            "--reservation",
+            "--dependency",
+            "-d",
+            "--mail-type",
+            "--mail-user",
+            "--chdir",
+            "-D",
+            "--nodelist",
+            "-w",
+            "--exclude",
+            "-x",
+            "--requeue",
+            "--wait",
         ],
         true,
         Means::Site,
     ),
     opt(
-        &["-l", "--label", "-u", "--unbuffered", "--exclusive", "--overlap", "--no-kill"],
+        &[
+            "-l",
+            "--label",
+            "-u",
+            "--unbuffered",
+            "--exclusive",
+            "--overlap",
+            "--no-kill",
+        ],
         false,
         Means::Site,
     ),
@@ -195,19 +329,106 @@ pub struct Launch {
 }
 
 /// Prefix commands that run the next word.
-const PASS_THROUGH: &[&str] = &["exec", "nohup", "time", "sudo", "env", "command", "stdbuf", "numactl", "taskset"];
+const PASS_THROUGH: &[&str] = &[
+    "exec", "nohup", "time", "sudo", "env", "command", "stdbuf", "numactl", "taskset",
+];
 
 /// Shell builtins and utilities: a command that starts with one runs no training program.
 const NOT_PROGRAMS: &[&str] = &[
-    "[[", "[", "test", "echo", "printf", "cd", "set", "source", ".", "mkdir", "cat", "exit",
-    "return", "shift", "trap", "wait", "sleep", "true", "false", ":", "rm", "cp", "mv", "ln",
-    "ls", "tee", "head", "tail", "grep", "sed", "awk", "git", "pip", "pip3", "conda", "module",
-    "ulimit", "unset", "eval", "read", "nvidia-smi", "hostname", "date", "touch", "chmod",
-    "scontrol", "sbatch", "squeue", "wget", "curl", "tar", "ssh", "scp", "ssh-copy-id",
-    "ssh-keygen", "let", "shopt", "pushd", "popd", "umask", "ibstat", "ibping", "ldd", "which",
-    "watch", "py-spy", "nsys", "strings", "find", "sort", "ps", "kill", "htop", "ping", "nc",
-    "sysctl", "systemctl", "docker", "make", "apt-get", "apt", "export", "alias", "wc", "cut",
-    "xargs", "dirname", "basename", "realpath", "readlink", "seq", "expr", "getopts", "ulimit",
+    "[[",
+    "[",
+    "test",
+    "echo",
+    "printf",
+    "cd",
+    "set",
+    "source",
+    ".",
+    "mkdir",
+    "cat",
+    "exit",
+    "return",
+    "shift",
+    "trap",
+    "wait",
+    "sleep",
+    "true",
+    "false",
+    ":",
+    "rm",
+    "cp",
+    "mv",
+    "ln",
+    "ls",
+    "tee",
+    "head",
+    "tail",
+    "grep",
+    "sed",
+    "awk",
+    "git",
+    "pip",
+    "pip3",
+    "conda",
+    "module",
+    "ulimit",
+    "unset",
+    "eval",
+    "read",
+    "nvidia-smi",
+    "hostname",
+    "date",
+    "touch",
+    "chmod",
+    "scontrol",
+    "sbatch",
+    "squeue",
+    "wget",
+    "curl",
+    "tar",
+    "ssh",
+    "scp",
+    "ssh-copy-id",
+    "ssh-keygen",
+    "let",
+    "shopt",
+    "pushd",
+    "popd",
+    "umask",
+    "ibstat",
+    "ibping",
+    "ldd",
+    "which",
+    "watch",
+    "py-spy",
+    "nsys",
+    "strings",
+    "find",
+    "sort",
+    "ps",
+    "kill",
+    "htop",
+    "ping",
+    "nc",
+    "sysctl",
+    "systemctl",
+    "docker",
+    "make",
+    "apt-get",
+    "apt",
+    "export",
+    "alias",
+    "wc",
+    "cut",
+    "xargs",
+    "dirname",
+    "basename",
+    "realpath",
+    "readlink",
+    "seq",
+    "expr",
+    "getopts",
+    "ulimit",
 ];
 
 /// Splits a command into its launchers and the program.
@@ -229,7 +450,8 @@ pub fn launch(words: &[Word], line: usize) -> Launch {
                 // Their own options (`stdbuf -o0`, `numactl --interleave=all`), and `env`'s
                 // assignments.
                 while i < words.len()
-                    && (words[i].text.starts_with('-') || words[i].text.contains('=') && !words[i].text.starts_with("--"))
+                    && (words[i].text.starts_with('-')
+                        || words[i].text.contains('=') && !words[i].text.starts_with("--"))
                 {
                     i += 1;
                 }
@@ -257,14 +479,21 @@ pub fn launch(words: &[Word], line: usize) -> Launch {
                 i += 2;
                 while i < words.len() && words[i].text.starts_with('-') {
                     let (k, v) = split_eq(&words[i].text);
-                    let takes = v.is_none() && words.get(i + 1).is_some_and(|n| !n.text.starts_with('-'));
+                    let takes =
+                        v.is_none() && words.get(i + 1).is_some_and(|n| !n.text.starts_with('-'));
                     let value = v.or_else(|| takes.then(|| words[i + 1].text.clone()));
                     let means = match k.as_str() {
                         "--num_processes" | "--num-processes" => Means::World,
                         "--num_machines" | "--num-machines" => Means::Nodes,
                         _ => Means::Site,
                     };
-                    l.said.push(Said { launcher: "accelerate", key: k, value, means, line });
+                    l.said.push(Said {
+                        launcher: "accelerate",
+                        key: k,
+                        value,
+                        means,
+                        line,
+                    });
                     i += if takes { 2 } else { 1 };
                 }
             }
@@ -277,7 +506,10 @@ pub fn launch(words: &[Word], line: usize) -> Launch {
                 if words.get(i).is_some_and(|w| w.text == "-m") {
                     let module = words.get(i + 1).map(|w| w.text.clone()).unwrap_or_default();
                     i += 2;
-                    if matches!(module.as_str(), "torch.distributed.run" | "torch.distributed.launch") {
+                    if matches!(
+                        module.as_str(),
+                        "torch.distributed.run" | "torch.distributed.launch"
+                    ) {
                         l.launchers.push("torchrun");
                         i = options(words, i, TORCHRUN, "torchrun", &mut l);
                         i = module_flag(words, i, &mut l);
@@ -337,7 +569,13 @@ fn split_eq(w: &str) -> (String, Option<String>) {
 }
 
 /// Reads a launcher's options from `i`; returns where they end.
-fn options(words: &[Word], mut i: usize, table: &[Opt], launcher: &'static str, l: &mut Launch) -> usize {
+fn options(
+    words: &[Word],
+    mut i: usize,
+    table: &[Opt],
+    launcher: &'static str,
+    l: &mut Launch,
+) -> usize {
     while i < words.len() {
         let w = &words[i].text;
         if !w.starts_with('-') || w == "-m" || w == "--module" || w == "--" {
@@ -356,7 +594,12 @@ fn options(words: &[Word], mut i: usize, table: &[Opt], launcher: &'static str, 
         let takes = match o {
             Some(o) => o.value && inline.is_none(),
             // An unknown option takes the next word unless it is an option itself.
-            None => inline.is_none() && words.get(i + 1).is_some_and(|n| !n.text.starts_with('-') && !looks_like_program(&n.text)),
+            None => {
+                inline.is_none()
+                    && words
+                        .get(i + 1)
+                        .is_some_and(|n| !n.text.starts_with('-') && !looks_like_program(&n.text))
+            }
         };
         let mut value = inline;
         if takes {
@@ -364,8 +607,16 @@ fn options(words: &[Word], mut i: usize, table: &[Opt], launcher: &'static str, 
         }
         if launcher == "mpirun" && (key == "--mca" || key == "-mca") {
             // Two values: the parameter and its setting.
-            let v = words.get(i + 1..i + 3).map(|ws| format!("{} {}", ws[0].text, ws[1].text));
-            l.said.push(Said { launcher, key, value: v, means: Means::Site, line: l.line });
+            let v = words
+                .get(i + 1..i + 3)
+                .map(|ws| format!("{} {}", ws[0].text, ws[1].text));
+            l.said.push(Said {
+                launcher,
+                key,
+                value: v,
+                means: Means::Site,
+                line: l.line,
+            });
             i += 3;
             continue;
         }
@@ -408,10 +659,7 @@ pub fn sbatch(directives: &[(usize, Vec<String>)]) -> Vec<Said> {
     };
     for (line, words) in directives {
         l.line = *line;
-        let ws: Vec<Word> = words
-            .iter()
-            .map(|t| Word::new(t.clone(), *line))
-            .collect();
+        let ws: Vec<Word> = words.iter().map(|t| Word::new(t.clone(), *line)).collect();
         let end = options(&ws, 0, SRUN, "#SBATCH", &mut l);
         let _ = end;
     }
@@ -424,7 +672,10 @@ pub fn slurm_time(t: &str) -> Option<String> {
         Some((d, r)) => (d.parse::<u64>().ok()?, r),
         None => (0, t),
     };
-    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
     let minutes = match (days > 0, parts.as_slice()) {
         (false, [m]) => *m as f64,
         (false, [m, s]) => *m as f64 + *s as f64 / 60.0,
@@ -456,7 +707,11 @@ mod tests {
         assert_eq!(l.launchers, ["srun", "torchrun"]);
         assert_eq!(l.program, Some(Program::Script("pretrain_gpt.py".into())));
         assert_eq!(l.args.len(), 2);
-        let gpn = l.said.iter().find(|s| s.means == Means::GpusPerNode).unwrap();
+        let gpn = l
+            .said
+            .iter()
+            .find(|s| s.means == Means::GpusPerNode)
+            .unwrap();
         assert_eq!(gpn.value.as_deref(), Some("8"));
         assert_eq!(l.said.iter().filter(|s| s.means == Means::Nodes).count(), 2);
     }
@@ -468,8 +723,14 @@ mod tests {
         assert_eq!(l.args[0].text, "--job.config_file");
         let l = first("mpirun -np 16 --map-by ppr:8:node -x NCCL_DEBUG=WARN --allow-run-as-root python pretrain_gpt.py --bf16");
         assert_eq!(l.program, Some(Program::Script("pretrain_gpt.py".into())));
-        assert!(l.said.iter().any(|s| s.means == Means::Env && s.value.as_deref() == Some("NCCL_DEBUG=WARN")));
-        assert!(l.said.iter().any(|s| s.means == Means::World && s.value.as_deref() == Some("16")));
+        assert!(l
+            .said
+            .iter()
+            .any(|s| s.means == Means::Env && s.value.as_deref() == Some("NCCL_DEBUG=WARN")));
+        assert!(l
+            .said
+            .iter()
+            .any(|s| s.means == Means::World && s.value.as_deref() == Some("16")));
     }
 
     #[test]

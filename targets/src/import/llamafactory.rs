@@ -94,11 +94,16 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     let docs = YamlLoader::load_from_str(&input.text)
         .map_err(|e| ImportError::Invalid(input.name.clone(), format!("not YAML: {e}")))?;
     let Some(Yaml::Hash(h)) = docs.into_iter().next() else {
-        return Err(ImportError::Unknown(input.name.clone(), "a YAML file that is not a mapping of LLaMA-Factory arguments".into()));
+        return Err(ImportError::Unknown(
+            input.name.clone(),
+            "a YAML file that is not a mapping of LLaMA-Factory arguments".into(),
+        ));
     };
     let mut entries = Vec::new();
     for (k, v) in h {
-        let Some(k) = k.as_str().map(str::to_string) else { continue };
+        let Some(k) = k.as_str().map(str::to_string) else {
+            continue;
+        };
         let line = input
             .text
             .lines()
@@ -107,7 +112,10 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
         entries.push((k.clone(), yaml_text(&v), Origin::new(&input.name, line, k)));
     }
     if !entries.iter().any(|e| TABLE.iter().any(|t| t.0 == e.0)) {
-        return Err(ImportError::Unknown(input.name.clone(), "a YAML file with none of LLaMA-Factory's arguments".into()));
+        return Err(ImportError::Unknown(
+            input.name.clone(),
+            "a YAML file with none of LLaMA-Factory's arguments".into(),
+        ));
     }
     apply(cx, entries, input);
     Ok(())
@@ -130,19 +138,33 @@ pub fn read_flags(cx: &mut Ctx, args: &[super::shell::Word], input: &Input) {
     let mut entries = Vec::new();
     for g in given {
         let key = g.key.trim_start_matches('-').replace('-', "_");
-        let value = if g.values.is_empty() { Some("true".to_string()) } else { g.joined() };
+        let value = if g.values.is_empty() {
+            Some("true".to_string())
+        } else {
+            g.joined()
+        };
         let from = Origin::new(&input.name, Some(g.line), g.key.clone());
         if g.unresolved {
-            cx.draft.unplaced(from, value, "its value is only known when the script runs");
+            cx.draft
+                .unplaced(from, value, "its value is only known when the script runs");
             continue;
         }
         entries.push((key, value, from));
     }
     for w in loose {
         if w.text.ends_with(".yaml") || w.text.ends_with(".yml") {
-            cx.follow(input, &w.text, Origin::new(&input.name, Some(w.line), "config file"), Format::LlamaFactory);
+            cx.follow(
+                input,
+                &w.text,
+                Origin::new(&input.name, Some(w.line), "config file"),
+                Format::LlamaFactory,
+            );
         } else if w.text != "train" {
-            cx.draft.unplaced(Origin::new(&input.name, Some(w.line), w.text.clone()), None, "a word that belongs to no flag");
+            cx.draft.unplaced(
+                Origin::new(&input.name, Some(w.line), w.text.clone()),
+                None,
+                "a word that belongs to no flag",
+            );
         }
     }
     apply(cx, entries, input);
@@ -153,7 +175,8 @@ fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &I
     let mut lr_schedule_seen = false;
     for (k, v, from) in entries {
         let Some((_, to)) = TABLE.iter().find(|t| t.0 == k) else {
-            cx.draft.unplaced(from, v, "not an argument of LLaMA-Factory's planc reads");
+            cx.draft
+                .unplaced(from, v, "not an argument of LLaMA-Factory's planc reads");
             continue;
         };
         let Some(text) = v.clone() else {
@@ -237,23 +260,77 @@ fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &I
 
 /// transformers' and LLaMA-Factory's defaults where the arguments are silent.
 fn hf_defaults(cx: &mut Ctx, input: &Input, checkpointing: bool, lr_schedule_seen: bool) {
-    let from = |k: &str| Origin::new(&input.name, None, format!("Hugging Face's default without {k}"));
+    let from = |k: &str| {
+        Origin::new(
+            &input.name,
+            None,
+            format!("Hugging Face's default without {k}"),
+        )
+    };
     let d = &mut cx.draft;
     if checkpointing {
-        d.assume("parallel", "recompute", V::Ident("full".into()), Origin::new(&input.name, None, "LLaMA-Factory's default"), "LLaMA-Factory checkpoints every layer unless disable_gradient_checkpointing");
+        d.assume(
+            "parallel",
+            "recompute",
+            V::Ident("full".into()),
+            Origin::new(&input.name, None, "LLaMA-Factory's default"),
+            "LLaMA-Factory checkpoints every layer unless disable_gradient_checkpointing",
+        );
     }
     if cx.pending.deepspeed.is_none() && !d.has("job", "framework") {
-        d.set("job", "framework", V::Ident("torch".into()), Origin::new(&input.name, None, "Hugging Face Trainer (DDP)"));
+        d.set(
+            "job",
+            "framework",
+            V::Ident("torch".into()),
+            Origin::new(&input.name, None, "Hugging Face Trainer (DDP)"),
+        );
     }
-    d.assume("train", "lr", V::Float(5e-5), from("learning_rate"), "transformers' TrainingArguments default");
-    d.assume("train", "weight_decay", V::Float(0.0), from("weight_decay"), "transformers' TrainingArguments default");
-    d.assume("train", "adam_beta2", V::Float(0.999), from("adam_beta2"), "transformers' TrainingArguments default");
-    d.assume("train", "seed", V::Int(42), from("seed"), "transformers' TrainingArguments default");
-    d.assume("train", "optimizer", V::Ident("adamw".into()), from("optim"), "transformers' AdamW");
+    d.assume(
+        "train",
+        "lr",
+        V::Float(5e-5),
+        from("learning_rate"),
+        "transformers' TrainingArguments default",
+    );
+    d.assume(
+        "train",
+        "weight_decay",
+        V::Float(0.0),
+        from("weight_decay"),
+        "transformers' TrainingArguments default",
+    );
+    d.assume(
+        "train",
+        "adam_beta2",
+        V::Float(0.999),
+        from("adam_beta2"),
+        "transformers' TrainingArguments default",
+    );
+    d.assume(
+        "train",
+        "seed",
+        V::Int(42),
+        from("seed"),
+        "transformers' TrainingArguments default",
+    );
+    d.assume(
+        "train",
+        "optimizer",
+        V::Ident("adamw".into()),
+        from("optim"),
+        "transformers' AdamW",
+    );
     if !lr_schedule_seen && !d.has("train", "lr_schedule") {
         d.note("train.lr_schedule: transformers decays linearly without lr_scheduler_type, a schedule planc does not have; the plan keeps cosine");
     }
-    if !d.has("train", "precision") && cx.pending.deepspeed.as_ref().is_none_or(|ds| !ds.precision) {
-        d.assume("train", "precision", V::Ident("fp32".into()), from("bf16/fp16"), "transformers trains in fp32 without bf16 or fp16");
+    if !d.has("train", "precision") && cx.pending.deepspeed.as_ref().is_none_or(|ds| !ds.precision)
+    {
+        d.assume(
+            "train",
+            "precision",
+            V::Ident("fp32".into()),
+            from("bf16/fp16"),
+            "transformers trains in fp32 without bf16 or fp16",
+        );
     }
 }

@@ -234,12 +234,11 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
         "warmup_fraction" => cx.pending.warmup_fraction = float.map(|x| (x, from)),
         "warmup_samples" => cx.pending.warmup_samples = int.map(|n| (n, from)),
         "checkpoint" => {
+            let differs = d.get("job", "checkpoint_dir").is_some_and(|c| c != &V::Str(v.clone()));
             if g.key == "--load" && d.has("job", "checkpoint_dir") {
-                if d.get("job", "checkpoint_dir") != Some(&V::Str(v.clone())) {
+                if differs {
                     d.unplaced(from, Some(v), "checkpoints are loaded from where they are saved (--save)");
                 }
-            } else if g.key == "--load" {
-                d.set("job", "checkpoint_dir", V::Str(v), from);
             } else {
                 d.set("job", "checkpoint_dir", V::Str(v), from);
             }
@@ -259,7 +258,9 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
 /// several is listed.
 fn data_path(cx: &mut Ctx, g: &Given, from: Origin) {
     match g.values.as_slice() {
-        [prefix] => cx.draft.set("train", "data", V::Str(format!("{prefix}.bin")), from),
+        [prefix] => cx
+            .draft
+            .set("train", "data", V::Str(format!("{prefix}.bin")), from),
         _ => cx.draft.unplaced(
             from,
             g.joined(),
@@ -301,17 +302,45 @@ pub fn defaults(cx: &mut Ctx) {
     };
     let from = |k: &str| Origin::new(&file, None, format!("Megatron-LM's default without {k}"));
     let d = &mut cx.draft;
-    d.assume("train", "adam_beta2", V::Float(0.999), from("--adam-beta2"), "Megatron-LM's default (planc's is 0.95)");
-    d.assume("train", "weight_decay", V::Float(0.01), from("--weight-decay"), "Megatron-LM's default (planc's is 0.1)");
-    d.assume("train", "min_lr", V::Float(0.0), from("--min-lr"), "Megatron-LM's default (planc's is lr / 10)");
-    d.assume("train", "optimizer", V::Ident("adamw".into()), from("--optimizer"), "Megatron-LM's Adam, which decouples weight decay");
-    if !cx.pending.lr_decay_seen {
-        if !d.has("train", "lr_schedule") {
-            d.note("train.lr_schedule: Megatron-LM decays linearly without --lr-decay-style, a schedule planc does not have; the plan keeps cosine");
-        }
+    d.assume(
+        "train",
+        "adam_beta2",
+        V::Float(0.999),
+        from("--adam-beta2"),
+        "Megatron-LM's default (planc's is 0.95)",
+    );
+    d.assume(
+        "train",
+        "weight_decay",
+        V::Float(0.01),
+        from("--weight-decay"),
+        "Megatron-LM's default (planc's is 0.1)",
+    );
+    d.assume(
+        "train",
+        "min_lr",
+        V::Float(0.0),
+        from("--min-lr"),
+        "Megatron-LM's default (planc's is lr / 10)",
+    );
+    d.assume(
+        "train",
+        "optimizer",
+        V::Ident("adamw".into()),
+        from("--optimizer"),
+        "Megatron-LM's Adam, which decouples weight decay",
+    );
+    if !cx.pending.lr_decay_seen && !d.has("train", "lr_schedule") {
+        d.note("train.lr_schedule: Megatron-LM decays linearly without --lr-decay-style, a schedule planc does not have; the plan keeps cosine");
     }
     if !d.has("train", "precision") {
-        d.assume("train", "precision", V::Ident("fp32".into()), from("--bf16/--fp16"), "Megatron-LM trains in fp32 without --bf16 or --fp16");
+        d.assume(
+            "train",
+            "precision",
+            V::Ident("fp32".into()),
+            from("--bf16/--fp16"),
+            "Megatron-LM trains in fp32 without --bf16 or --fp16",
+        );
     }
     if !cx.pending.fsdp {
         d.assume(
@@ -323,11 +352,21 @@ pub fn defaults(cx: &mut Ctx) {
         );
     }
     if cx.pending.dropout.is_empty() {
-        d.assume("train", "dropout", V::Float(0.1), from("--attention-dropout/--hidden-dropout"), "Megatron-LM's default");
+        d.assume(
+            "train",
+            "dropout",
+            V::Float(0.1),
+            from("--attention-dropout/--hidden-dropout"),
+            "Megatron-LM's default",
+        );
     }
     if d.has("model", "kv_heads") && !cx.pending.gqa {
         if let Some((_, o)) = d.remove("model", "kv_heads") {
-            d.unplaced(o, None, "Megatron-LM reads --num-query-groups only with --group-query-attention");
+            d.unplaced(
+                o,
+                None,
+                "Megatron-LM reads --num-query-groups only with --group-query-attention",
+            );
         }
     }
 }

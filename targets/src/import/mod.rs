@@ -80,7 +80,10 @@ impl std::fmt::Display for ImportError {
             ImportError::Unknown(n, why) => write!(f, "{n}: {why}"),
             ImportError::Invalid(n, why) => write!(f, "{n}: {why}"),
             ImportError::Cluster(why) => write!(f, "--cluster: {why}"),
-            ImportError::Format(why) => write!(f, "the imported plan did not format (a bug in planc): {why}"),
+            ImportError::Format(why) => write!(
+                f,
+                "the imported plan did not format (a bug in planc): {why}"
+            ),
         }
     }
 }
@@ -134,7 +137,10 @@ impl Ctx<'_> {
         let candidates = [base.join(named), PathBuf::from(named)];
         let known = |p: &Path, seen: &[PathBuf]| {
             seen.iter().any(|s| {
-                s == p || s.file_name().is_some() && s.file_name() == p.file_name() && p.parent().is_some_and(|d| d.as_os_str().is_empty())
+                s == p
+                    || s.file_name().is_some()
+                        && s.file_name() == p.file_name()
+                        && p.parent().is_some_and(|d| d.as_os_str().is_empty())
             })
         };
         if candidates.iter().any(|c| known(c, &self.seen)) {
@@ -150,7 +156,8 @@ impl Ctx<'_> {
                 self.draft.inputs.push(input.name.clone());
                 self.seen.push(c.clone());
                 if let Err(e) = read_as(self, &input, expect) {
-                    self.draft.unplaced(origin, Some(named.to_string()), format!("{e}"));
+                    self.draft
+                        .unplaced(origin, Some(named.to_string()), format!("{e}"));
                 }
                 return;
             }
@@ -165,8 +172,15 @@ impl Ctx<'_> {
 
 /// The format of a file, from its name and content.
 pub fn detect(input: &Input) -> Result<Format, ImportError> {
-    let name = input.path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
-    let ext = name.rsplit_once('.').map(|(_, e)| e.to_string()).unwrap_or_default();
+    let name = input
+        .path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_lowercase())
+        .unwrap_or_default();
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_string())
+        .unwrap_or_default();
     let text = input.text.trim_start_matches('\u{feff}');
     let unknown = |why: &str| Err(ImportError::Unknown(input.name.clone(), why.to_string()));
     match ext.as_str() {
@@ -178,7 +192,9 @@ pub fn detect(input: &Input) -> Result<Format, ImportError> {
             } else if deepspeed::is_config(&v) {
                 Ok(Format::Deepspeed)
             } else {
-                unknown("a JSON file that is neither a DeepSpeed config nor a Hugging Face config.json")
+                unknown(
+                    "a JSON file that is neither a DeepSpeed config nor a Hugging Face config.json",
+                )
             }
         }
         "toml" => Ok(Format::Torchtitan),
@@ -243,7 +259,12 @@ pub fn import(inputs: &[Input], opts: &Options, read: Reader) -> Result<Imported
     let text = cx.draft.render(env!("CARGO_PKG_VERSION"));
     let plan = planc_lang::format::format(&text).map_err(|e| match e {
         planc_lang::format::FormatError::Syntax(d) => ImportError::Format(
-            d.iter().map(|d| d.message.clone()).collect::<Vec<_>>().join("; ") + "\n" + &text,
+            d.iter()
+                .map(|d| d.message.clone())
+                .collect::<Vec<_>>()
+                .join("; ")
+                + "\n"
+                + &text,
         ),
         planc_lang::format::FormatError::Changed(s) => ImportError::Format(s),
     })?;
@@ -254,4 +275,3 @@ pub fn import(inputs: &[Input], opts: &Options, read: Reader) -> Result<Imported
         assumed: cx.draft.assumed.clone(),
     })
 }
-

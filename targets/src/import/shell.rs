@@ -227,7 +227,10 @@ impl Lexer {
             }
             if in_test && ch != '\n' && OPERATOR_CHARS.contains(&ch) {
                 self.bump();
-                cmd.words.push((self.line, RawWord::Parts(vec![Part::Quoted(ch.to_string())])));
+                cmd.words.push((
+                    self.line,
+                    RawWord::Parts(vec![Part::Quoted(ch.to_string())]),
+                ));
                 continue;
             }
             if OPERATOR_CHARS.contains(&ch) {
@@ -256,7 +259,8 @@ impl Lexer {
         }
         if let Some((delim, strip)) = pending_heredoc {
             let body = self.heredoc_body(&delim, strip);
-            self.heredocs.push((cmd.line, cmd.redirect_to.clone(), body));
+            self.heredocs
+                .push((cmd.line, cmd.redirect_to.clone(), body));
         }
         (!cmd.words.is_empty()).then_some(cmd)
     }
@@ -615,7 +619,9 @@ fn parse_braced(inner: &str) -> VarRef {
     let op = if rest.is_empty() {
         None
     } else {
-        let ops = [":-", ":=", ":+", ":?", "-", "=", "+", "?", "%%", "%", "##", "#", "//", "/"];
+        let ops = [
+            ":-", ":=", ":+", ":?", "-", "=", "+", "?", "%%", "%", "##", "#", "//", "/",
+        ];
         let o = ops
             .iter()
             .find(|o| rest.starts_with(**o))
@@ -775,7 +781,13 @@ impl Env {
                 ":-" | ":=" if !set_nonempty => return word(),
                 "-" | "=" if current.is_none() => return word(),
                 ":+" => return if set_nonempty { word() } else { Vec::new() },
-                "+" => return if current.is_some() { word() } else { Vec::new() },
+                "+" => {
+                    return if current.is_some() {
+                        word()
+                    } else {
+                        Vec::new()
+                    }
+                }
                 ":-" | ":=" | "-" | "=" | ":?" | "?" => {}
                 _ => return unresolved(),
             }
@@ -899,14 +911,21 @@ fn arith_sum(t: &[String], pos: &mut usize, env: &Env, depth: usize) -> Option<i
         let plus = op == "+";
         *pos += 1;
         let r = arith_product(t, pos, env, depth)?;
-        v = if plus { v.checked_add(r)? } else { v.checked_sub(r)? };
+        v = if plus {
+            v.checked_add(r)?
+        } else {
+            v.checked_sub(r)?
+        };
     }
     Some(v)
 }
 
 fn arith_product(t: &[String], pos: &mut usize, env: &Env, depth: usize) -> Option<i64> {
     let mut v = arith_atom(t, pos, env, depth)?;
-    while let Some(op) = t.get(*pos).filter(|o| ["*", "/", "%"].contains(&o.as_str())) {
+    while let Some(op) = t
+        .get(*pos)
+        .filter(|o| ["*", "/", "%"].contains(&o.as_str()))
+    {
         let op = op.clone();
         *pos += 1;
         let r = arith_atom(t, pos, env, depth)?;
@@ -992,13 +1011,20 @@ fn bare(w: &RawWord) -> Option<&str> {
 fn walk(cmd: &RawCommand, env: &mut Env, script: &mut Script) {
     let mut words: &[(usize, RawWord)] = &cmd.words;
     // Control-flow keywords, and `for`/`case` headers, which set nothing planc reads.
-    while words.first().and_then(|w| bare(&w.1)).is_some_and(|t| KEYWORDS.contains(&t)) {
+    while words
+        .first()
+        .and_then(|w| bare(&w.1))
+        .is_some_and(|t| KEYWORDS.contains(&t))
+    {
         words = &words[1..];
     }
     match words.first().and_then(|w| bare(&w.1)) {
         Some("for" | "case" | "select") => return,
         Some(t @ ("export" | "declare" | "typeset" | "local" | "readonly")) => {
-            let exported = t == "export" || words.iter().any(|w| bare(&w.1).is_some_and(|b| b.starts_with("-x")));
+            let exported = t == "export"
+                || words
+                    .iter()
+                    .any(|w| bare(&w.1).is_some_and(|b| b.starts_with("-x")));
             for (line, w) in &words[1..] {
                 if bare(w).is_some_and(|b| b.starts_with('-')) {
                     continue;
@@ -1065,7 +1091,11 @@ fn assign(w: &RawWord, env: &mut Env, script: &mut Script, line: usize, exported
             }
             script.assignments.push(Assignment {
                 name: name.to_string(),
-                value: values.iter().map(|v| v.0.as_str()).collect::<Vec<_>>().join(" "),
+                value: values
+                    .iter()
+                    .map(|v| v.0.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 line,
                 exported,
                 unresolved,
@@ -1121,7 +1151,10 @@ fn unescape_document(text: &str) -> (String, bool) {
         })
         .count();
     if ends_double >= 2 && ends_single == 0 {
-        let out = text.replace("\\\\", "\u{0}").replace("\\\"", "\"").replace('\u{0}', "\\");
+        let out = text
+            .replace("\\\\", "\u{0}")
+            .replace("\\\"", "\"")
+            .replace('\u{0}', "\\");
         (out, true)
     } else {
         (text.to_string(), false)
@@ -1145,8 +1178,21 @@ mod tests {
         assert_eq!(
             words(&s, 0),
             [
-                "torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", "--tp", "2", "--pp", "4",
-                "--name", "my run", "--x", "7", "--y", "8", "$EXTRA_FLAGS"
+                "torchrun",
+                "--nproc_per_node",
+                "8",
+                "pretrain_gpt.py",
+                "--tp",
+                "2",
+                "--pp",
+                "4",
+                "--name",
+                "my run",
+                "--x",
+                "7",
+                "--y",
+                "8",
+                "$EXTRA_FLAGS"
             ]
         );
         assert!(s.commands[0].words.last().unwrap().unresolved);
@@ -1165,8 +1211,17 @@ mod tests {
         assert_eq!(
             words(&s, 0),
             [
-                "python", "pretrain_gpt.py", "--num-layers", "24", "--hidden-size", "1024",
-                "--bf16", "--data-path", "/d/x", "--split", "9,1,0"
+                "python",
+                "pretrain_gpt.py",
+                "--num-layers",
+                "24",
+                "--hidden-size",
+                "1024",
+                "--bf16",
+                "--data-path",
+                "/d/x",
+                "--split",
+                "9,1,0"
             ]
         );
     }
@@ -1176,7 +1231,16 @@ mod tests {
         let s = parse("ARGS=\"\n    --micro-batch-size 4 \\\n    --use-distributed-optimizer \\\n\"\nmpirun -np 8 python pretrain_gpt.py $ARGS\n");
         assert_eq!(
             words(&s, 0),
-            ["mpirun", "-np", "8", "python", "pretrain_gpt.py", "--micro-batch-size", "4", "--use-distributed-optimizer"]
+            [
+                "mpirun",
+                "-np",
+                "8",
+                "python",
+                "pretrain_gpt.py",
+                "--micro-batch-size",
+                "4",
+                "--use-distributed-optimizer"
+            ]
         );
     }
 
@@ -1207,7 +1271,17 @@ mod tests {
         assert!(s.unescaped);
         assert_eq!(
             words(&s, 0),
-            ["mpirun", "-np", "8", "python", "pretrain_gpt.py", "--tp", "2", "--pp", "4"]
+            [
+                "mpirun",
+                "-np",
+                "8",
+                "python",
+                "pretrain_gpt.py",
+                "--tp",
+                "2",
+                "--pp",
+                "4"
+            ]
         );
     }
 }
