@@ -127,7 +127,10 @@ pub fn run(a: Args) -> ExitCode {
         println!("{}", serde_json::to_string_pretty(&j).expect("serialises"));
     } else {
         if a.out.is_none() {
-            print!("{}", imported.plan);
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(imported.plan.as_bytes());
+            let _ = out.flush();
         }
         summary(&imported, a.out.as_deref(), &diagnostics, errors, warnings);
     }

@@ -133,10 +133,12 @@ pub fn place_env(cx: &mut Ctx, name: &str, value: &str, unresolved: bool, from: 
 /// Builds the cluster: `--cluster`'s block, or the flags and the inputs' hints.
 pub fn assemble(cx: &mut Ctx, opts: &Options) -> Result<(), ImportError> {
     if let Some((name, text)) = &opts.cluster {
-        return from_plan(cx, name, text);
+        from_plan(cx, name, text)?;
+        list_hints(cx);
+        return Ok(());
     }
     let flag = |k: &str| Origin::new("command line", None, k.to_string());
-    let pick = |cx: &mut Ctx, what: Means| best(cx, what);
+    let pick = |cx: &Ctx, what: Means| best(cx, what);
     let world = pick(cx, Means::World);
     let mut gpn = opts
         .gpus_per_node
@@ -223,30 +225,56 @@ pub fn assemble(cx: &mut Ctx, opts: &Options) -> Result<(), ImportError> {
         );
         d.set("cluster.inter_node", "latency", V::Raw("5 us".into()), o);
     }
+    list_hints(cx);
     Ok(())
 }
 
-/// The hint of the highest rank for `what`; disagreeing ones are noted.
-fn best(cx: &mut Ctx, what: Means) -> Option<(u64, Origin)> {
-    let hints: Vec<&Hint> = cx.pending.hints.iter().filter(|h| h.what == what).collect();
-    let top = hints.iter().max_by_key(|h| h.rank)?;
-    let others: Vec<String> = hints
+/// The hint of the highest rank for `what`.
+fn best(cx: &Ctx, what: Means) -> Option<(u64, Origin)> {
+    let top = cx
+        .pending
+        .hints
         .iter()
-        .filter(|h| h.value != top.value)
-        .map(|h| format!("{} says {}", h.from, h.value))
-        .collect();
-    let out = (top.value, top.from.clone());
-    if !others.is_empty() {
-        cx.draft.note(format!(
-            "{:?}: {} says {}, {}; kept {}",
-            what,
-            top.from,
-            top.value,
-            others.join(", "),
-            top.value
-        ));
+        .filter(|h| h.what == what)
+        .max_by_key(|h| h.rank)?;
+    Some((top.value, top.from.clone()))
+}
+
+/// Every hint that did not become a cluster attribute, listed with what the plan has.
+fn list_hints(cx: &mut Ctx) {
+    let hints = std::mem::take(&mut cx.pending.hints);
+    for h in hints {
+        let attr = match h.what {
+            Means::Nodes => "nodes",
+            Means::World => "the world size",
+            _ => "gpus_per_node",
+        };
+        let used = ["nodes", "gpus_per_node"]
+            .iter()
+            .any(|a| cx.draft.origin("cluster", a) == Some(&h.from));
+        if used {
+            continue;
+        }
+        let why = match (&cx.draft.cluster_text, attr) {
+            (Some(_), _) => "the cluster is --cluster's block, as written".to_string(),
+            (None, "the world size") => format!(
+                "the world size: the plan's is nodes × gpus_per_node = {}",
+                cx.pending.world.unwrap_or(0)
+            ),
+            (None, a) => format!(
+                "cluster.{a} is {} from {}",
+                cx.draft
+                    .get("cluster", a)
+                    .map(|v| v.text())
+                    .unwrap_or_default(),
+                cx.draft
+                    .origin("cluster", a)
+                    .map(|o| o.to_string())
+                    .unwrap_or_default()
+            ),
+        };
+        cx.draft.unplaced(h.from, Some(h.value.to_string()), why);
     }
-    Some(out)
 }
 
 /// `--cluster PLAN`: its `cluster` block and `gpu` blocks, as written.

@@ -291,7 +291,7 @@ fn special(cx: &mut Ctx, ds: &mut DsDefaults, name: &str, value: &Value, from: O
         .or_else(|| value.as_str().and_then(super::flags::boolean));
     match name {
         "accum" => match value.as_u64() {
-            Some(n) => cx.pending.accum = Some((n, from)),
+            Some(n) => super::finish::set_accum(cx, n, from),
             None => d.unplaced(from, shown, "not a count"),
         },
         "offload_optimizer" | "cpu_offload" => match (value.as_str(), on) {

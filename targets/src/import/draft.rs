@@ -147,12 +147,19 @@ impl Draft {
     /// Sets `block.attr`; a different earlier value is replaced and the change noted.
     pub fn set(&mut self, block: &str, attr: &str, value: V, from: Origin) {
         let k = (block.to_string(), attr.to_string());
-        if let Some(old) = self.slots.get(&k) {
-            if old.value != value {
-                self.assumed.push(format!(
-                    "{block}.{attr}: {} says {}, {} says {}; kept the latter",
-                    old.from, old.value, from, value
-                ));
+        if let Some(old) = self.slots.get(&k).cloned() {
+            // The later input wins (a command line over the files it names); the earlier
+            // value is listed with what replaced it.
+            let reason = if old.value == value {
+                format!("{block}.{attr} = {value}, which {from} says too")
+            } else {
+                format!(
+                    "{block}.{attr} is {} from {from}, which comes later",
+                    value.text()
+                )
+            };
+            if old.from != from {
+                self.unplaced(old.from, Some(old.value.text()), reason);
             }
         } else {
             self.order.push(k.clone());

@@ -39,6 +39,8 @@ pub struct Pending {
     pub context: Option<(u64, Origin)>,
     /// GPUs of the cluster, once known.
     pub world: Option<u64>,
+    /// A torchtitan job file was read (this one): its defaults apply.
+    pub titan: Option<String>,
     /// torchtitan's model name and flavor.
     pub titan_model: Option<(String, Origin)>,
     pub titan_flavor: Option<(String, Origin)>,
@@ -53,6 +55,18 @@ pub struct DsDefaults {
     pub precision: bool,
     pub overlap: bool,
     pub stage: u64,
+}
+
+/// Gradient accumulation from `from`; an earlier one is listed as replaced.
+pub fn set_accum(cx: &mut Ctx, n: u64, from: Origin) {
+    if let Some((old, o)) = cx.pending.accum.take() {
+        cx.draft.unplaced(
+            o,
+            Some(old.to_string()),
+            format!("gradient accumulation is {n} from {from}, which comes later"),
+        );
+    }
+    cx.pending.accum = Some((n, from));
 }
 
 pub fn finish(cx: &mut Ctx) {
@@ -86,6 +100,13 @@ pub fn finish(cx: &mut Ctx) {
 fn model(cx: &mut Ctx) {
     let p = &mut cx.pending;
     let d = &mut cx.draft;
+    let missing: Vec<&str> = ["layers", "hidden", "heads", "vocab", "seq_len"]
+        .into_iter()
+        .filter(|a| !d.has("model", a))
+        .collect();
+    if !d.has("model", "preset") && missing.len() == 5 && p.context.is_none() {
+        d.note("model: no input describes the model; pass its Hugging Face config.json to planc import, or write `preset = \"...\"` in the model block");
+    }
     if !d.has("model", "seq_len") && !d.has("model", "preset") {
         if let Some((n, o)) = p.context.take() {
             d.set("model", "seq_len", V::Int(n), o);

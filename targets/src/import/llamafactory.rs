@@ -208,7 +208,7 @@ fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &I
                 _ => d.unplaced(from, v, METHOD),
             },
             To::Special("accum") => match super::flags::int(&text) {
-                Some(n) => cx.pending.accum = Some((n, from)),
+                Some(n) => super::finish::set_accum(cx, n, from),
                 None => d.unplaced(from, v, "not a count"),
             },
             To::Special("max_steps") => match text.parse::<i64>() {

@@ -135,37 +135,45 @@ impl Ctx<'_> {
     pub fn follow(&mut self, from: &Input, named: &str, origin: Origin, expect: Format) {
         let base = from.path.parent().unwrap_or(Path::new(""));
         let candidates = [base.join(named), PathBuf::from(named)];
-        let known = |p: &Path, seen: &[PathBuf]| {
-            seen.iter().any(|s| {
-                s == p
-                    || s.file_name().is_some()
-                        && s.file_name() == p.file_name()
-                        && p.parent().is_some_and(|d| d.as_os_str().is_empty())
-            })
-        };
-        if candidates.iter().any(|c| known(c, &self.seen)) {
+        let same_name =
+            |p: &Path, s: &Path| s.file_name().is_some() && s.file_name() == p.file_name();
+        if candidates
+            .iter()
+            .any(|c| self.seen.iter().any(|s| s == c || same_name(c, s)))
+        {
+            let why = format!(
+                "the {} it names, among the inputs: its values are placed from it",
+                expect.name()
+            );
+            self.draft.unplaced(origin, Some(named.to_string()), why);
             return;
         }
         for c in &candidates {
-            if let Some(text) = (self.read)(c) {
-                let input = Input {
-                    name: c.to_string_lossy().into_owned(),
-                    path: c.clone(),
-                    text,
-                };
-                self.draft.inputs.push(input.name.clone());
-                self.seen.push(c.clone());
-                if let Err(e) = read_as(self, &input, expect) {
-                    self.draft
-                        .unplaced(origin, Some(named.to_string()), format!("{e}"));
-                }
-                return;
-            }
+            let Some(text) = (self.read)(c) else { continue };
+            let input = Input {
+                name: named.to_string(),
+                path: c.clone(),
+                text,
+            };
+            self.draft.inputs.push(input.name.clone());
+            self.seen.push(c.clone());
+            let why = match read_as(self, &input, expect) {
+                Err(e) => format!("{e}"),
+                Ok(()) => format!(
+                    "the {} it names, read: its values are placed from it",
+                    expect.name()
+                ),
+            };
+            self.draft.unplaced(origin, Some(named.to_string()), why);
+            return;
         }
         self.draft.unplaced(
             origin,
             Some(named.to_string()),
-            format!("the {} it names was not among the inputs and could not be read; pass it to planc import", expect.name()),
+            format!(
+                "the {} it names was not among the inputs and could not be read; pass it to planc import",
+                expect.name()
+            ),
         );
     }
 }

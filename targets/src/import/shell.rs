@@ -1044,11 +1044,18 @@ fn walk(cmd: &RawCommand, env: &mut Env, script: &mut Script) {
     // Leading assignments: the shell's when alone, the command's environment otherwise
     // (both are recorded, and both are seen by later expansions here).
     let mut rest = words;
+    let first = script.assignments.len();
     while let Some((line, w)) = rest.first() {
         if assign(w, env, script, *line, false) {
             rest = &rest[1..];
         } else {
             break;
+        }
+    }
+    if !rest.is_empty() {
+        // `NAME=value command`: exported to the command.
+        for a in &mut script.assignments[first..] {
+            a.exported = true;
         }
     }
     let mut expanded = Vec::new();

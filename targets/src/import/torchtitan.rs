@@ -611,6 +611,36 @@ fn degrees(cx: &mut Ctx, t: Titan) {
 /// torchtitan's model and flavor as planc's preset, when the dimensions are not given;
 /// sequence parallelism with tensor parallelism, as torchtitan always runs it.
 pub fn finish(cx: &mut Ctx) {
+    if let Some(file) = cx.pending.titan.clone() {
+        let from = |k: &str| Origin::new(&file, None, format!("torchtitan's default without {k}"));
+        let d = &mut cx.draft;
+        d.assume(
+            "train",
+            "precision",
+            V::Ident("bf16".into()),
+            from("training.mixed_precision_param"),
+            "torchtitan's default, bfloat16 parameters under FSDP",
+        );
+        d.assume(
+            "train",
+            "warmup_steps",
+            V::Int(200),
+            from("lr_scheduler.warmup_steps"),
+            "torchtitan's default",
+        );
+        if cx.pending.min_lr_ratio.is_none() {
+            d.assume(
+                "train",
+                "min_lr",
+                V::Float(0.0),
+                from("lr_scheduler.min_lr_factor"),
+                "torchtitan's default (min_lr_factor 0)",
+            );
+        }
+        if !d.has("train", "lr_schedule") {
+            d.note("train.lr_schedule: torchtitan decays linearly without lr_scheduler.decay_type, a schedule planc does not have; the plan keeps cosine");
+        }
+    }
     let d = &mut cx.draft;
     if d.get("job", "framework") == Some(&V::Ident("torchtitan".into()))
         && d.u64("parallel", "tp").unwrap_or(1) > 1

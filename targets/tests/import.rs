@@ -1,0 +1,411 @@
+//! `planc import` on real inputs (`tests/import/`): the launch scripts and configs of the
+//! seed documents (`/work/shared/seeds/*.txt`, copied with their origin in each file's head)
+//! and sample jobs in the shapes Megatron-LM, DeepSpeed, torchtitan and LLaMA-Factory ship.
+//! Every flag, key and exported variable of an input is placed or listed; the samples emit
+//! again with the same flags and keys; the imported plans are snapshots.
+
+use std::path::{Path, PathBuf};
+
+use planc_compiler::check::check_source;
+use planc_targets::import::{flags, import, launch, megatron, shell, Imported, Input, Options};
+use planc_targets::{render_checked, Target};
+use serde_json::Value;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/import")
+}
+
+fn input(name: &str) -> Input {
+    let path = dir().join(name);
+    Input {
+        name: name.to_string(),
+        text: std::fs::read_to_string(&path).unwrap(),
+        path,
+    }
+}
+
+fn run(names: &[&str], opts: &Options) -> Imported {
+    let inputs: Vec<Input> = names.iter().map(|n| input(n)).collect();
+    import(&inputs, opts, &|p: &Path| std::fs::read_to_string(p).ok()).unwrap()
+}
+
+fn gpus(nodes: u64, gpu: &str) -> Options {
+    Options {
+        nodes: Some(nodes),
+        gpu: Some(gpu.into()),
+        ..Options::default()
+    }
+}
+
+/// Whether the import says where `key` went: placed, or listed.
+fn accounted(i: &Imported, key: &str) -> bool {
+    let hit =
+        |k: &str| k == key || k.ends_with(&format!(" {key}")) || k.starts_with(&format!("{key}["));
+    i.placed.iter().any(|p| hit(&p.from.key)) || i.unplaced.iter().any(|u| hit(&u.from.key))
+}
+
+/// The flags (`--x`, `-x`) of a script's commands and the variables it exports.
+fn script_keys(text: &str) -> Vec<String> {
+    let s = shell::parse(text);
+    let mut keys = Vec::new();
+    for c in &s.commands {
+        let l = launch::launch(&c.words, c.line);
+        for said in &l.said {
+            // `-x NAME=value` exports NAME: the variable is what is placed.
+            match (&said.means, &said.value) {
+                (launch::Means::Env, Some(v)) => {
+                    keys.push(v.split('=').next().unwrap_or(v).to_string())
+                }
+                _ => keys.push(said.key.clone()),
+            }
+        }
+        let (given, _) = flags::parse(&l.args, megatron::TABLE);
+        keys.extend(given.into_iter().map(|g| g.key));
+    }
+    for a in s.assignments.iter().filter(|a| a.exported) {
+        keys.push(a.name.clone());
+    }
+    keys
+}
+
+/// The leaf keys of a JSON file (arrays are leaves).
+fn json_keys(text: &str) -> Vec<String> {
+    fn walk(prefix: &str, v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(o) => o.iter().for_each(|(k, v)| {
+                walk(
+                    &if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    },
+                    v,
+                    out,
+                )
+            }),
+            _ => out.push(prefix.to_string()),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", &serde_json::from_str(text).unwrap(), &mut out);
+    out
+}
+
+fn assert_all_accounted(i: &Imported, keys: &[String], what: &str) {
+    let missing: Vec<&String> = keys.iter().filter(|k| !accounted(i, k)).collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: neither placed nor listed: {missing:?}\n{}",
+        i.plan
+    );
+}
+
+#[test]
+fn the_seed_documents_launch_scripts_import_with_every_value_placed_or_listed() {
+    let cases: &[(&[&str], Options)] = &[
+        (&["seed000_vccl_megatron.sh"], gpus(16, "A100_SXM_80GB")),
+        (&["seed000_slurm.sh"], Options::default()),
+        (&["seed002_debug_env.sh"], Options::default()),
+        (&["seed004_slurm_3d.sh"], Options::default()),
+        (&["seed004_multinode_env.sh"], Options::default()),
+        (&["seed001_ds_config.json"], gpus(1, "A100_SXM_40GB")),
+        (
+            &["seed003_launch_multi_machine.sh"],
+            Options {
+                gpu: Some("A100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+    ];
+    for (names, opts) in cases {
+        let i = run(names, opts);
+        for n in *names {
+            let text = std::fs::read_to_string(dir().join(n)).unwrap();
+            let keys = if n.ends_with(".json") {
+                json_keys(&text)
+            } else {
+                script_keys(&text)
+            };
+            assert!(!keys.is_empty(), "{n} has nothing to import");
+            assert_all_accounted(&i, &keys, n);
+        }
+        assert!(
+            planc_lang::format::format(&i.plan).is_ok_and(|f| f == i.plan),
+            "{names:?}: not formatted"
+        );
+    }
+}
+
+#[test]
+fn seed_000s_megatron_launch_keeps_its_layout_and_environment() {
+    let i = run(&["seed000_vccl_megatron.sh"], &gpus(16, "A100_SXM_80GB"));
+    for line in [
+        "micro_batch = 4",
+        "global_batch = 512",
+        "tp = 2",
+        "pp = 4",
+        "zero = 1",
+        "recompute = selective",
+        "gpus_per_node = 8",
+        "nodes = 16",
+        "NCCL_IB_HCA = \"mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1\"",
+        "NCCL_DEBUG = \"WARN\"",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // No model in the script: the plan says so, and the check names what is missing.
+    assert!(
+        i.assumed
+            .iter()
+            .any(|a| a.contains("no input describes the model")),
+        "{:?}",
+        i.assumed
+    );
+    assert!(!check_source("p.tp", &i.plan).ok());
+    // The same document, escaped as it is in the seed, reads the same.
+    let escaped = std::fs::read_to_string(dir().join("seed000_vccl_megatron.sh"))
+        .unwrap()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"");
+    let e = import(
+        &[Input {
+            name: "seed000_vccl_megatron.sh".into(),
+            path: dir().join("seed000_vccl_megatron.sh"),
+            text: escaped,
+        }],
+        &gpus(16, "A100_SXM_80GB"),
+        &|_: &Path| None,
+    )
+    .unwrap();
+    assert_eq!(e.placed, i.placed);
+}
+
+#[test]
+fn seed_003s_llama_factory_launch_reads_its_hostfile_and_deepspeed_config() {
+    let i = run(
+        &["seed003_launch_multi_machine.sh"],
+        &Options {
+            gpu: Some("A100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    for line in [
+        "nodes = 4",
+        "gpus_per_node = 8",
+        "preset = \"llama2-70b\"",
+        "zero = 2",
+        "micro_batch = 1",
+        "global_batch = 1024",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // The DeepSpeed file's accumulation (32) agrees with its batch; the command line's (64)
+    // does not, and is listed with why.
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "--gradient_accumulation_steps"
+                && u.reason.contains("gives 2048")),
+        "{:#?}",
+        i.unplaced
+    );
+    // LoRA is priced as full training until the plan has a fine-tuning method; said so.
+    assert!(i
+        .unplaced
+        .iter()
+        .any(|u| u.from.key == "--finetuning_type" && u.reason.contains("train.method")));
+    let keys =
+        json_keys(&std::fs::read_to_string(dir().join("ds_config_multi_machine.json")).unwrap());
+    assert_all_accounted(&i, &keys, "ds_config_multi_machine.json");
+}
+
+/// The flags of the training command of a script, by name (values joined).
+fn flags_of(text: &str) -> Vec<(String, String)> {
+    let s = shell::parse(text);
+    let best = s
+        .commands
+        .iter()
+        .map(|c| launch::launch(&c.words, c.line))
+        .max_by_key(|l| l.args.len())
+        .unwrap();
+    flags::parse(&best.args, megatron::TABLE)
+        .0
+        .into_iter()
+        .map(|g| (g.key, g.values.join(" ")))
+        .collect()
+}
+
+fn same_value(a: &str, b: &str) -> bool {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+        _ => a == b,
+    }
+}
+
+fn emitted(plan: &str, target: Target, file: &str) -> String {
+    let c = check_source("imported.tp", plan);
+    assert!(c.ok(), "{:?}\n{plan}", c.diagnostics);
+    let a = render_checked(target, &c, None).unwrap();
+    a.into_iter()
+        .find(|a| a.path == Path::new(file))
+        .unwrap()
+        .contents
+}
+
+#[test]
+fn a_megatron_launch_emits_again_with_the_same_flags() {
+    let i = run(
+        &["megatron_llama2_7b.sh"],
+        &Options {
+            gpu: Some("H100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    let before = flags_of(&std::fs::read_to_string(dir().join("megatron_llama2_7b.sh")).unwrap());
+    let after = flags_of(&emitted(&i.plan, Target::Megatron, "launch-megatron.sh"));
+    // Placed flags come back with their values; --use-flash-attn is written as the attention
+    // backend of current Megatron-LM, --data-path as the prefix it was.
+    let renamed = ["--use-flash-attn"];
+    let mut differ = Vec::new();
+    for (k, v) in &before {
+        let placed = i.placed.iter().any(|p| &p.from.key == k);
+        if !placed || renamed.contains(&k.as_str()) {
+            continue;
+        }
+        match after.iter().find(|(a, _)| a == k) {
+            Some((_, w)) if same_value(v, w) => {}
+            other => differ.push(format!("{k} {v} -> {other:?}")),
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+}
+
+#[test]
+fn a_deepspeed_config_emits_again_with_the_same_keys() {
+    let i = run(
+        &["ds_zero2.json", "hostfile_2x8", "tinyllama_config.json"],
+        &Options {
+            gpu: Some("H100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    let before: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("ds_zero2.json")).unwrap())
+            .unwrap();
+    let after: Value =
+        serde_json::from_str(&emitted(&i.plan, Target::Deepspeed, "ds_config.json")).unwrap();
+    let mut differ = Vec::new();
+    for key in json_keys(&before.to_string()) {
+        if !i
+            .placed
+            .iter()
+            .any(|p| p.from.key == key || p.from.key.starts_with(&format!("{key}[")))
+        {
+            continue;
+        }
+        let at = |v: &Value| key.split('.').try_fold(v.clone(), |v, k| v.get(k).cloned());
+        let (b, a) = (at(&before), at(&after));
+        let equal = match (&b, &a) {
+            (Some(Value::Number(x)), Some(Value::Number(y))) => {
+                same_value(&x.to_string(), &y.to_string())
+            }
+            _ => b == a,
+        };
+        if !equal {
+            differ.push(format!("{key}: {b:?} -> {a:?}"));
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}\n{}", i.plan);
+}
+
+#[test]
+fn a_torchtitan_job_emits_again_with_the_same_values() {
+    // Without the flavor module of a plan, torchtitan's 8B flavor is planc's preset; the
+    // job file planc writes names its own flavor, with the same dimensions.
+    let i = run(
+        &["llama3_8b.toml"],
+        &Options {
+            nodes: Some(1),
+            gpus_per_node: Some(8),
+            gpu: Some("H100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    let before: toml::Value =
+        toml::from_str(&std::fs::read_to_string(dir().join("llama3_8b.toml")).unwrap()).unwrap();
+    let after: toml::Value =
+        toml::from_str(&emitted(&i.plan, Target::Torchtitan, "torchtitan-job.toml")).unwrap();
+    let keys = [
+        "optimizer.name",
+        "optimizer.lr",
+        "optimizer.eps",
+        "lr_scheduler.warmup_steps",
+        "training.local_batch_size",
+        "training.seq_len",
+        "training.max_norm",
+        "training.steps",
+        "parallelism.tensor_parallel_degree",
+        "parallelism.pipeline_parallel_degree",
+        "parallelism.context_parallel_degree",
+        "activation_checkpoint.mode",
+        "activation_checkpoint.selective_ac_option",
+    ];
+    for k in keys {
+        let (s, key) = k.split_once('.').unwrap();
+        assert_eq!(before[s].get(key), after[s].get(key), "{k}");
+    }
+}
+
+#[test]
+fn imported_plans() {
+    let cases: &[(&str, &[&str], Options)] = &[
+        (
+            "megatron",
+            &["megatron_llama2_7b.sh"],
+            Options {
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
+            "deepspeed",
+            &["ds_zero2.json", "hostfile_2x8", "tinyllama_config.json"],
+            Options {
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
+            "torchtitan",
+            &["run_llama3_8b.sh"],
+            Options {
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
+            "llamafactory",
+            &["llama3_lora_sft.yaml"],
+            Options {
+                nodes: Some(1),
+                gpus_per_node: Some(8),
+                gpu: Some("A100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
+            "config_json",
+            &["qwen3_32b_config.json"],
+            Options {
+                nodes: Some(4),
+                gpus_per_node: Some(8),
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+    ];
+    for (name, files, opts) in cases {
+        let i = run(files, opts);
+        insta::assert_snapshot!(format!("import__{name}"), i.plan);
+    }
+}
