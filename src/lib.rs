@@ -343,7 +343,9 @@ enum Command {
         /// (run.json: run.rank1.json, …; each node writes its own ranks').
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
-        /// Run K of the model's layers (every other dimension as planned).
+        /// Run K of the model's layers (every other dimension as planned): the plan is checked,
+        /// predicted and traced as a K-layer model, so a model too large for the GPU whole
+        /// is measured a few layers at a time.
         #[arg(long, value_name = "K")]
         layers: Option<usize>,
         /// Replace an existing --trace file.

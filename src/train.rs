@@ -48,7 +48,14 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let mut checked = match load::checked_with(file, &args.sets) {
+    // `--layers K` is the plan with K layers, checked as such: a model that does not fit
+    // whole is measured K layers at a time (its memory, prediction, trace and by-kind
+    // table are those of the K layers that run).
+    let mut sets = args.sets.clone();
+    if let Some(k) = args.layers {
+        sets.push(format!("model.layers={k}"));
+    }
+    let mut checked = match load::checked_with(file, &sets) {
         Ok(c) => c,
         Err(code) => return code,
     };

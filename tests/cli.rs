@@ -398,6 +398,38 @@ fn run_says_plainly_when_there_is_no_gpu() {
     let bad = planc(&["run", "examples/oom-llama3-70b-8xa100.tp"]);
     assert_eq!(bad.code, 1, "{}", bad.stderr);
     assert!(bad.stderr.contains("not running a plan with errors"));
+    // A model too large for the GPU whole: `--layers K` is checked as a K-layer model, so
+    // the memory error of the whole is not raised; the run goes on to look for a GPU.
+    let whole = ckpt.path().join("llama3-8b-1gpu.tp");
+    std::fs::write(
+        &whole,
+        "cluster c { nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }
+         model m { preset = \"llama3-8b\" }
+         train { global_batch = 2, precision = bf16, optimizer = adamw, attention = flash }
+         parallel { micro_batch = 1, recompute = full }",
+    )
+    .unwrap();
+    let refused = planc(&["run", whole.to_str().unwrap(), "--steps", "1"]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(refused.stderr.contains("P0401"), "{}", refused.stderr);
+    let two = planc(&[
+        "run",
+        whole.to_str().unwrap(),
+        "--layers",
+        "2",
+        "--steps",
+        "1",
+    ]);
+    assert!(!two.stderr.contains("P0401"), "{}", two.stderr);
+    match two.code {
+        2 => assert!(
+            two.stderr.contains("needs a machine with an NVIDIA GPU"),
+            "{}",
+            two.stderr
+        ),
+        0 => assert!(two.stderr.contains("step    1/1"), "{}", two.stderr),
+        code => panic!("exit {code}: {}", two.stderr),
+    }
 }
 
 #[test]
