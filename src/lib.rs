@@ -2,6 +2,7 @@
 //! module (`python/`) run the same `main_with_args`, so both accept the same commands.
 
 mod calibrate;
+mod diff;
 mod emit;
 mod fmt;
 mod import;
@@ -245,6 +246,41 @@ enum Command {
         /// the placed and unplaced values, the assumptions and the check's diagnostics.
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
+    },
+    /// Compare two plans side by side: layout, memory per stage, the step's split,
+    /// throughput, MFU, the time to train, and the launch settings that differ.
+    ///
+    /// Each plan is checked as `planc check` checks it (the step simulated). B is a second
+    /// file, or, when only A is given, A with the --set settings over it (--set always
+    /// applies to B). The table gives B's change against A: relative for quantities,
+    /// percentage points for MFU. The launch settings are those of --target (default: the
+    /// target of A's job.framework), flag by flag.
+    ///
+    /// Exit status: 0 when both plans check, 1 when either has errors (what is known is
+    /// still shown), 2 misuse.
+    ///
+    /// Examples:
+    ///   planc diff examples/llama3-70b-64xh100.tp examples/llama3-70b-64xh100-tp4.tp
+    ///   planc diff plan.tp --set parallel.tp=4 --set parallel.pp=8
+    ///   planc diff a.tp b.tp --format json | jq '.rows[] | select(.name == "step")'
+    #[command(verbatim_doc_comment)]
+    Diff {
+        /// The first plan (`.tp`).
+        a: PathBuf,
+        /// The second plan; default: A with the --set settings.
+        b: Option<PathBuf>,
+        #[command(flatten)]
+        sets: load::Sets,
+        /// Whose launch settings to compare: megatron, deepspeed, torchrun, torchtitan,
+        /// slurm or k8s (default: A's job.framework's).
+        #[arg(long, short = 't', value_parser = parse_target)]
+        target: Option<planc_targets::Target>,
+        /// `human`: one aligned table; `json`: both reports, the rows and the settings.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// When to colour diagnostics.
+        #[arg(long, value_enum, default_value_t = Color::Auto)]
+        color: Color,
     },
     /// Rewrite plan files in the one layout (or check that they are).
     ///
@@ -617,6 +653,21 @@ where
             gpu,
             force,
             json: format == Format::Json,
+        }),
+        Command::Diff {
+            a,
+            b,
+            sets,
+            target,
+            format,
+            color,
+        } => diff::run(&diff::Args {
+            a: &a,
+            b: b.as_deref(),
+            sets: &sets.set,
+            target,
+            json: format == Format::Json,
+            color: color_choice(color),
         }),
         Command::Lsp => lsp::run(),
         Command::Explain { code } => explain(code),

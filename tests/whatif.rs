@@ -167,3 +167,75 @@ fn emit_refuses_settings_a_planc_job_would_not_see() {
     assert!(run.stderr.contains("would not see"), "{}", run.stderr);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn diff_sets_two_plans_side_by_side() {
+    let run = planc(&["diff", BASE, TP4]);
+    assert_eq!(run.code, 0, "{}", run.transcript());
+    insta::assert_snapshot!(run.transcript());
+}
+
+#[test]
+fn diff_of_a_plan_and_its_settings_for_scripts() {
+    let mut args = vec!["diff", BASE, "--format", "json"];
+    args.extend(TP4_SETS);
+    let d = json(&args);
+    assert_eq!(d["ok"], true);
+    assert_eq!(d["b"]["file"], format!("{BASE} --set parallel.tp=4 --set parallel.pp=8 --set parallel.vpp=1 --set parallel.schedule=1f1b"));
+    let row = |name: &str| {
+        d["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .unwrap_or_else(|| panic!("no row {name}: {d:#}"))
+            .clone()
+    };
+    assert_eq!(
+        (row("tp")["a"].clone(), row("tp")["b"].clone()),
+        (8.into(), 4.into())
+    );
+    let step = row("step");
+    let (a, b) = (step["a"].as_f64().unwrap(), step["b"].as_f64().unwrap());
+    assert_eq!(a, d["a"]["report"]["time"]["step_s"].as_f64().unwrap());
+    assert!((step["relative"].as_f64().unwrap() - (b / a - 1.0)).abs() < 1e-12);
+    // The same B as the override file.
+    let file = json(&["check", TP4, "--format", "json"]);
+    assert_eq!(d["b"]["report"]["time"], file["time"]);
+    assert_eq!(d["flags"]["target"], "megatron");
+    let settings = &d["flags"]["differ"][0]["settings"];
+    let tp = settings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "--tensor-model-parallel-size")
+        .unwrap();
+    assert_eq!((tp["a"].as_str(), tp["b"].as_str()), (Some("8"), Some("4")));
+    // Nothing else the sets did not change.
+    assert!(settings.as_array().unwrap().len() <= 4, "{settings:#}");
+}
+
+#[test]
+fn diff_shows_what_it_can_of_a_plan_with_errors_and_fails() {
+    let run = planc(&[
+        "diff",
+        BASE,
+        "--set",
+        "parallel.vpp=2",
+        "--set",
+        "parallel.tp=4",
+        "--set",
+        "parallel.pp=8",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.transcript());
+    assert!(run.stderr.contains("error[P0401]"), "{}", run.stderr);
+    assert!(run.stdout.contains("memory   peak"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("B cannot be emitted for megatron: the plan has errors"),
+        "{}",
+        run.stdout
+    );
+    let run = planc(&["diff", BASE, "--target", "nccl"]);
+    assert_eq!(run.code, 2);
+}

@@ -87,6 +87,9 @@ pub struct TimeSection {
     pub exposed_comm_s: f64,
     pub bubble_s: f64,
     pub bubble_fraction: f64,
+    /// Extension: of `compute_s`, the optimizer step (the longest of the stages', after
+    /// their last backward pass).
+    pub optimizer_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_to_train_s: Option<f64>,
     /// Extension: `simulated` (event-driven, the default of `planc check`) or `closed form`.
@@ -240,6 +243,7 @@ pub fn build(
         exposed_comm_s: e.exposed_comm_s,
         bubble_s: e.bubble_s,
         bubble_fraction: e.bubble_s / e.step_s,
+        optimizer_s: e.stages.iter().map(|s| s.optimizer_s).fold(0.0, f64::max),
         time_to_train_s: plan.train.tokens.map(|t| t / e.tokens_per_s),
         method: e.method.as_str(),
         closed_form_step_s: e.closed_form_step_s,
