@@ -219,6 +219,45 @@ fn seed_003s_llama_factory_launch_reads_its_hostfile_and_deepspeed_config() {
     assert_all_accounted(&i, &keys, "ds_config_multi_machine.json");
 }
 
+#[test]
+fn positional_parameters_stay_unresolved_and_a_bpe_vocabulary_is_padded_as_megatron_does() {
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/gpt3-175b.tp"),
+    )
+    .unwrap();
+    let i = run(
+        &["megatron_gpt3_175b.sh"],
+        &Options {
+            cluster: Some(("gpt3-175b.tp".into(), example)),
+            ..Options::default()
+        },
+    );
+    // 50257 padded to a multiple of 128 × tp 8.
+    assert!(i.plan.contains("vocab = 51200"), "{}", i.plan);
+    for flag in [
+        "--save",
+        "--load",
+        "--data-path",
+        "--vocab-file",
+        "--tensorboard-dir",
+    ] {
+        let u = i
+            .unplaced
+            .iter()
+            .find(|u| u.from.key == flag)
+            .unwrap_or_else(|| panic!("{flag}\n{}", i.plan));
+        assert!(
+            u.reason.contains("only known when the script runs"),
+            "{flag}: {}",
+            u.reason
+        );
+    }
+    assert!(!i.plan.contains("checkpoint_dir"), "{}", i.plan);
+    // 0.1 % of 500000 steps.
+    assert!(i.plan.contains("warmup_steps = 500"), "{}", i.plan);
+    assert!(check_source("p.tp", &i.plan).ok());
+}
+
 /// The flags of the training command of a script, by name (values joined).
 fn flags_of(text: &str) -> Vec<(String, String)> {
     let s = shell::parse(text);

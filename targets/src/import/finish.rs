@@ -39,6 +39,10 @@ pub struct Pending {
     pub context: Option<(u64, Origin)>,
     /// GPUs of the cluster, once known.
     pub world: Option<u64>,
+    /// DeepSpeed configs a command names (`--deepspeed_config`), read after it.
+    pub deepspeed_files: Vec<(String, Origin)>,
+    /// Megatron-LM's `--make-vocab-size-divisible-by`.
+    pub vocab_divisor: Option<u64>,
     /// A torchtitan job file was read (this one): its defaults apply.
     pub titan: Option<String>,
     /// torchtitan's model name and flavor.
@@ -132,8 +136,13 @@ fn model(cx: &mut Ctx) {
     }
     if !d.has("model", "vocab") && !d.has("model", "preset") {
         if let Some((n, o)) = p.tokenizer_vocab.take() {
-            d.set("model", "vocab", V::Int(n), o);
-            d.note(format!("model.vocab = {n}: GPT-2's BPE vocabulary (Megatron-LM pads it further by --make-vocab-size-divisible-by)"));
+            // Megatron-LM pads the tokenizer's vocabulary to a multiple of
+            // --make-vocab-size-divisible-by (128) × tp (`_vocab_size_with_padding`).
+            let multiple =
+                p.vocab_divisor.unwrap_or(128).max(1) * d.u64("parallel", "tp").unwrap_or(1).max(1);
+            let padded = n.div_ceil(multiple) * multiple;
+            d.set("model", "vocab", V::Int(padded), o);
+            d.note(format!("model.vocab = {padded}: GPT-2's BPE vocabulary of {n}, padded by Megatron-LM to a multiple of {multiple}"));
         }
     }
     if let Some((size, o)) = p.shared_expert_size.take() {

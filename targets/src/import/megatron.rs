@@ -47,7 +47,7 @@ pub const TABLE: &[Flag] = &[
     flag(&["--attention-dropout"], One, Special("dropout")),
     flag(&["--hidden-dropout"], One, Special("dropout")),
     flag(&["--cross-entropy-loss-fusion"], Switch, Skip("planc prices the fused loss Megatron-LM runs with it")),
-    flag(&["--make-vocab-size-divisible-by"], One, Skip("vocabulary padding: model.vocab is the padded size")),
+    flag(&["--make-vocab-size-divisible-by"], One, Special("vocab_divisor")),
     flag(&["--norm-epsilon", "--layernorm-epsilon"], One, Skip("numerics, not the step's cost")),
     flag(&["--init-method-std", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--apply-layernorm-1p", "--qk-layernorm", "--no-position-embedding", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--use-rope-scaling", "--rope-scaling-factor", "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-bias-gelu-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--squared-relu", "--openai-gelu", "--onnx-safe", "--bert-no-binary-head", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-score-function", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk", "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-token-drop-policy", "--transformer-impl", "--use-mcore-models", "--use-legacy-models", "--spec", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--no-gradient-accumulation-fusion-in-fp32"], Many, Skip(TUNING)),
     // parallelism
@@ -109,11 +109,17 @@ pub const TABLE: &[Flag] = &[
     flag(&["--log-interval"], One, Skip(DERIVED)),
     flag(&["--eval-interval", "--eval-iters"], One, Skip(NO_EVAL)),
     flag(&["--exit-interval", "--exit-duration-in-mins", "--exit-signal-handler", "--no-load-optim", "--no-load-rng", "--no-save-optim", "--no-save-rng", "--finetune", "--pretrained-checkpoint", "--auto-detect-ckpt-format", "--dist-ckpt-strictness", "--non-persistent-save-interval", "--non-persistent-ckpt-type", "--ckpt-fully-parallel-load", "--no-ckpt-fully-parallel-save", "--ckpt-assume-constant-structure"], Many, Skip("checkpoint and run control, not the step")),
+    // Megatron-DeepSpeed (Microsoft's fork): the DeepSpeed engine around Megatron-LM's model.
+    flag(&["--deepspeed"], Many, Special("deepspeed")),
+    flag(&["--deepspeed_config", "--deepspeed-config"], One, Special("deepspeed_config")),
+    flag(&["--zero-stage"], One, Attr("parallel", "zero", Int)),
+    flag(&["--deepspeed-activation-checkpointing", "--no-pipeline-parallel", "--checkpoint-activations", "--partition-activations"], Many, Skip("how Megatron-DeepSpeed wires DeepSpeed in; the recompute and pipeline flags say what runs")),
     // data
     flag(&["--data-path"], Many, Special("data")),
     flag(&["--mock-data"], Switch, Skip("synthetic data: planc's default when train.data is unset")),
     flag(&["--tokenizer-type"], One, Special("tokenizer")),
-    flag(&["--split", "--tokenizer-model", "--vocab-file", "--merge-file", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-cache-path", "--num-workers", "--dataloader-type", "--no-create-attention-mask-in-dataloader", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--data-args-path", "--per-split-data-args-path", "--mmap-bin-files", "--no-mmap-bin-files", "--object-storage-cache-path", "--sft", "--sft-tokenizer-prompt-format"], Many, Skip(DATA)),
+    flag(&["--merge-file"], One, Special("merge_file")),
+    flag(&["--split", "--tokenizer-model", "--vocab-file", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-cache-path", "--num-workers", "--dataloader-type", "--no-create-attention-mask-in-dataloader", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss", "--data-args-path", "--per-split-data-args-path", "--mmap-bin-files", "--no-mmap-bin-files", "--object-storage-cache-path", "--sft", "--sft-tokenizer-prompt-format"], Many, Skip(DATA)),
     // logging
     flag(&["--log-throughput", "--log-timers-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard", "--log-num-zeros-in-grad", "--log-params-norm", "--log-progress", "--log-world-size-to-tensorboard", "--log-loss-scale-to-tensorboard", "--log-batch-size-to-tensorboard", "--tensorboard-dir", "--tensorboard-log-interval", "--tensorboard-queue-size", "--wandb-project", "--wandb-exp-name", "--wandb-save-dir", "--timing-log-level", "--timing-log-option", "--profile", "--profile-step-start", "--profile-step-end", "--profile-ranks", "--use-pytorch-profiler", "--record-memory-history", "--logging-level", "--barrier-with-L1-time", "--no-barrier-with-level-1-timing", "--log-straggler", "--enable-one-logger", "--no-one-logger", "--one-logger-project", "--one-logger-run-name", "--log-energy", "--log-interval-seconds"], Many, Skip(LOGGING)),
 ];
@@ -121,12 +127,17 @@ pub const TABLE: &[Flag] = &[
 /// Places one Megatron-LM command's arguments.
 pub fn read(cx: &mut Ctx, args: &[super::shell::Word], file: &str) {
     cx.pending.megatron = Some(file.to_string());
+    let deepspeed = args.iter().any(|w| w.text == "--deepspeed");
     cx.draft.assume(
         "job",
         "framework",
-        V::Ident("megatron".into()),
+        V::Ident(if deepspeed { "deepspeed" } else { "megatron" }.into()),
         Origin::new(file, None, "pretrain_*.py"),
-        "a Megatron-LM launch",
+        if deepspeed {
+            "Megatron-DeepSpeed: Megatron-LM's model in DeepSpeed's engine (--deepspeed)"
+        } else {
+            "a Megatron-LM launch"
+        },
     );
     let (given, loose) = flags::parse(args, TABLE);
     for w in loose {
@@ -135,6 +146,11 @@ pub fn read(cx: &mut Ctx, args: &[super::shell::Word], file: &str) {
             None,
             "a word that belongs to no flag",
         );
+    }
+    if let Some(g) = given.iter().find(|g| g.key == "--merge-file") {
+        // A merges file, whatever its path, is a BPE tokenizer's: GPT-2's.
+        let from = Origin::new(file, Some(g.line), g.key.clone());
+        cx.pending.tokenizer_vocab.get_or_insert((50257, from));
     }
     let special = flags::place(
         given,
@@ -244,6 +260,16 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
             }
         }
         "data" => data_path(cx, g, from),
+        "merge_file" => d.unplaced(from, Some(v), DATA),
+        "deepspeed" => match g.value() {
+            Some(path) => cx.pending.deepspeed_files.push((path.to_string(), from)),
+            None => d.unplaced(from, None, "Megatron-DeepSpeed: job.framework = deepspeed"),
+        },
+        "deepspeed_config" => cx.pending.deepspeed_files.push((v, from)),
+        "vocab_divisor" => {
+            cx.pending.vocab_divisor = int;
+            d.unplaced(from, Some(v), "vocabulary padding: model.vocab is the padded size (--vocab-size as given; a tokenizer's, padded by it × tp)");
+        }
         "tokenizer" => {
             if v == "GPT2BPETokenizer" {
                 cx.pending.tokenizer_vocab = Some((50257, from.clone()));

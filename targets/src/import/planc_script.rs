@@ -193,7 +193,12 @@ fn read_command(cx: &mut Ctx, l: &Launch, input: &Input) {
         .map(|p| p.name().to_string())
         .unwrap_or_default();
     match kind(l) {
-        Kind::Megatron => megatron::read(cx, &l.args, file),
+        Kind::Megatron => {
+            megatron::read(cx, &l.args, file);
+            for (path, from) in std::mem::take(&mut cx.pending.deepspeed_files) {
+                cx.follow(input, &path, from, Format::Deepspeed);
+            }
+        }
         Kind::Torchtitan => torchtitan::read_flags(cx, &l.args, input),
         Kind::LlamaFactory => llamafactory::read_flags(cx, &l.args, input),
         Kind::PlancScript => planc_flags(cx, l, input),

@@ -687,8 +687,9 @@ fn literal_text(w: &RawWord) -> String {
 /// A variable's value, with the line each part was written on.
 #[derive(Clone, Debug)]
 enum Val {
-    Scalar(String, usize),
-    Array(Vec<(String, usize)>),
+    /// The text, its line, and whether it holds something unresolved.
+    Scalar(String, usize, bool),
+    Array(Vec<(String, usize, bool)>),
 }
 
 /// A piece of an expanded word: its text, whether it may be split, and whether it was
@@ -712,7 +713,7 @@ struct Env {
 impl Env {
     fn scalar(&self, name: &str) -> Option<String> {
         match self.vars.get(name)? {
-            Val::Scalar(s, _) => Some(s.clone()),
+            Val::Scalar(s, _, _) => Some(s.clone()),
             Val::Array(a) => a.first().map(|e| e.0.clone()),
         }
     }
@@ -766,12 +767,12 @@ impl Env {
                 .parse::<usize>()
                 .ok()
                 .and_then(|i| a.get(i))
-                .map(|(s, l)| Val::Scalar(s.clone(), *l)),
+                .map(|(s, l, u)| Val::Scalar(s.clone(), *l, *u)),
             (Some(val), _) => Some(val.clone()),
             (None, _) => None,
         };
         let set_nonempty = match &current {
-            Some(Val::Scalar(s, _)) => !s.is_empty(),
+            Some(Val::Scalar(s, _, _)) => !s.is_empty(),
             Some(Val::Array(a)) => !a.is_empty(),
             None => false,
         };
@@ -794,19 +795,19 @@ impl Env {
         }
         match current {
             None => unresolved(),
-            Some(Val::Scalar(s, l)) => vec![text(&s, !quoted, false, l)],
+            Some(Val::Scalar(s, l, u)) => vec![text(&s, !quoted, u, l)],
             Some(Val::Array(a)) if all => {
                 let mut out = Vec::new();
-                for (i, (e, l)) in a.iter().enumerate() {
+                for (i, (e, l, u)) in a.iter().enumerate() {
                     if i > 0 {
                         out.push(Piece::Break);
                     }
-                    out.push(text(e, !quoted, false, *l));
+                    out.push(text(e, !quoted, *u, *l));
                 }
                 out
             }
             Some(Val::Array(a)) => match a.first() {
-                Some((e, l)) => vec![text(e, !quoted, false, *l)],
+                Some((e, l, u)) => vec![text(e, !quoted, *u, *l)],
                 None => vec![text("", !quoted, false, line)],
             },
         }
@@ -842,7 +843,11 @@ impl Env {
                 if i > 0 || lead {
                     out.extend(cur.take());
                 }
-                cur.get_or_insert(Word::new("", line)).text.push_str(w);
+                let c = cur.get_or_insert(Word::new("", line));
+                c.text.push_str(w);
+                // An unresolved value keeps what it could not expand as written (`$1`,
+                // `$(…)`): the words holding it are the unresolved ones.
+                c.unresolved |= unresolved && (w.contains('$') || w.contains('`'));
             }
             if trail || (words.is_empty() && !s.is_empty()) {
                 out.extend(cur.take());
@@ -1084,16 +1089,16 @@ fn assign(w: &RawWord, env: &mut Env, script: &mut Script, line: usize, exported
             let Some((name, _, append)) = assignment_name(prefix) else {
                 return false;
             };
-            let mut values: Vec<(String, usize)> = match (append, env.vars.get(name)) {
+            let mut values: Vec<(String, usize, bool)> = match (append, env.vars.get(name)) {
                 (true, Some(Val::Array(a))) => a.clone(),
-                (true, Some(Val::Scalar(s, l))) => vec![(s.clone(), *l)],
+                (true, Some(Val::Scalar(s, l, u))) => vec![(s.clone(), *l, *u)],
                 _ => Vec::new(),
             };
             let mut unresolved = false;
             for (l, e) in elems {
                 for f in env.fields(e, *l) {
                     unresolved |= f.unresolved;
-                    values.push((f.text, f.line));
+                    values.push((f.text, f.line, f.unresolved));
                 }
             }
             script.assignments.push(Assignment {
@@ -1133,7 +1138,8 @@ fn assign(w: &RawWord, env: &mut Env, script: &mut Script, line: usize, exported
                 exported,
                 unresolved: v.unresolved,
             });
-            env.vars.insert(name.to_string(), Val::Scalar(v.text, line));
+            env.vars
+                .insert(name.to_string(), Val::Scalar(v.text, line, v.unresolved));
             true
         }
     }
