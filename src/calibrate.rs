@@ -155,7 +155,10 @@ fn summary(p: &Profile) -> String {
             );
         }
     }
-    s += "attention (causal; rate = the forward's FLOPs over the pass's time)\n";
+    s += &format!(
+        "attention (causal; rate = the forward's FLOPs over the pass's time; {})\n",
+        v.fused_attention.as_deref().unwrap_or("planc's kernels")
+    );
     for a in &p.attention {
         let pass = match a.kind.as_str() {
             "flash" => "fused forward",

@@ -339,6 +339,13 @@ enum Command {
     /// preempted, requeue); --resume DIR then continues after that step. The launcher
     /// forwards both signals to its ranks and exits 75 with them.
     ///
+    /// Flash attention (`train.attention = flash`) in bf16 or fp16 runs cuDNN's fused
+    /// attention where libcudnn 9 loads (libcudnn.so.9 on the library path, or the file in
+    /// PLANC_CUDNN) and takes the shape, with its deterministic backward; elsewhere planc's
+    /// own kernels, after a one-line note. PLANC_CUDNN_ATTENTION=off always runs planc's,
+    /// =require makes a missing cuDNN an error, =nondeterministic takes cuDNN's atomic
+    /// backward.
+    ///
     /// Needs an NVIDIA GPU and the CUDA libraries (libcuda, libcublas, libnvrtc, and
     /// libnccl for several GPUs) on the library path: exit 2 without them. A plan too big
     /// for the GPU is refused with its predicted memory and the `--layers K` that fits;

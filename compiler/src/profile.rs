@@ -23,6 +23,11 @@ pub struct Provenance {
     pub measured_at_unix_s: u64,
     pub planc_version: String,
     pub seconds: f64,
+    /// What ran the fused attention the profile measured: cuDNN's plans (its version and
+    /// whether backward was deterministic) or planc's kernels. Absent from older profiles,
+    /// all of which measured planc's kernels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused_attention: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -231,6 +236,7 @@ impl Profile {
                 measured_at_unix_s: 0,
                 planc_version: "0".into(),
                 seconds: 0.0,
+                fused_attention: None,
             },
             gemm: vec![],
             memory: vec![],

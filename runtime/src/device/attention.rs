@@ -9,10 +9,31 @@
 //!
 //! bf16 and fp16 with head sizes 32, 64 or 128 and sequences a multiple of the 64-row tile
 //! run the tensor-core kernels; anything else (fp32 above all, which must match a float32
-//! reference closely) runs the scalar kernels, one warp a row.
+//! reference closely) runs the scalar kernels, one warp a row. Where cuDNN's fused
+//! attention was planned for the shape (`attention_cudnn`), it runs instead ([`Kernels`]).
 
+use super::attention_cudnn::Sdpa;
 use super::cuda::{Arg, Buf, Gpu};
 use crate::error::RunError;
+
+/// Which kernels run the attention: planc's scalar or tensor-core ones, or cuDNN's plans.
+/// A bool converts to planc's (`true`: tensor cores), as `Heads::tensor_cores` answers.
+#[derive(Clone, Copy)]
+pub enum Kernels<'a> {
+    Scalar,
+    TensorCores,
+    Cudnn(&'a Sdpa),
+}
+
+impl From<bool> for Kernels<'_> {
+    fn from(tc: bool) -> Self {
+        if tc {
+            Kernels::TensorCores
+        } else {
+            Kernels::Scalar
+        }
+    }
+}
 
 type Res = Result<(), RunError>;
 
@@ -56,14 +77,18 @@ impl Heads {
 
 /// o = softmax(QKᵀ/√d, causal)·V, into `o` [b, t, h·d], and lse = each row's logsumexp
 /// ([b·h·t] fp32).
-pub fn forward(
+pub fn forward<'a>(
     gpu: &Gpu,
     hd: Heads,
-    tc: bool,
+    kernels: impl Into<Kernels<'a>>,
     o: Buf,
     lse: Buf,
     (q, k, v): (Buf, Buf, Buf),
 ) -> Res {
+    let tc = match kernels.into() {
+        Kernels::Cudnn(sdpa) => return sdpa.forward(hd, o, lse, (q, k, v)),
+        k => matches!(k, Kernels::TensorCores),
+    };
     if tc {
         let tiles = hd.t / TILE;
         gpu.launch_smem(
@@ -118,6 +143,11 @@ pub struct Grads {
 }
 
 impl Grads {
+    /// Where row `t` of head `h` of sequence `b` sits: (batch, head, row) strides in elements.
+    pub fn strides(&self) -> (i64, i64, i64) {
+        (self.bs, self.hs as i64, self.rs as i64)
+    }
+
     /// Three [b, h, t, d] buffers.
     pub fn heads(hd: Heads, (dq, dk, dv): (Buf, Buf, Buf), dd: Buf) -> Grads {
         Grads {
@@ -149,15 +179,19 @@ impl Grads {
 
 /// dq, dk, dv from the output `a` and its gradient `da`, both [b, t, h·d].
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
+pub fn backward<'a>(
     gpu: &Gpu,
     hd: Heads,
-    tc: bool,
+    kernels: impl Into<Kernels<'a>>,
     g: Grads,
     (q, k, v): (Buf, Buf, Buf),
     lse: Buf,
     (a, da): (Buf, Buf),
 ) -> Res {
+    let tc = match kernels.into() {
+        Kernels::Cudnn(sdpa) => return sdpa.backward(gpu, hd, &g, (q, k, v), lse, (a, da)),
+        k => matches!(k, Kernels::TensorCores),
+    };
     if tc {
         let tiles = (hd.t / TILE) as u32;
         let bh = (hd.b * hd.h) as u32;

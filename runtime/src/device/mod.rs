@@ -1,7 +1,8 @@
 //! The device training runs on: one CUDA context and its streams with counted buffers
 //! (`cuda`, the kernels of `kernels.cu` compiled with NVRTC and launched), every matrix
 //! product through cuBLAS (`blas`), the launchers of the kernel families that take more than
-//! one launch or a grid of their own (`attention` the fused attention, `rows` the norms and
+//! one launch or a grid of their own (`attention` the fused attention, with
+//! `attention_cudnn` cuDNN's fused attention where it runs, `rows` the norms and
 //! their partial sums, `activation` the MLP's GELU and SwiGLU), and several GPUs (`dist`:
 //! ranks, rendezvous, NCCL communicators and the watchdog; `trail`: the NCCL operations a
 //! rank queued, for the watchdog to name the one the GPU is stuck in).
@@ -10,6 +11,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod attention_cudnn;
 pub mod blas;
 pub mod cuda;
 pub mod dist;

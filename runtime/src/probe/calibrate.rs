@@ -16,7 +16,8 @@ use super::collectives::Collectives;
 use super::gpu::Runner;
 use super::load::Load;
 use crate::device::activation::Activation;
-use crate::device::attention::{self, Grads, Heads};
+use crate::device::attention::{self, Grads, Heads, Kernels};
+use crate::device::attention_cudnn;
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
@@ -257,9 +258,12 @@ pub fn calibrate(
         done += 1;
     }
     drop(blas);
+    let mut fused_attention = None;
     for &(bh, t, d) in &flash_shapes {
         progress(done, total, &format!("fused attention {bh}×{t}×{d}"));
-        attention.extend(flash_points(&mut gpu, precision, bh, t, d)?);
+        let (points, by) = flash_points(&mut gpu, precision, bh, t, d)?;
+        attention.extend(points);
+        fused_attention = Some(by);
         done += 1;
     }
     drop(gpu);
@@ -341,6 +345,7 @@ pub fn calibrate(
                 .unwrap_or(0),
             planc_version: env!("CARGO_PKG_VERSION").into(),
             seconds: started.elapsed().as_secs_f64(),
+            fused_attention,
         },
         gemm,
         memory,
@@ -542,14 +547,15 @@ fn flash_batch_heads(t: usize, d: usize) -> usize {
 }
 
 /// Times the fused attention's forward and backward as training launches them, on random
-/// q, k, v and output gradient, and returns a point for each pass.
+/// q, k, v and output gradient, and returns a point for each pass and what ran them
+/// (cuDNN's plans or planc's kernels).
 pub(crate) fn flash_points(
     gpu: &mut Gpu,
     precision: Precision,
     bh: usize,
     t: usize,
     d: usize,
-) -> Result<Vec<AttentionPoint>, RunError> {
+) -> Result<(Vec<AttentionPoint>, String), RunError> {
     let xsz = precision.bytes() as usize;
     let h = if bh.is_multiple_of(16) { 16 } else { 1 };
     let hd = Heads {
@@ -569,22 +575,43 @@ pub(crate) fn flash_points(
     );
     let lse = gpu.alloc(bh * t * 4)?;
     let dd = gpu.alloc(bh * t * 4)?;
-    let tc = hd.tensor_cores();
+    let grads = Grads::heads(hd, (dq, dk, dv), dd);
+    // What a run of this shape would launch: cuDNN's plans where they run.
+    let sdpa = attention_cudnn::choose(gpu, precision, (hd.b, h, h, t, d), &grads, true)?;
+    let kernels = match &sdpa {
+        Some(s) => Kernels::Cudnn(s),
+        None => hd.tensor_cores().into(),
+    };
     let load = Load::new(gpu, precision)?;
     let fwd = time_behind(Some(&load), gpu, 10, || {
-        attention::forward(gpu, hd, tc, o, lse, (q, k, v))
+        attention::forward(gpu, hd, kernels, o, lse, (q, k, v))
     })?;
-    let grads = Grads::heads(hd, (dq, dk, dv), dd);
     let bwd = time_behind(Some(&load), gpu, 10, || {
-        attention::backward(gpu, hd, tc, grads, (q, k, v), lse, (o, dout))
+        attention::backward(gpu, hd, kernels, grads, (q, k, v), lse, (o, dout))
     })?;
     load.free(gpu)?;
+    let by = match sdpa {
+        Some(s) => {
+            let by = format!(
+                "cuDNN {}, {} backward",
+                attention_cudnn::backend::version_string(s.version),
+                if s.deterministic {
+                    "deterministic"
+                } else {
+                    "non-deterministic"
+                }
+            );
+            s.release(gpu)?;
+            by
+        }
+        None => "planc's kernels".to_string(),
+    };
     for b in bufs.into_iter().chain([lse, dd]) {
         gpu.free(b)?;
     }
     // Causal forward: QKᵀ and PV over the lower triangle.
     let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
-    Ok([("flash", fwd), ("flash_backward", bwd)]
+    let points = [("flash", fwd), ("flash_backward", bwd)]
         .into_iter()
         .map(|(kind, s)| AttentionPoint {
             kind: kind.into(),
@@ -594,7 +621,8 @@ pub(crate) fn flash_points(
             seconds: s,
             tflops: flops / s / 1e12,
         })
-        .collect())
+        .collect();
+    Ok((points, by))
 }
 
 /// `n` elements of the storage type, uniform in [−1, 1) (a fixed sequence): random data

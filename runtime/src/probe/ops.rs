@@ -345,7 +345,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         );
         let point = match plan.train.attention {
             Attention::Flash => {
-                let mut both = calibrate::flash_points(&mut gpu, precision, bh, t, d)?;
+                let (mut both, _) = calibrate::flash_points(&mut gpu, precision, bh, t, d)?;
                 if let (Some(mut b), Some(p)) = (flash_backward.take(), both.pop()) {
                     b.measured_s = Some(p.seconds);
                     b.shape = format!("{bh} heads × {t} × {d}");

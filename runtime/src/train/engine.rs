@@ -18,7 +18,8 @@ use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Reco
 
 use super::model::{self, Dims, Params, Stage};
 use crate::device::activation::Activation;
-use crate::device::attention::{self, Grads, Heads};
+use crate::device::attention::{self, Grads, Heads, Kernels};
+use crate::device::attention_cudnn::{self, Sdpa};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::dist::{self, Comm};
@@ -174,6 +175,9 @@ pub struct MemoryPlan {
 }
 
 pub struct Engine {
+    /// cuDNN's attention plans where they run (`attention_cudnn`), else planc's kernels.
+    /// First, so they are dropped while the GPU's context still lives.
+    attn: Option<Sdpa>,
     pub gpu: Gpu,
     blas: Blas,
     pub shape: Shape,
@@ -430,7 +434,8 @@ impl Engine {
             (Buf::NULL, Buf::NULL)
         };
         mem.scratch = gpu.held - before;
-        Ok(Engine {
+        let mut eng = Engine {
+            attn: None,
             gpu,
             blas,
             shape,
@@ -452,7 +457,39 @@ impl Engine {
             marks: None,
             tpc: None,
             nty: dist::activation_type(shape_precision),
-        })
+        };
+        if flash {
+            eng.plan_cudnn_attention()?;
+        }
+        Ok(eng)
+    }
+
+    /// Plans cuDNN's attention for this shape as `PLANC_CUDNN_ATTENTION` asks; where it
+    /// cannot run, planc's kernels do, and the first rank says why in one line.
+    fn plan_cudnn_attention(&mut self) -> Res {
+        let (b, t, h, g, dd) = self.attn_args();
+        let hd = self.heads();
+        // The layout backward will write: only the strides matter here.
+        let grads = if self.flash_into_qkv() {
+            Grads::qkv(hd, self.s.dqkv, self.s.dd)
+        } else {
+            Grads::heads(hd, (self.s.dq, self.s.dk, self.s.dv), self.s.dd)
+        };
+        let sh = &self.shape;
+        let lead = sh.dp_rank == 0 && sh.tp_rank == 0 && sh.stage.first;
+        let precision = sh.precision;
+        self.attn =
+            attention_cudnn::choose(&mut self.gpu, precision, (b, h, g, t, dd), &grads, lead)?;
+        self.memory.scratch += self.attn.as_ref().map_or(0, Sdpa::bytes);
+        Ok(())
+    }
+
+    /// The kernels that run this engine's fused attention.
+    fn kernels(&self, hd: Heads) -> Kernels<'_> {
+        match &self.attn {
+            Some(sdpa) => Kernels::Cudnn(sdpa),
+            None => hd.tensor_cores().into(),
+        }
     }
 
     /// Marks where a step's work outside the passes begins (traced runs).
@@ -815,14 +852,7 @@ impl Engine {
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
             // Straight into the merged layout the projection reads.
-            attention::forward(
-                &self.gpu,
-                hd,
-                hd.tensor_cores(),
-                a.a,
-                a.lse,
-                (a.q, a.k, a.v),
-            )?;
+            attention::forward(&self.gpu, hd, self.kernels(hd), a.a, a.lse, (a.q, a.k, a.v))?;
         } else {
             let p = if a.p != Buf::NULL { a.p } else { self.s.p };
             self.blas.scores(p, a.q, a.k, b * h, t, dd)?;
@@ -956,7 +986,7 @@ impl Engine {
             attention::backward(
                 &self.gpu,
                 hd,
-                hd.tensor_cores(),
+                self.kernels(hd),
                 grads,
                 (a.q, a.k, a.v),
                 a.lse,

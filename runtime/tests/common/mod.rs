@@ -1,7 +1,9 @@
 //! What the GPU kernel tests share: a deterministic generator, opening GPU 0 or skipping
-//! cleanly without one, and uploading f32 values.
+//! cleanly without one, uploading f32 values, and the bridge to PyTorch autograd.
 
 #![allow(dead_code)] // each test binary uses its part
+
+pub mod autograd;
 
 use planc_compiler::plan::Precision;
 use planc_runtime::device::cuda::{Buf, Gpu};

@@ -129,6 +129,28 @@ def flash(t):
     return {"o": o, "dq": dq, "dk": dk, "dv": dv}
 
 
+def sdpa(t):
+    # cuDNN's attention as planc plans it (runtime/tests/attention_cudnn.rs): q [B, H, T, D],
+    # k and v [B, G, T, D] (G key/value heads, each serving H/G query heads), output and its
+    # gradient [B, T, H·D]; causal. Also each row's logsumexp of the scaled, masked scores
+    # [B, H, T] (what forward leaves for backward), and dk, dv per key/value head.
+    B, H, T, D = t["q"].shape
+    G = t["k"].shape[1]
+
+    def expand(x):
+        return x.repeat_interleave(H // G, dim=1)
+
+    def f(q, k, v):
+        o = F.scaled_dot_product_attention(q, expand(k), expand(v), is_causal=True)
+        return o.transpose(1, 2).reshape(B, T, H * D)
+
+    o, (dq, dk, dv) = grad_of(f, [t["q"], t["k"], t["v"]], t["dout"])
+    s = d64(t["q"]) @ expand(d64(t["k"])).transpose(-1, -2) / D**0.5
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    lse = torch.logsumexp(s.masked_fill(~causal, float("-inf")), dim=-1)
+    return {"o": o, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+
+
 def adamw(t):
     # One update over a range whose first `split` elements take weight decay and the rest
     # none (a weight and a bias): two parameter groups.
@@ -168,6 +190,7 @@ CASES = {
     "cross_entropy": cross_entropy,
     "rope": rope,
     "flash": flash,
+    "sdpa": sdpa,
     "adamw": adamw,
 }
 
