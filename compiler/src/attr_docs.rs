@@ -115,6 +115,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "grad_dtype") => {
             "the gradient buffer's type, fp32 | bf16 | fp16: its memory and the optimizer's passes over it; default (auto) fp32, as Megatron-LM (bf16 accumulates in fp32), PyTorch DDP/FSDP2 (the fp32 parameters' type) and DeepSpeed hold it; bf16 as NeMo's distributed fused Adam (planc extension)"
         }
+        ("parallel", "optimizer_dtype") => {
+            "the optimizer state's type, fp32 | fp32_remainders | bf16: fp32 master weights and moments (12 bytes for Adam); the master kept as bf16 weights' remainders (10); bf16 moments and no master (4), as NeMo's distributed fused Adam; default (auto) fp32 (planc extension)"
+        }
         ("parallel", "reduce_dtype") => {
             "the type of the data-parallel reduction, fp32 | bf16 | fp16: the bytes it moves; default (auto) the gradient buffer's (Megatron-LM, torchtitan's float32 reduce, Composer's DEFAULT) (planc extension)"
         }

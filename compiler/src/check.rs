@@ -294,6 +294,7 @@ fn choose_layout(
         grad_accumulation_fusion: ps.grad_accumulation_fusion,
         scatter_gather_p2p: ps.scatter_gather_p2p,
         grad_dtype: ps.grad_dtype,
+        optimizer_dtype: ps.optimizer_dtype,
         reduce_dtype: ps.reduce_dtype,
     })
 }
@@ -550,7 +551,7 @@ fn memory_advice(plan: &Plan, m: &crate::cost::memory::StageMemory) -> String {
             "optimizer state dominates: set `zero = 1` to shard it over data-parallel ranks".into()
         }
         "optimizer state" if p.offload == crate::plan::Offload::None => {
-            "optimizer state dominates: shard it over more data-parallel ranks (more GPUs), raise tp or pp, or set `offload = optimizer`".into()
+            "optimizer state dominates: shard it over more data-parallel ranks (more GPUs), raise tp or pp, or set `offload = optimizer` (or `optimizer_dtype = bf16` where the framework keeps it so)".into()
         }
         "gradients" if p.zero < 2 && sharded => {
             "gradients dominate: set `zero = 2`, or raise tp or pp (or `grad_dtype = bf16` where the framework keeps them so)".into()

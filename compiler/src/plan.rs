@@ -68,6 +68,12 @@ impl GradDtype {
     }
 }
 enumeration!(
+    /// The type of the optimizer's state (`parallel.optimizer_dtype`): fp32 master weights
+    /// and moments; fp32 moments with the master weights kept as the 16 bits a bf16 weight
+    /// lacks (`fp32_remainders`); or moments in bf16 and no master copy (`bf16`).
+    OptimizerDtype { Fp32 = "fp32", Fp32Remainders = "fp32_remainders", Bf16 = "bf16" }
+);
+enumeration!(
     /// What the launch artifacts run: Megatron-LM, DeepSpeed, a torch script, `planc run`
     /// itself (planc's native runtime, which starts one process per GPU on its own), or
     /// torchtitan (PyTorch's FSDP2 + TP + PP + CP stack; priced as `torch`).
@@ -388,6 +394,9 @@ pub struct Parallel {
     /// Extension: the type the data-parallel reduction runs in (`parallel.reduce_dtype`);
     /// `None`: the gradient buffer's, see [`Plan::reduce_bytes`].
     pub reduce_dtype: Option<GradDtype>,
+    /// Extension: the type of the optimizer's state (`parallel.optimizer_dtype`); `None`:
+    /// fp32, every framework's default, see [`Plan::optimizer_state_bytes`].
+    pub optimizer_dtype: Option<OptimizerDtype>,
 }
 
 /// Why `layers` cannot be split over a layout's pipeline stages.
@@ -431,6 +440,7 @@ impl Parallel {
             scatter_gather_p2p: false,
             grad_dtype: None,
             reduce_dtype: None,
+            optimizer_dtype: None,
         }
     }
 
@@ -610,6 +620,7 @@ pub struct ParallelSpec {
     pub scatter_gather_p2p: bool,
     pub grad_dtype: Option<GradDtype>,
     pub reduce_dtype: Option<GradDtype>,
+    pub optimizer_dtype: Option<OptimizerDtype>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -777,6 +788,40 @@ impl Plan {
     /// accumulates in fp32; planc's runtime keeps one flat fp32 buffer. NeMo's distributed
     /// fused Adam (`grad_sync_dtype: bf16` in its large recipes) is the common exception:
     /// such a plan writes `grad_dtype = bf16`.
+    /// Bytes per parameter of the optimizer's state before sharding, as (master weights,
+    /// moments): `parallel.optimizer_dtype`, fp32 unless written.
+    ///
+    /// - fp32: an fp32 master copy of 16-bit weights (none when the weights are fp32) and
+    ///   fp32 moments (two for Adam, one for SGD), Megatron-LM's 12 bytes for Adam;
+    /// - `fp32_remainders`: with bf16 weights, the master copy kept as the 16 bits a bf16
+    ///   weight lacks, which the update joins to the weight (NeMo's distributed fused Adam
+    ///   over bf16 models with an fp32 optimizer: `store_param_remainders`, set in NeMo's
+    ///   `MegatronBaseModel.setup_optimization`, `megatron_base_model.py` at 8e3d65dc, which
+    ///   its 2024 recipes used): 2 + 8 bytes;
+    /// - `bf16`: moments in bf16 and no master copy, the update stepping the bf16 weights
+    ///   themselves (NeMo's distributed fused Adam with `optim.dtype: bf16`, where
+    ///   `store_params` is off because the optimizer's type equals the model's, ibid.;
+    ///   Nemotron-4 340B's pre-training recipe, NeMo-Framework-Launcher 7c842fcd,
+    ///   `conf/training/nemotron/nemotron_340b.yaml`): 0 + 4 bytes.
+    pub fn optimizer_state_bytes(&self) -> (f64, f64) {
+        let moments_fp32 = match self.train.optimizer {
+            Optimizer::Adam | Optimizer::Adamw => 8.0,
+            Optimizer::Sgd => 4.0,
+        };
+        let sixteen_bit = self.train.precision != Precision::Fp32;
+        match self
+            .parallel
+            .optimizer_dtype
+            .unwrap_or(OptimizerDtype::Fp32)
+        {
+            OptimizerDtype::Bf16 => (0.0, moments_fp32 / 2.0),
+            OptimizerDtype::Fp32Remainders if self.train.precision == Precision::Bf16 => {
+                (2.0, moments_fp32)
+            }
+            _ => (if sixteen_bit { 4.0 } else { 0.0 }, moments_fp32),
+        }
+    }
+
     pub fn grad_bytes(&self) -> f64 {
         match self.parallel.grad_dtype {
             Some(d) => d.bytes(),

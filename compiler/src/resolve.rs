@@ -1595,6 +1595,7 @@ impl<'a> Resolver<'a> {
         let scatter_gather_p2p = self.fixed_bool(n, "scatter_gather_p2p");
         let grad_dtype = self.grad_dtype(n, "grad_dtype");
         let reduce_dtype = self.grad_dtype(n, "reduce_dtype");
+        let optimizer_dtype = self.optimizer_dtype(n);
         Some(ParallelSpec {
             tp: tp?,
             pp: pp?,
@@ -1618,7 +1619,31 @@ impl<'a> Resolver<'a> {
             scatter_gather_p2p: scatter_gather_p2p?.unwrap_or(false),
             grad_dtype: grad_dtype?,
             reduce_dtype: reduce_dtype?,
+            optimizer_dtype: optimizer_dtype?,
         })
+    }
+
+    /// `parallel.optimizer_dtype`: the optimizer state's type the framework is configured
+    /// with, never a hole; `auto` (or absent) is fp32. `Some(None)` then, `None` when written
+    /// wrongly (reported).
+    fn optimizer_dtype(&mut self, n: usize) -> Option<Option<OptimizerDtype>> {
+        let name = "optimizer_dtype";
+        if self.find_attr(n, name).is_none() {
+            return Some(None);
+        }
+        let (v, span) = self.get(n, name)?;
+        if matches!(v, Value::Auto) {
+            return Some(None);
+        }
+        self.read_enum(
+            n,
+            span,
+            name,
+            &v,
+            OptimizerDtype::NAMES,
+            OptimizerDtype::parse,
+        )
+        .map(Some)
     }
 
     /// `parallel.grad_dtype` / `reduce_dtype`: a type the framework is configured with,

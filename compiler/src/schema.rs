@@ -140,6 +140,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "grad_accumulation_fusion",
             "scatter_gather_p2p",
             "grad_dtype",
+            "optimizer_dtype",
             "reduce_dtype",
         ],
         &[],

@@ -77,6 +77,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             scatter_gather_p2p: s.parallel.scatter_gather_p2p,
                                             grad_dtype: s.parallel.grad_dtype,
                                             reduce_dtype: s.parallel.reduce_dtype,
+                                            optimizer_dtype: s.parallel.optimizer_dtype,
                                         };
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;

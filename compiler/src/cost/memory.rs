@@ -9,9 +9,7 @@
 use serde::Serialize;
 
 use super::params::{embedding_params, head_params, layer_params};
-use crate::plan::{
-    Attention, Framework, Mlp, Offload, Optimizer, Plan, Precision, Recompute, Schedule,
-};
+use crate::plan::{Attention, Framework, Mlp, Offload, Plan, Recompute, Schedule};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StageMemory {
@@ -117,19 +115,6 @@ pub fn shard_groups(plan: &Plan) -> (f64, f64) {
     let p = &plan.parallel;
     let dense = (p.dp * p.cp) as f64;
     (dense, (dense / p.ep.max(1) as f64).max(1.0))
-}
-
-/// Bytes per parameter of (weights, gradients, optimizer state), unsharded.
-pub fn bytes_per_param(precision: Precision, optimizer: Optimizer) -> (f64, f64, f64) {
-    let mixed = precision != Precision::Fp32;
-    let weight = precision.bytes();
-    let grad = 4.0;
-    let states = match optimizer {
-        Optimizer::Adam | Optimizer::Adamw => 8.0,
-        Optimizer::Sgd => 4.0,
-    };
-    let master = if mixed { 4.0 } else { 0.0 };
-    (weight, grad, states + master)
 }
 
 /// Activation bytes of one layer (an MoE layer in an MoE model) for one micro-batch on one
@@ -274,7 +259,10 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     let p = &plan.parallel;
     let m = &plan.model;
     let params = stage_params(plan, stage);
-    let (w, _, o) = bytes_per_param(plan.train.precision, plan.train.optimizer);
+    let w = plan.train.precision.bytes();
+    // The optimizer's state as the framework holds it (`parallel.optimizer_dtype`).
+    let (master, moments) = plan.optimizer_state_bytes();
+    let o = master + moments;
     // The buffer as the framework holds it (`parallel.grad_dtype`).
     let g = plan.grad_bytes();
     // The routed experts' state is sharded over their own (smaller) data-parallel group.
@@ -407,6 +395,26 @@ mod tests {
         assert!(close(a.total_bytes - b.total_bytes, 2.0 * a.params, 1e-12));
         // The reduction follows the buffer unless written.
         assert_eq!(bf16.reduce_bytes(), 2.0);
+    }
+
+    #[test]
+    fn the_optimizer_state_takes_the_optimizer_dtype() {
+        // Megatron-LM's 12 bytes (fp32 master and moments) sharded over dp; NeMo's
+        // distributed fused Adam keeps 2 + 8 with remainders, and 4 in bf16.
+        let state = |dtype: &str| {
+            let mut plan = gpt3(&format!(", zero = 1{dtype}"), "");
+            plan.parallel.dp = 4;
+            let m = stage_memory(&plan, 3, 64);
+            m.optimizer_bytes / m.params
+        };
+        assert!(close(state(""), 12.0 / 4.0, 1e-12));
+        assert!(close(state(", optimizer_dtype = fp32"), 12.0 / 4.0, 1e-12));
+        assert!(close(
+            state(", optimizer_dtype = fp32_remainders"),
+            10.0 / 4.0,
+            1e-12
+        ));
+        assert!(close(state(", optimizer_dtype = bf16"), 4.0 / 4.0, 1e-12));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::ops::{
 };
 use super::params::embedding_params;
 use crate::plan::{
-    Attention, Framework, Gpu, Mlp, NodeGroup, Offload, Optimizer, Plan, Precision, Recompute,
+    Attention, Framework, Gpu, Mlp, NodeGroup, Offload, OptimizerDtype, Plan, Precision, Recompute,
     Schedule,
 };
 
@@ -1064,17 +1064,22 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     };
     let experts = experts.min(params);
     let local = (params - experts) / dense_shard + experts / expert_shard;
-    let mixed = plan.train.precision != Precision::Fp32;
-    // The update: read grad, master, states; write master, states.
-    let update = match plan.train.optimizer {
-        Optimizer::Adam | Optimizer::Adamw => 28.0,
-        Optimizer::Sgd => 20.0,
+    // The update reads the gradient, reads and writes the master weights and moments
+    // (`Plan::optimizer_state_bytes`), then (with a separate fp32 master) reads the master
+    // again to write the 16-bit weights. An fp32 optimizer's gradient is fp32 (Megatron's
+    // main gradients); a bf16 one reads the buffer's. Master weights kept as remainders are
+    // joined to the 16-bit weights inside the update (both read and written there); a bf16
+    // optimizer steps the weights themselves.
+    let w = plan.train.precision.bytes();
+    let (master, moments) = plan.optimizer_state_bytes();
+    let (grad_read, weights, copy_to_model) = match plan.parallel.optimizer_dtype {
+        Some(OptimizerDtype::Bf16) => (plan.grad_bytes(), w, 0.0),
+        Some(OptimizerDtype::Fp32Remainders) if master == 2.0 => (4.0, w, 0.0),
+        _ if master > 0.0 => (4.0, 0.0, master + w),
+        // fp32 training: the weights are the master.
+        _ => (4.0, w, 0.0),
     };
-    let copy_to_model = if mixed {
-        4.0 + plan.train.precision.bytes()
-    } else {
-        0.0
-    };
+    let update = grad_read + 2.0 * (master + moments + weights);
     let unscale = if plan.train.precision == Precision::Fp16 {
         8.0
     } else {
@@ -1827,5 +1832,17 @@ mod tests {
         // The distributed optimizer steps its shard but clears the whole gradient buffer.
         let sharded = t(&a100_plan("bf16", 1, 4));
         assert!((sharded * rate / params - (38.0 / 4.0 + 4.0)).abs() < 1e-6);
+        // Master weights as remainders: joined to the bf16 weights in the update (28), no
+        // copy to the model; a bf16 optimizer over bf16 gradients: read 2, the weights and
+        // moments read and written (12).
+        let with = |dtype| {
+            let mut p = a100_plan("bf16", 0, 1);
+            p.parallel.optimizer_dtype = Some(dtype);
+            p.parallel.grad_dtype = Some(crate::plan::GradDtype::Bf16);
+            t(&p) * rate / params
+        };
+        // Each: the update, the norm (2) and zeroing (2) of the bf16 buffer.
+        assert!((with(OptimizerDtype::Fp32Remainders) - (28.0 + 4.0)).abs() < 1e-6);
+        assert!((with(OptimizerDtype::Bf16) - (14.0 + 4.0)).abs() < 1e-6);
     }
 }

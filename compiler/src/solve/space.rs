@@ -53,6 +53,7 @@ pub struct Space {
     pub grad_accumulation_fusion: bool,
     pub scatter_gather_p2p: bool,
     pub grad_dtype: Option<crate::plan::GradDtype>,
+    pub optimizer_dtype: Option<crate::plan::OptimizerDtype>,
     pub reduce_dtype: Option<crate::plan::GradDtype>,
 }
 
@@ -149,6 +150,7 @@ impl Space {
             grad_accumulation_fusion: ps.grad_accumulation_fusion,
             scatter_gather_p2p: ps.scatter_gather_p2p,
             grad_dtype: ps.grad_dtype,
+            optimizer_dtype: ps.optimizer_dtype,
             reduce_dtype: ps.reduce_dtype,
         }
     }
@@ -247,6 +249,7 @@ impl Space {
                                             grad_accumulation_fusion: self.grad_accumulation_fusion,
                                             scatter_gather_p2p: self.scatter_gather_p2p,
                                             grad_dtype: self.grad_dtype,
+                                            optimizer_dtype: self.optimizer_dtype,
                                             reduce_dtype: self.reduce_dtype,
                                         });
                                     }
