@@ -119,11 +119,10 @@ fn refuse_settings_for_planc(checked: &Checked) -> Option<ExitCode> {
 }
 
 pub fn run(file: &Path, sets: &[String], args: &EmitArgs, color: ColorChoice) -> ExitCode {
-    let mut checked = match load::checked_with(file, sets) {
+    let checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    planc_simulator::retime(&mut checked);
     let mut err = StandardStream::stderr(color);
     let _ = render::diagnostics(&mut err, &checked);
     if !checked.ok() {

@@ -682,11 +682,10 @@ where
 }
 
 fn check(file: PathBuf, sets: &[String], format: Format, color: Color) -> ExitCode {
-    let mut checked = match load::checked_with(&file, sets) {
+    let checked = match load::checked_with(&file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    planc_simulator::retime(&mut checked);
     let ok = checked.ok();
     match format {
         Format::Json => {

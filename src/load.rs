@@ -1,6 +1,9 @@
-//! Reading and checking a plan file, the same way for every command: the command line's
-//! `--set PATH=VALUE` settings applied over it, a progress bar when filling the plan's holes
-//! outlives half a second, and exit 2 when the file cannot be read.
+//! The one front door: every command that reads a plan, and the editor, go through
+//! [`open_with`]: load, apply the command line's `--set PATH=VALUE` settings over it, check
+//! (the holes filled), then simulate (the simulator re-ranks the finalists and its step time
+//! replaces the closed form's), so every front end shows, prices and runs the same layout.
+//! On the command line a progress bar appears when filling the plan's holes outlives half a
+//! second, and a file that cannot be read is exit 2.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use planc_compiler::check::{check_file_with, Checked};
-use planc_compiler::source::FsLoader;
+use planc_compiler::source::{FileLoader, FsLoader};
+use planc_simulator::Simulation;
 
 /// What every command that reads a plan takes besides the file: settings over it.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -22,16 +26,49 @@ pub struct Sets {
     pub set: Vec<String>,
 }
 
-/// The checked plan with `--set` settings applied over it, or the exit code after saying
+/// A plan through the front door.
+pub struct Opened {
+    pub checked: Checked,
+    /// The simulated step; none when the plan does not check or is too large (P0602).
+    pub simulation: Option<Simulation>,
+    /// How long the simulation took.
+    pub simulated_in: Duration,
+}
+
+/// Loads the plan at `path` through `loader` with `sets` applied over it, checks it and
+/// simulates its step. `Err` only when the root file cannot be read.
+pub fn open_with(
+    path: &Path,
+    loader: &dyn FileLoader,
+    sets: &[String],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> std::io::Result<Opened> {
+    let mut checked = check_file_with(path, loader, sets, progress)?;
+    let started = Instant::now();
+    let simulation = planc_simulator::retime(&mut checked);
+    Ok(Opened {
+        checked,
+        simulation,
+        simulated_in: started.elapsed(),
+    })
+}
+
+/// [`open_with`] from the file system, with the progress bar; the exit code after saying
 /// why the file could not be read.
-pub fn checked_with(file: &Path, sets: &[String]) -> Result<Checked, ExitCode> {
+pub fn open(file: &Path, sets: &[String]) -> Result<Opened, ExitCode> {
     let progress = Progress::new();
-    let checked = check_file_with(file, &FsLoader, sets, &|d, t| progress.update(d, t));
+    let opened = open_with(file, &FsLoader, sets, &|d, t| progress.update(d, t));
     progress.finish();
-    checked.map_err(|e| {
+    opened.map_err(|e| {
         eprintln!("error: cannot read `{}`: {e}", file.display());
         ExitCode::from(2)
     })
+}
+
+/// The checked (and simulated) plan with `--set` settings applied over it, or the exit
+/// code after saying why the file could not be read.
+pub fn checked_with(file: &Path, sets: &[String]) -> Result<Checked, ExitCode> {
+    open(file, sets).map(|o| o.checked)
 }
 
 /// A progress bar that appears only when the search outlives half a second.

@@ -16,6 +16,8 @@ pub fn run(
     json: bool,
     color: ColorChoice,
 ) -> ExitCode {
+    // Holes filled as `check` fills them (the simulator re-ranks the finalists), so the
+    // operations timed are those of the layout `check` shows.
     let checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,

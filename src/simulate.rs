@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
@@ -27,13 +26,10 @@ pub fn run(
             return ExitCode::from(2);
         }
     }
-    let mut checked = match load::checked_with(file, sets) {
-        Ok(c) => c,
+    let (checked, sim, elapsed) = match load::open(file, sets) {
+        Ok(o) => (o.checked, o.simulation, o.simulated_in),
         Err(code) => return code,
     };
-    let started = Instant::now();
-    let sim = planc_simulator::retime(&mut checked);
-    let elapsed = started.elapsed();
     let mut err = StandardStream::stderr(color);
     let _ = render::diagnostics(&mut err, &checked);
     let (Some(sim), Some(plan), Some(est)) = (sim, &checked.plan, &checked.estimate) else {

@@ -109,11 +109,10 @@ pub fn run(
     emit: Option<&crate::emit::EmitArgs>,
     color: ColorChoice,
 ) -> ExitCode {
-    let mut checked: Checked = match load::checked_with(file, sets) {
+    let checked: Checked = match load::checked_with(file, sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    planc_simulator::retime(&mut checked);
     let ok = checked.ok();
     let top = top
         .or(checked.spec.as_ref().map(|s| s.search.top as usize))

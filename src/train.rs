@@ -55,13 +55,12 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
     if let Some(k) = args.layers {
         sets.push(format!("model.layers={k}"));
     }
-    let mut checked = match load::checked_with(file, &sets) {
+    // Holes are filled as `check` and `emit` fill them (the simulator re-ranks the
+    // finalists), so the run trains the layout they show.
+    let checked = match load::checked_with(file, &sets) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    // Holes are filled as `check` and `emit` fill them (the simulator re-ranks the
-    // finalists), so the run trains the layout they show.
-    planc_simulator::retime(&mut checked);
     // A rank started by planc's own launcher: the launcher has shown the diagnostics.
     let launched = std::env::var_os("PLANC_RANK").is_some();
     if !launched {

@@ -60,9 +60,6 @@ pub fn run(args: &Args) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let (mut a, mut b) = (a, b);
-    planc_simulator::retime(&mut a);
-    planc_simulator::retime(&mut b);
     let names = (args.a.display().to_string(), b_name(args));
     if !args.json {
         // Notes (what `auto` became) are `check`'s business; errors and warnings say why a

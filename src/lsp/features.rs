@@ -11,7 +11,7 @@ use lsp_types::{
     TextEdit, Url,
 };
 use planc_compiler::catalog::Catalog;
-use planc_compiler::check::{check_file, Checked};
+use planc_compiler::check::Checked;
 use planc_compiler::schema;
 use planc_compiler::source::{FileLoader, FsLoader};
 use planc_lang::syntax::{Block, Entry, Item, SourceFile};
@@ -34,11 +34,11 @@ impl FileLoader for Overlay<'_> {
     }
 }
 
-/// Checks a document as `planc check` would (simulated step time included).
+/// Checks a document as `planc check` would, through the same front door (simulated step
+/// time included).
 pub fn analyze(path: &Path, open: &HashMap<PathBuf, String>) -> Option<Checked> {
-    let mut checked = check_file(path, &Overlay { open }).ok()?;
-    planc_simulator::retime(&mut checked);
-    Some(checked)
+    let opened = crate::load::open_with(path, &Overlay { open }, &[], &|_, _| {}).ok()?;
+    Some(opened.checked)
 }
 
 /// The diagnostics of every file the check read, by file, so that an error in an import

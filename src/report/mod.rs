@@ -54,11 +54,10 @@ pub fn run(
         );
         return ExitCode::from(2);
     }
-    let mut checked = match crate::load::checked_with(file, sets) {
-        Ok(c) => c,
+    let (checked, sim) = match crate::load::open(file, sets) {
+        Ok(o) => (o.checked, o.simulation),
         Err(code) => return code,
     };
-    let sim = planc_simulator::retime(&mut checked);
     let _ = render::diagnostics(&mut StandardStream::stderr(color), &checked);
     let html = page(&file.display().to_string(), &checked, sim.as_ref());
     if let Err(e) = write_new(&out, html.as_bytes(), force) {
