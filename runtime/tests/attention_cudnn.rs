@@ -18,7 +18,7 @@ use common::Rng;
 use half::{bf16, f16};
 use planc_compiler::plan::Precision;
 use planc_runtime::device::attention::{self, Grads, Heads, Kernels};
-use planc_runtime::device::attention_cudnn::graph::{self, Layout, Shape};
+use planc_runtime::device::attention_cudnn::graph::{self, Flavor, Layout, Shape};
 use planc_runtime::device::attention_cudnn::{backend, dtype_of, Sdpa};
 use planc_runtime::device::cuda::{Buf, Gpu};
 
@@ -168,10 +168,21 @@ fn from_qkv(x: &[f32], tr: &Trial, part: usize) -> Vec<f32> {
     out
 }
 
+/// The graphs as cuDNN was given them (the frontend's spelling; the sample's differs in
+/// the types and strides of four virtual tensors, `graph::Flavor`): at the first refusal
+/// only, as the next ones differ in their shapes alone.
 fn print_graphs(s: &Shape, grads: (i64, i64, i64), deterministic: bool) {
+    static PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let l = Layout::planc(s, grads);
-    println!("forward graph:\n{}", graph::forward(s, &l));
-    println!("backward graph:\n{}", graph::backward(s, &l, deterministic));
+    let f = Flavor::Frontend;
+    println!("forward graph:\n{}", graph::forward(s, &l, f));
+    println!(
+        "backward graph:\n{}",
+        graph::backward(s, &l, deterministic, f)
+    );
 }
 
 /// Where the trial's backward writes: gradient buffers (zero-initialised by `alloc`, and
@@ -237,6 +248,8 @@ fn run_trial(
         xsz: 2,
     };
     let out = outputs(gpu, tr, hd);
+    // A line before each step, so a crash inside cuDNN shows where it happened.
+    println!("  {}: planning {s:?}", tr.name);
     let sdpa = match Sdpa::new(gpu, s, out.grads.strides(), tr.deterministic) {
         Ok(s) => s,
         Err(e) => {
@@ -261,7 +274,10 @@ fn run_trial(
     let lse = gpu.alloc(tr.b * tr.h * tr.t * 4).unwrap();
     let k_ = Kernels::Cudnn(&sdpa);
     let fail = |e: planc_runtime::RunError| format!("{e}");
+    println!("  {}: forward", tr.name);
     attention::forward(gpu, hd, k_, o, lse, (qd, kd, vd)).map_err(fail)?;
+    gpu.sync().map_err(fail)?;
+    println!("  {}: backward", tr.name);
     attention::backward(gpu, hd, k_, out.grads, (qd, kd, vd), lse, (o, dod)).map_err(fail)?;
     gpu.sync().map_err(fail)?;
     let (grads, first) = gradients(gpu, tr, &out);

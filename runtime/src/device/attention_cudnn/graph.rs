@@ -184,6 +184,21 @@ impl Layout {
     }
 }
 
+/// Two spellings of the same graphs, which cuDNN should match alike: the one its frontend
+/// builds today (`CompositeSDPANode`, NVIDIA/cudnn-frontend 1.x), and the one of its cuDNN
+/// 8.9-era flash-attention samples (`f16_flash_mha_sample.cpp`): index generators writing
+/// fp32 rather than int32, K's transpose back in the storage type rather than fp32, and
+/// dO·O laid out as dO. A shape whose first spelling cuDNN refuses is tried in the second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    Frontend,
+    Sample,
+}
+
+impl Flavor {
+    pub const ALL: [Flavor; 2] = [Flavor::Frontend, Flavor::Sample];
+}
+
 /// Swaps the last two dimensions: K read as Kᵀ.
 fn transposed(x: [i64; 4]) -> [i64; 4] {
     [x[0], x[1], x[3], x[2]]
@@ -192,13 +207,15 @@ fn transposed(x: [i64; 4]) -> [i64; 4] {
 struct Builder {
     g: Graph,
     next: Uid,
+    flavor: Flavor,
 }
 
 impl Builder {
-    fn new() -> Builder {
+    fn new(flavor: Flavor) -> Builder {
         Builder {
             g: Graph::default(),
             next: FIRST_VIRTUAL,
+            flavor,
         }
     }
 
@@ -306,8 +323,12 @@ impl Builder {
     /// `causal_mask` as a composite diagonal band: two index generators, a comparison, a
     /// select).
     fn causal(&mut self, score: Uid, neg_inf: Uid) -> Uid {
-        let row = self.pw("row index", Pw::GenIndex(2), score, None, Dtype::I32);
-        let col = self.pw("column index", Pw::GenIndex(3), score, None, Dtype::I32);
+        let index = match self.flavor {
+            Flavor::Frontend => Dtype::I32,
+            Flavor::Sample => Dtype::F32,
+        };
+        let row = self.pw("row index", Pw::GenIndex(2), score, None, index);
+        let col = self.pw("column index", Pw::GenIndex(3), score, None, index);
         let keep = self.pw("row >= column", Pw::CmpGe, row, Some(col), Dtype::Bool);
         let (dims, strides) = {
             let t = self.get(score);
@@ -337,9 +358,9 @@ fn rows(s: &Shape) -> ([i64; 4], [i64; 4]) {
 }
 
 /// o = softmax(QKᵀ·scale, causal)·V and each row's logsumexp.
-pub fn forward(s: &Shape, l: &Layout) -> Graph {
+pub fn forward(s: &Shape, l: &Layout, flavor: Flavor) -> Graph {
     let (b, h, g, t, d) = (s.b, s.h, s.g, s.t, s.d);
-    let mut f = Builder::new();
+    let mut f = Builder::new(flavor);
     let q = f.real(uid::Q, "Q", [b, h, t, d], l.q, s.x);
     let kt = f.real(uid::K, "K (as Kᵀ)", [b, g, d, t], transposed(l.k), s.x);
     let v = f.real(uid::V, "V", [b, g, t, d], l.v, s.x);
@@ -375,9 +396,9 @@ pub fn forward(s: &Shape, l: &Layout) -> Graph {
 /// graph without the fp32 dq accumulator, which on Hopper selects cuDNN's deterministic
 /// backward (the frontend's `set_deterministic_algorithm`); with it, dq is accumulated
 /// with atomics in an order that varies from run to run.
-pub fn backward(s: &Shape, l: &Layout, deterministic: bool) -> Graph {
+pub fn backward(s: &Shape, l: &Layout, deterministic: bool, flavor: Flavor) -> Graph {
     let (b, h, g, t, d) = (s.b, s.h, s.g, s.t, s.d);
-    let mut f = Builder::new();
+    let mut f = Builder::new(flavor);
     let q = f.real(uid::Q, "Q", [b, h, t, d], l.q, s.x);
     let kt = f.real(uid::K, "K (as Kᵀ)", [b, g, d, t], transposed(l.k), s.x);
     let vt = f.real(uid::V, "V (as Vᵀ)", [b, g, d, t], transposed(l.v), s.x);
@@ -393,14 +414,14 @@ pub fn backward(s: &Shape, l: &Layout, deterministic: bool) -> Graph {
     let one = f.scalar(uid::ONE, "one");
     let sum = f.real(uid::SOFTMAX_SUM, "D = Σ dO·O", rd, rs, Dtype::F32);
 
-    // D_i = Σ_d dO·O (the frontend's strides for this virtual product, kept as it has
-    // them: cuDNN matches the pattern, not the layout of what never reaches memory).
-    let dod = f.virt(
-        "dO·O",
-        [b, h, t, d],
-        [h * t * d, t * d, h * d, 1],
-        Dtype::F32,
-    );
+    // D_i = Σ_d dO·O (the frontend gives this virtual product strides of its own, kept
+    // as it has them: cuDNN matches the pattern, not the layout of what never reaches
+    // memory).
+    let dod_strides = match flavor {
+        Flavor::Frontend => [h * t * d, t * d, h * d, 1],
+        Flavor::Sample => l.d_o,
+    };
+    let dod = f.virt("dO·O", [b, h, t, d], dod_strides, Dtype::F32);
     f.pointwise(Pw::Mul, Dtype::F32, (d_o, Some(o), None), dod);
     let red = f.virt("Σ dO·O", rd, rs, Dtype::F32);
     f.reduction(Red::Add, dod, red);
@@ -434,7 +455,11 @@ pub fn backward(s: &Shape, l: &Layout, deterministic: bool) -> Graph {
     group_product(&mut f, s, dst, q, dk, "dK (every query head)");
 
     // dQ = dS·K.
-    let k = f.virt("K", [b, g, t, d], l.k, Dtype::F32);
+    let k_type = match flavor {
+        Flavor::Frontend => Dtype::F32,
+        Flavor::Sample => s.x,
+    };
+    let k = f.virt("K", [b, g, t, d], l.k, k_type);
     f.reshape(kt, k);
     if deterministic {
         f.matmul(ds, k, dq);

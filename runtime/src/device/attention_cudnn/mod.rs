@@ -25,7 +25,7 @@ use planc_compiler::plan::Precision;
 use super::attention::{Grads, Heads};
 use super::cuda::{Buf, Gpu};
 use crate::RunError;
-use graph::{uid, Dtype, Layout, Shape, Uid};
+use graph::{uid, Dtype, Flavor, Graph, Layout, Shape, Uid};
 
 /// What `PLANC_CUDNN_ATTENTION` asks (a comma list): `auto` (the default: cuDNN where it
 /// runs, else planc's kernels after a note), `off` (planc's kernels), `require` (an error
@@ -113,6 +113,26 @@ fn round_up(n: usize) -> usize {
     n.div_ceil(256) * 256
 }
 
+/// A graph and cuDNN's plan for it.
+type Planned = (Graph, backend::Plan);
+
+/// Both graphs in one spelling, checked and planned.
+fn plan_both(
+    handle: &backend::Handle,
+    shape: &Shape,
+    layout: &Layout,
+    deterministic: bool,
+    flavor: Flavor,
+) -> Result<(Planned, Planned), String> {
+    let fg = graph::forward(shape, layout, flavor);
+    let bg = graph::backward(shape, layout, deterministic, flavor);
+    fg.check().map_err(|e| format!("forward graph: {e}"))?;
+    bg.check().map_err(|e| format!("backward graph: {e}"))?;
+    let fwd = backend::plan(handle, &fg, deterministic).map_err(|e| format!("forward: {e}"))?;
+    let bwd = backend::plan(handle, &bg, deterministic).map_err(|e| format!("backward: {e}"))?;
+    Ok(((fg, fwd), (bg, bwd)))
+}
+
 /// cuDNN's forward and backward plans for one shape and layout, with their workspace.
 pub struct Sdpa {
     // Plans before the handle they were built on: fields drop in order.
@@ -126,6 +146,9 @@ pub struct Sdpa {
     pub layout: Layout,
     grads: (i64, i64, i64),
     pub deterministic: bool,
+    /// The spelling of the graphs cuDNN took, and why it refused the ones before it.
+    pub flavor: Flavor,
+    pub refusals: Vec<String>,
     workspace: Buf,
     /// Bytes at the workspace's start that hold backward's fp32 dq accumulator (0 when
     /// deterministic); cuDNN's own workspace follows.
@@ -149,14 +172,20 @@ impl Sdpa {
         gpu.ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
         let handle = backend::Handle::new(lib, gpu)?;
         let layout = Layout::planc(&shape, grads);
-        let fg = graph::forward(&shape, &layout);
-        let bg = graph::backward(&shape, &layout, deterministic);
-        fg.check().map_err(|e| format!("forward graph: {e}"))?;
-        bg.check().map_err(|e| format!("backward graph: {e}"))?;
-        let fwd =
-            backend::plan(&handle, &fg, deterministic).map_err(|e| format!("forward: {e}"))?;
-        let bwd =
-            backend::plan(&handle, &bg, deterministic).map_err(|e| format!("backward: {e}"))?;
+        let mut refusals = Vec::new();
+        let mut planned = None;
+        for flavor in Flavor::ALL {
+            match plan_both(&handle, &shape, &layout, deterministic, flavor) {
+                Ok(p) => {
+                    planned = Some((flavor, p));
+                    break;
+                }
+                Err(e) => refusals.push(format!("{flavor:?} spelling: {e}")),
+            }
+        }
+        let Some((flavor, ((fg, fwd), (bg, bwd)))) = planned else {
+            return Err(refusals.join("; "));
+        };
         let (b, h, t, d) = (
             shape.b as usize,
             shape.h as usize,
@@ -171,6 +200,8 @@ impl Sdpa {
         let bytes = accum + round_up(fwd.report.workspace.max(bwd.report.workspace));
         let workspace = gpu.alloc(bytes).map_err(|e| e.to_string())?;
         Ok(Sdpa {
+            flavor,
+            refusals,
             fwd,
             bwd,
             fwd_uids: fg.supplied(),
@@ -209,8 +240,13 @@ impl Sdpa {
 
     /// One line for logs: cuDNN's version, the engines taken, the workspace.
     pub fn describe(&self) -> String {
+        let refused = if self.refusals.is_empty() {
+            String::new()
+        } else {
+            format!(" (refused first: {})", self.refusals.join("; "))
+        };
         format!(
-            "cuDNN {} ({}) {}; forward: {}; backward: {}",
+            "cuDNN {} ({}) {}, {:?} spelling{refused}; forward: {}; backward: {}",
             backend::version_string(self.version),
             backend::lib().map(|l| l.path.as_str()).unwrap_or("?"),
             if self.deterministic {
@@ -218,6 +254,7 @@ impl Sdpa {
             } else {
                 "non-deterministic"
             },
+            self.flavor,
             self.fwd.report,
             self.bwd.report
         )

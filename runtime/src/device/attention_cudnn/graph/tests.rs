@@ -56,7 +56,7 @@ fn dims_of(g: &Graph, u: Uid) -> ([i64; 4], [i64; 4], Dtype) {
 fn forward_reads_planc_buffers_where_they_are_and_writes_the_statistics() {
     let s = BIG;
     let l = Layout::planc(&s, heads_grads(&s));
-    let g = forward(&s, &l);
+    let g = forward(&s, &l, Flavor::Frontend);
     g.check().unwrap();
     assert_dataflow(&g, &[uid::O, uid::STATS]);
     let mut supplied = g.supplied();
@@ -118,7 +118,7 @@ fn forward_reads_planc_buffers_where_they_are_and_writes_the_statistics() {
 #[test]
 fn the_causal_mask_keeps_scores_whose_row_is_at_least_their_column() {
     let s = Shape { t: 128, ..BIG };
-    let g = forward(&s, &Layout::planc(&s, heads_grads(&s)));
+    let g = forward(&s, &Layout::planc(&s, heads_grads(&s)), Flavor::Frontend);
     let index = |axis| {
         g.ops.iter().find_map(|o| match *o {
             Op::Pointwise {
@@ -180,13 +180,13 @@ fn grouped_heads_are_read_once_through_strides_that_skip_their_copies() {
     assert_eq!(l.k, [h * t * d, 4 * t * d, d, 1]);
     assert_eq!(l.dk, [h * t * d, 4 * t * d, d, 1]);
     assert_eq!(l.dq, [h * t * d, t * d, d, 1]);
-    let f = forward(&s, &l);
+    let f = forward(&s, &l, Flavor::Frontend);
     f.check().unwrap();
     assert_eq!(
         dims_of(&f, uid::V),
         ([4, 8, t, d], [h * t * d, 4 * t * d, d, 1], Dtype::Bf16)
     );
-    let b = backward(&s, &l, true);
+    let b = backward(&s, &l, true, Flavor::Frontend);
     b.check().unwrap();
     assert_dataflow(&b, &[uid::DQ, uid::DK, uid::DV, uid::SOFTMAX_SUM]);
     // dK and dV: every query head's product, then its sum over the group of 4.
@@ -216,7 +216,7 @@ fn multi_head_backward_writes_the_gradients_with_products_alone() {
     let w = s.h * s.d;
     let l = Layout::planc(&s, (s.t * 3 * w, s.d, 3 * w));
     assert_eq!(l.dk, [s.t * 3 * w, s.d, 3 * w, 1]);
-    let g = backward(&s, &l, true);
+    let g = backward(&s, &l, true, Flavor::Frontend);
     g.check().unwrap();
     assert!(!g
         .ops
@@ -240,13 +240,13 @@ fn multi_head_backward_writes_the_gradients_with_products_alone() {
 fn only_the_nondeterministic_backward_accumulates_dq_in_fp32() {
     let s = Shape { t: 512, ..BIG };
     let l = Layout::planc(&s, heads_grads(&s));
-    let det = backward(&s, &l, true);
+    let det = backward(&s, &l, true, Flavor::Frontend);
     assert!(det.tensor(uid::DQ_ACCUM).is_none());
     assert!(det
         .ops
         .iter()
         .any(|o| matches!(o, Op::Matmul { c, .. } if *c == uid::DQ)));
-    let fast = backward(&s, &l, false);
+    let fast = backward(&s, &l, false, Flavor::Frontend);
     fast.check().unwrap();
     assert_dataflow(
         &fast,
@@ -270,11 +270,11 @@ fn only_the_nondeterministic_backward_accumulates_dq_in_fp32() {
 #[test]
 fn the_check_names_the_operation_whose_shapes_disagree() {
     let s = Shape { t: 64, ..BIG };
-    let mut g = forward(&s, &Layout::planc(&s, heads_grads(&s)));
+    let mut g = forward(&s, &Layout::planc(&s, heads_grads(&s)), Flavor::Frontend);
     g.tensors.iter_mut().find(|t| t.uid == uid::V).unwrap().dims[2] = 65;
     let e = g.check().unwrap_err();
     assert!(e.contains("matmul") && e.contains("V#3"), "{e}");
-    let mut g = forward(&s, &Layout::planc(&s, heads_grads(&s)));
+    let mut g = forward(&s, &Layout::planc(&s, heads_grads(&s)), Flavor::Frontend);
     g.tensors.push(g.tensors[0].clone());
     assert!(g.check().unwrap_err().contains("twice"));
 }
@@ -282,7 +282,12 @@ fn the_check_names_the_operation_whose_shapes_disagree() {
 #[test]
 fn the_printed_graph_lists_every_tensor_and_operation() {
     let s = Shape { t: 64, ..BIG };
-    let g = backward(&s, &Layout::planc(&s, heads_grads(&s)), true);
+    let g = backward(
+        &s,
+        &Layout::planc(&s, heads_grads(&s)),
+        true,
+        Flavor::Frontend,
+    );
     let text = g.to_string();
     assert_eq!(text.lines().count(), g.tensors.len() + g.ops.len());
     assert!(text.contains("tensor   2 K (as Kᵀ)"), "{text}");
@@ -294,4 +299,50 @@ fn the_printed_graph_lists_every_tensor_and_operation() {
         text.contains("op  0 pointwise Mul (dO#6, O#4) in f32"),
         "{text}"
     );
+}
+
+#[test]
+fn the_samples_spelling_differs_only_in_the_types_and_strides_of_three_virtual_tensors() {
+    let s = Shape {
+        b: 2,
+        h: 8,
+        g: 2,
+        t: 128,
+        d: 64,
+        x: Dtype::Bf16,
+    };
+    let l = Layout::planc(&s, heads_grads(&s));
+    for det in [true, false] {
+        let (a, b) = (
+            backward(&s, &l, det, Flavor::Frontend),
+            backward(&s, &l, det, Flavor::Sample),
+        );
+        b.check().unwrap();
+        assert_eq!(a.ops, b.ops);
+        let differ: Vec<&str> = a
+            .tensors
+            .iter()
+            .zip(&b.tensors)
+            .filter(|(x, y)| x != y)
+            .map(|(x, y)| {
+                assert_eq!((x.uid, x.dims, x.is_virtual), (y.uid, y.dims, true));
+                x.name
+            })
+            .collect();
+        assert_eq!(differ, ["dO·O", "row index", "column index", "K"]);
+        let k = |g: &Graph| g.tensors.iter().find(|t| t.name == "K").unwrap().dtype;
+        assert_eq!((k(&a), k(&b)), (Dtype::F32, Dtype::Bf16));
+    }
+    let (a, b) = (
+        forward(&s, &l, Flavor::Frontend),
+        forward(&s, &l, Flavor::Sample),
+    );
+    let index = |g: &Graph| {
+        g.tensors
+            .iter()
+            .find(|t| t.name == "row index")
+            .unwrap()
+            .dtype
+    };
+    assert_eq!((index(&a), index(&b)), (Dtype::I32, Dtype::F32));
 }
