@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-parts=" ${PARTS:-env fsdp megatron deepspeed torchrun torchtitan} "
+parts=" ${PARTS:-env fsdp megatron deepspeed torchrun torchtitan} "  # two GPUs: megatron2 torchrun2
 want() { [[ "$parts" == *" $1 "* ]]; }
 [ -f "$root/.dev/lib/libz3.so.4.gz" ] && [ ! -f "$root/.dev/lib/libz3.so.4" ] && gunzip -k "$root/.dev/lib/libz3.so.4.gz"
 . "$root/runtime/tests/gpu/env.sh"
@@ -71,15 +71,25 @@ predict() {
         python3 -c 'import json,sys; r=json.load(sys.stdin); t=r.get("time",{}); print("%.1f" % (1e3*t.get("step_s", float("nan"))))' 2>/dev/null
 }
 
+# megatron NAME BASE [SED]: Megatron-LM from the emitted launch script (the site options the
+# script documents added), its own iteration time beside planc's prediction.
+megatron() {
+    local name=$1 f
+    [ -d /tmp/mlm/megatron ] || { mkdir -p /tmp/mlm && tar -xzf "$root/.fw/megatron-lm.tar.gz" -C /tmp/mlm; }
+    f=$(plan_for "$name" "$2" megatron "${3:-}")
+    "$planc" emit "$f" --target megatron -o "$out/emit-$name" --force >"$out/$name.emit.log" 2>&1 ||
+        { note "$name: emit refused: $(tail -n 3 "$out/$name.emit.log")"; return; }
+    local site="--transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm --no-masked-softmax-fusion --eval-iters 0"
+    MEGATRON_LM=/tmp/mlm timeout ${RUN_LIMIT:-400} bash "$out/emit-$name/launch-megatron.sh" $site ${MEGATRON_EXTRA:-} >"$out/$name.log" 2>&1
+    local rc=$?
+    echo "== $name (exit $rc)"; grep -E "iteration +[0-9]+/" "$out/$name.log" | tail -n 3; grep -iE "error|Traceback" "$out/$name.log" | head -n 5
+    local ms=$(grep -oE "elapsed time per iteration \(ms\): [0-9.]+" "$out/$name.log" | tail -n 10 | awk '{s+=$NF; n++} END {if (n) printf "%.1f", s/n}')
+    local loss=$(grep -oE "lm loss: [0-9.E+-]+" "$out/$name.log" | sed -n '1p;$p' | awk '{print $NF}' | tr '\n' ' ')
+    note "$name: exit $rc, lm loss ${loss:-?}, measured ${ms:-?} ms/iter (mean of the last 10), planc predicts $(predict "$f") ms"
+}
+
 if want megatron; then
-    mkdir -p /tmp/mlm && tar -xzf "$root/.fw/megatron-lm.tar.gz" -C /tmp/mlm
-    f=$(plan_for megatron-gpt2 gpt2-124m-1gpu.tp megatron)
-    "$planc" emit "$f" --target megatron -o "$out/emit-megatron" --force >/dev/null || note "megatron: emit refused"
-    site="--transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm --no-masked-softmax-fusion --eval-iters 0"
-    MEGATRON_LM=/tmp/mlm timeout 400 bash "$out/emit-megatron/launch-megatron.sh" $site ${MEGATRON_EXTRA:-} >"$out/megatron.log" 2>&1
-    echo "megatron exit $?"; grep -E "iteration +[0-9]+/" "$out/megatron.log" | tail -n 4; grep -iE "error|Traceback" "$out/megatron.log" | head -n 5
-    ms=$(grep -oE "elapsed time per iteration \(ms\): [0-9.]+" "$out/megatron.log" | tail -n 10 | awk '{s+=$NF; n++} END {if (n) printf "%.1f", s/n}')
-    note "megatron gpt2-124m: measured ${ms:-?} ms/iter, planc predicts $(predict "$f") ms"
+    megatron megatron-gpt2 gpt2-124m-1gpu.tp
 fi
 # emitted NAME TARGET PLAN: emit, run the launch script (arguments after the plan go to it),
 # and print the framework's own step time (the generated train.py's JSON line) beside planc's.
@@ -103,6 +113,15 @@ if want torchrun; then
     emitted torchrun-gpt2 torchrun "$(plan_for torchrun-gpt2 gpt2-124m-1gpu.tp torch)"
     emitted torchrun-fsdp-llama1b torchrun "$(plan_for torchrun-fsdp-llama1b llama3.2-1b-1gpu.tp torch 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
 fi
+# Two GPUs: the torchrun target's train.py at dp 2, DDP (GPT-2) and fully sharded FSDP2
+# (Llama 3.2 1B, zero = 3).
+if want torchrun2; then
+    emitted torchrun-gpt2-ddp2 torchrun "$(plan_for torchrun-gpt2-ddp2 gpt2-124m-2gpu-dp2.tp torch)"
+    emitted torchrun-fsdp2-llama1b-dp2 torchrun "$(plan_for torchrun-fsdp2-llama1b-dp2 llama3.2-1b-2gpu-tp2.tp torch 's/^\( *\)tp = 2/\1tp = 1/
+s/sequence_parallel = true/sequence_parallel = false/
+s/^\( *\)dp = 1/\1dp = 2\n\1zero = 3/
+s/micro_batch = 4.*/micro_batch = 4/')"
+fi
 if want deepspeed; then
     # DeepSpeed 0.19.8 compiles its fused Adam at the first step and reads the architecture
     # list as numbers: the machines' "9.0a" (Hopper's arch-specific target) stops it. A site
@@ -115,6 +134,21 @@ if want torchtitan; then
     # tokenizer from a folder of its repository: .fw/titan-assets travels with the call.
     export TORCHTITAN_ASSETS=${TORCHTITAN_ASSETS:-$root/.fw/titan-assets}
     emitted torchtitan-llama1b torchtitan "$(plan_for torchtitan-llama1b llama3.2-1b-1gpu.tp torchtitan 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
+fi
+
+# Two GPUs (a machine with two): GPT-2 124M from the two-GPU example (16 x 1024 a GPU a
+# micro-batch): dp 2 with the distributed optimizer, tp 2, pp 2 (1f1b; interleaved, vpp 2).
+if want megatron2; then
+    megatron megatron-gpt2-dp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)zero = 0/\1zero = 1/'
+    megatron megatron-gpt2-tp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)tp = 1/\1tp = 2/
+s/^\( *\)dp = 2/\1dp = 1/
+s/global_batch = 32/global_batch = 16/'
+    megatron megatron-gpt2-pp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = 1f1b/
+s/^\( *\)dp = 2/\1dp = 1/
+s/micro_batch = 16/micro_batch = 4/'
+    megatron megatron-gpt2-pp2-vpp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = interleaved\n\1vpp = 2/
+s/^\( *\)dp = 2/\1dp = 1/
+s/micro_batch = 16/micro_batch = 4/'
 fi
 
 cat "$summary"
