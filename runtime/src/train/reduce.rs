@@ -78,12 +78,17 @@ impl Reduction<'_> {
                 let (lo, hi) = self.shard;
                 c.reduce_scatter_sum(eng.grad, eng.grad.at(lo, 4), hi - lo, stream)?;
             }
-            // Fault injection for the hang test: PLANC_FAULT=skip-collective:RANK:STEP makes
-            // that rank skip the loss reduction of that step, as a rank running another
-            // program would.
-            if !fault_skips(self.rank, step + 1) {
-                c.all_reduce_sum(eng.loss_sums, self.micro_batches, stream)?;
+            // Fault injection for the hang test: PLANC_FAULT=stall:RANK:STEP makes that rank
+            // stop taking part before the step's loss reduction, holding its GPU, as a rank
+            // stuck in I/O or a debugger would. (Skipping one collective instead is not a
+            // hang: NCCL pairs the rank's next collective with the peers' skipped one and
+            // completes both, with mismatched counts.)
+            if fault_stalls(self.rank, step + 1) {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(3600));
+                }
             }
+            c.all_reduce_sum(eng.loss_sums, self.micro_batches, stream)?;
         }
         // The norms' and row-parallel biases' gradients of a sequence-parallel rank cover
         // its tokens only (a sum: before or after the data-parallel one alike).
@@ -164,6 +169,6 @@ impl Reduction<'_> {
     }
 }
 
-fn fault_skips(rank: usize, step: u64) -> bool {
-    std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("skip-collective:{rank}:{step}"))
+fn fault_stalls(rank: usize, step: u64) -> bool {
+    std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("stall:{rank}:{step}"))
 }

@@ -146,6 +146,9 @@ pub fn train(
     let watchdog = Watchdog::start(world.rank, comms.all.clone());
     let (free0, total) = gpu.mem_info()?;
     let context_bytes = (total - free0) as u64;
+    if let Some(note) = foreign_memory_note(context_bytes, world.local_rank) {
+        eprintln!("{note}");
+    }
     let mut run_plan = plan.clone();
     if let Some(k) = opts.layers {
         run_plan.model.layers = k as u64;
@@ -651,9 +654,34 @@ impl<'a> Steps<'a> {
     }
 }
 
+/// Memory in use on a GPU when this rank starts, beyond what its own CUDA context,
+/// cuBLAS and NCCL communicators take (about 0.5-1.5 GiB on a Hopper GPU), belongs to
+/// another process: it is counted in the measured peak (the GPU's whole use is all a rank
+/// can read) and that process may share the GPU's time, so the run says so up front.
+fn foreign_memory_note(in_use_at_start: u64, gpu: usize) -> Option<String> {
+    const OWN_CONTEXT_AT_MOST: u64 = 3 << 30;
+    (in_use_at_start > OWN_CONTEXT_AT_MOST).then(|| {
+        format!(
+            "warning: GPU {gpu} had {:.1} GiB in use when this rank started, more than its own \
+             CUDA context and communicators take: another process holds memory on it (see \
+             nvidia-smi); the measured peak memory counts it, and the measured step shares \
+             the GPU with it",
+            in_use_at_start as f64 / (1u64 << 30) as f64
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_in_use_beyond_a_context_at_start_is_named_as_another_process() {
+        assert_eq!(foreign_memory_note(900 << 20, 0), None);
+        let note = foreign_memory_note(26 << 30, 1).expect("26 GiB is not a context");
+        assert!(note.contains("GPU 1 had 26.0 GiB in use"), "{note}");
+        assert!(note.contains("another process"), "{note}");
+    }
 
     #[test]
     fn what_does_not_run_yet_is_refused_with_its_code_before_any_rank_starts() {

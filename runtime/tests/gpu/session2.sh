@@ -20,6 +20,21 @@ deadline=$((SECONDS + ${BUDGET_S:-400}))
 [ -f "$root/.dev/lib/libz3.so.4.gz" ] && [ ! -f "$root/.dev/lib/libz3.so.4" ] && gunzip -k "$root/.dev/lib/libz3.so.4.gz"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 
+# gpus_free: ends every process still on a GPU (a framework's workers outlive their
+# launcher when it is ended at a limit, and held 25 GiB of each GPU into the next part on
+# 2026-11-27) and waits until the GPUs are empty, so no part measures beside another's.
+gpus_free() {
+    local pids
+    for _ in $(seq 1 30); do
+        pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ')
+        [ -z "$pids" ] && return 0
+        echo "   ending GPU processes left running: $(echo $pids)"
+        kill -9 $pids 2>/dev/null
+        sleep 1
+    done
+    echo "   GPU processes still there after 30 s: $(echo $pids)"
+}
+
 # part NAME LIMIT COMMAND...: COMMAND in its own process group, ended (group and all) after
 # LIMIT seconds or at the overall deadline, whichever is first; its output into OUTDIR/NAME.txt.
 part() {
@@ -41,6 +56,7 @@ part() {
     kill "$watcher" 2>/dev/null
     wait "$watcher" 2>/dev/null
     echo "== $name: exit $rc after $((SECONDS - t0)) s"
+    gpus_free
     tail -n "${TAIL:-45}" "$out/$name.txt"
 }
 
