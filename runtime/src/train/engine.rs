@@ -484,6 +484,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether this engine's flash attention runs on cuDNN's fused attention.
+    pub fn attention_on_cudnn(&self) -> bool {
+        self.attn.is_some()
+    }
+
     /// The kernels that run this engine's fused attention.
     fn kernels(&self, hd: Heads) -> Kernels<'_> {
         match &self.attn {

@@ -23,6 +23,9 @@ pub struct Prediction {
     pub catalog_gpu: String,
     /// Which figures came from a measured device profile (as `planc check` says it).
     pub profile: Option<String>,
+    /// What ran the fused attention the profile timed (its provenance; older profiles
+    /// timed planc's kernels), where a profile prices the run.
+    pub attention_timed_on: Option<String>,
     pub step_s: f64,
     pub peak_bytes: f64,
     pub memory: PredictedMemory,
@@ -88,7 +91,27 @@ fn with_wait(plan: &Plan, mut kinds: ByKind, step: Option<f64>) -> ByKind {
     kinds
 }
 
-pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
+/// How a profile's provenance names planc's own attention kernels (or says nothing).
+pub const PLANC_KERNELS: &str = "planc's kernels";
+
+/// The note a run prints when its flash attention runs on cuDNN while the profile that
+/// prices it timed planc's own kernels: the prediction's attention is the other path's
+/// (cuDNN's took 0.58-0.60x of it on two H200s, 2026-11-27).
+pub fn attention_path_note(pred: &Prediction, on_cudnn: bool) -> Option<String> {
+    let timed_on = pred.attention_timed_on.as_deref()?;
+    (on_cudnn && timed_on == PLANC_KERNELS).then(|| {
+        format!(
+            "note: flash attention runs on cuDNN's fused attention, but the profile that prices \
+             this run ({}) timed planc's own attention kernels, so the predicted attention is \
+             theirs; `planc calibrate` times the path a run takes",
+            pred.profile.as_deref().unwrap_or("the device's")
+        )
+    })
+}
+
+/// `plan` as the run prices it: on the local device's catalog GPU with its profile and
+/// planc's own kernels.
+fn as_run(plan: &Plan, device_name: &str) -> (Plan, Gpu) {
     let mut p = plan.clone();
     let mut gpu = catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
     // Without a measured profile of this device, planc's shipped one for it (said so in
@@ -101,6 +124,11 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     }
     // What runs is planc's own kernels, whatever framework the plan's job names.
     p.framework = planc_compiler::plan::Framework::Planc;
+    (p, gpu)
+}
+
+pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
+    let (p, gpu) = as_run(plan, device_name);
     let est = estimate(&p);
     let sim = planc_simulator::simulate(&p).ok().map(|s| s.breakdown);
     let step_s = sim.as_ref().map_or(est.step_s, |b| b.step_s);
@@ -117,6 +145,12 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
         by_kind_constants,
         catalog_gpu: gpu.name.clone(),
         profile: planc_compiler::report::profile_note(&p),
+        attention_timed_on: gpu.profile.as_ref().map(|pr| {
+            pr.provenance
+                .fused_attention
+                .clone()
+                .unwrap_or_else(|| PLANC_KERNELS.to_string())
+        }),
         step_s,
         peak_bytes: st.total_bytes,
         memory: PredictedMemory {
@@ -176,12 +210,27 @@ mod tests {
     }
 
     #[test]
+    fn a_run_on_cudnn_priced_by_a_profile_of_plancs_attention_says_so() {
+        // The shipped H100 profile predates cuDNN's attention: it timed planc's kernels.
+        let pred = predict(&plan("tp = 1, pp = 1, dp = 2"), "NVIDIA H100 80GB HBM3");
+        assert_eq!(pred.attention_timed_on.as_deref(), Some(PLANC_KERNELS));
+        let note = attention_path_note(&pred, true).expect("cuDNN against planc's kernels");
+        assert!(
+            note.contains("timed planc's own attention kernels"),
+            "{note}"
+        );
+        assert_eq!(attention_path_note(&pred, false), None);
+        let mut cudnn = pred;
+        cudnn.attention_timed_on = Some("cuDNN 9.19.0, deterministic backward".into());
+        assert_eq!(attention_path_note(&cudnn, true), None);
+    }
+
+    #[test]
     fn a_pipelined_stage_waits_for_what_of_the_step_is_not_its_own_work() {
         let p = plan("tp = 1, pp = 2, dp = 1, schedule = gpipe");
         let piped = predict(&p, "NVIDIA H100");
-        // As `predict` prices it: planc's own kernels.
-        let mut q = p.clone();
-        q.framework = planc_compiler::plan::Framework::Planc;
+        // As `predict` prices it: planc's own kernels, the device's shipped profile.
+        let (q, _) = as_run(&p, "NVIDIA H100");
         let sim = planc_simulator::simulate(&q).unwrap().breakdown;
         let busy: f64 = piped
             .by_kind

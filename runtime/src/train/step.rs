@@ -157,6 +157,11 @@ pub fn train(
     fits(&prediction, total, &gpu.name)?;
     let prog = Program::of(&run_plan, part.ranks.pp_rank, part.ranks.pp)?;
     let mut eng = Engine::new(gpu, part.shape(plan, prog.in_flight), prog.micro_batches)?;
+    if world.rank == 0 {
+        if let Some(note) = predict::attention_path_note(&prediction, eng.attention_on_cudnn()) {
+            eprintln!("{note}");
+        }
+    }
     eng.tpc = comms.tp.clone();
     if let Some(c) = &comms.pp {
         watchdog.waiting("connecting the pipeline group to its neighbouring stages".into());
