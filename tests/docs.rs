@@ -219,6 +219,48 @@ fn the_language_reference_lists_every_attribute_the_parser_accepts() {
     }
 }
 
+/// The catalog's table in the language reference names every built-in GPU, with the
+/// memory it reports and its 16-bit peak as the catalog has them.
+#[test]
+fn the_language_reference_lists_every_built_in_gpu_as_the_catalog_has_it() {
+    use planc_compiler::{catalog::Catalog, plan::Precision};
+    let text = std::fs::read_to_string(common::root().join("docs/language.md")).unwrap();
+    let start = text
+        .find("### Built-in GPUs")
+        .expect("docs/language.md has \"### Built-in GPUs\"");
+    let section = &text[start..];
+    let section = &section[..section[4..].find("\n### ").map_or(section.len(), |i| i + 4)];
+    let rows: Vec<Vec<&str>> = section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| name"))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    let catalog = Catalog::builtin();
+    for (_, g) in &catalog.gpus {
+        let row = rows.iter().find(|r| r[0] == g.name).unwrap_or_else(|| {
+            panic!("docs/language.md's catalog table has no row for {}", g.name)
+        });
+        let gib: f64 = row[3].parse().unwrap();
+        assert!(
+            (gib - g.memory / 1024f64.powi(3)).abs() < 0.01,
+            "{}: {gib} GiB",
+            g.name
+        );
+        let peak: f64 = row[4].split_whitespace().next().unwrap().parse().unwrap();
+        let catalog_peak = g.peak(Precision::Bf16).or(g.peak(Precision::Fp16)).unwrap() / 1e12;
+        assert!(
+            (peak - catalog_peak).abs() < 0.05,
+            "{}: {peak} TFLOPS",
+            g.name
+        );
+    }
+    assert_eq!(
+        rows.len(),
+        catalog.gpus.len(),
+        "a row for a GPU the catalog lacks"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Every pointer resolves: the files, links, commands and flags that the docs, `--help` and
 // `planc explain` name exist.

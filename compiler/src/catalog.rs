@@ -2,6 +2,8 @@
 //!
 //! The data lives in TOML rather than code so that adding a device or a model is a data
 //! change a reviewer can check against a datasheet. The files are compiled into the binary.
+//! Every figure of a GPU names its source or says why it has none (`[[gpu.source]]`,
+//! `[[gpu.unsourced]]`); a test keeps them complete.
 
 use std::sync::OnceLock;
 
@@ -24,6 +26,7 @@ struct GpuEntry {
     #[serde(default)]
     aliases: Vec<String>,
     memory_gib: f64,
+    datasheet_memory_gb: f64,
     hbm_bandwidth_gbs: f64,
     fp32_tflops: f64,
     tf32_tflops: Option<f64>,
@@ -35,13 +38,46 @@ struct GpuEntry {
     intra_node_kind: String,
     intra_node_bandwidth_gbs: f64,
     intra_node_latency_us: f64,
-    compute_capability: f64,
+    /// CUDA's; absent for a device CUDA does not run (MI300X).
+    compute_capability: Option<f64>,
     pair_bus_bandwidth_gbs: Option<f64>,
     flash_forward_tflops: Option<f64>,
     flash_backward_tflops: Option<f64>,
     sustained_clock: Option<f64>,
     host_link_gbs: Option<f64>,
     host_memory_gbs_per_gpu: Option<f64>,
+    nvlink_domain: Option<u64>,
+    #[serde(default)]
+    source: Vec<Source>,
+    #[serde(default)]
+    unsourced: Vec<Unsourced>,
+}
+
+/// Where some of an entry's figures come from.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    pub fields: Vec<String>,
+    pub cite: String,
+}
+
+/// Figures of an entry no source gives, and why.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Unsourced {
+    pub fields: Vec<String>,
+    pub why: String,
+}
+
+/// What the catalog knows of a GPU beyond the figures the cost model reads.
+#[derive(Clone, Debug)]
+pub struct GpuInfo {
+    pub name: String,
+    /// The capacity the part is sold as, in (decimal) GB: "80 GB" for an H100 that
+    /// reports 79.6 GiB.
+    pub datasheet_memory_gb: f64,
+    pub sources: Vec<Source>,
+    pub unsourced: Vec<Unsourced>,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -76,6 +112,8 @@ struct ModelFile {
 
 pub struct Catalog {
     pub gpus: Vec<(Vec<String>, Gpu)>,
+    /// Beside `gpus`, in the same order.
+    pub gpu_info: Vec<GpuInfo>,
     pub models: Vec<ModelPreset>,
 }
 
@@ -87,8 +125,10 @@ impl Catalog {
             let gpus: GpuFile = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
             let models: ModelFile =
                 toml::from_str(MODELS_TOML).expect("catalog/models.toml is valid");
+            let (gpus, gpu_info) = gpus.gpu.into_iter().map(gpu_from_entry).unzip();
             Catalog {
-                gpus: gpus.gpu.into_iter().map(gpu_from_entry).collect(),
+                gpus,
+                gpu_info,
                 models: models.model,
             }
         })
@@ -102,6 +142,14 @@ impl Catalog {
             .map(|(_, g)| g)
     }
 
+    /// The provenance and datasheet capacity of a GPU, by name or alias.
+    pub fn gpu_info(&self, name: &str) -> Option<&GpuInfo> {
+        self.gpus
+            .iter()
+            .position(|(names, _)| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+            .map(|i| &self.gpu_info[i])
+    }
+
     pub fn gpu_names(&self) -> impl Iterator<Item = &str> {
         self.gpus.iter().map(|(_, g)| g.name.as_str())
     }
@@ -113,7 +161,7 @@ impl Catalog {
     }
 }
 
-fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
+fn gpu_from_entry(e: GpuEntry) -> ((Vec<String>, Gpu), GpuInfo) {
     const T: f64 = 1e12;
     let mut peak = vec![(Precision::Fp32, e.fp32_tflops * T)];
     for (p, v) in [
@@ -141,7 +189,7 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
             bandwidth: e.intra_node_bandwidth_gbs * 1e9,
             latency: e.intra_node_latency_us * 1e-6,
         },
-        compute_capability: Some(e.compute_capability),
+        compute_capability: e.compute_capability,
         pair_bus_bandwidth: e.pair_bus_bandwidth_gbs.map(|b| b * 1e9),
         flash_attention: e.flash_forward_tflops.zip(e.flash_backward_tflops).map(
             |(forward, backward)| FlashRates {
@@ -152,8 +200,15 @@ fn gpu_from_entry(e: GpuEntry) -> (Vec<String>, Gpu) {
         sustained_clock: e.sustained_clock.unwrap_or(1.0),
         host_link: e.host_link_gbs.map(|b| b * 1e9),
         host_memory_bandwidth: e.host_memory_gbs_per_gpu.map(|b| b * 1e9),
+        nvlink_domain: e.nvlink_domain,
     };
-    (names, gpu)
+    let info = GpuInfo {
+        name: gpu.name.clone(),
+        datasheet_memory_gb: e.datasheet_memory_gb,
+        sources: e.source,
+        unsourced: e.unsourced,
+    };
+    ((names, gpu), info)
 }
 
 #[cfg(test)]
@@ -173,18 +228,107 @@ mod tests {
             "B200",
             "L40S",
             "RTX_4090",
+            "H800_SXM_80GB",
+            "H20_96GB",
+            "GB200",
+            "MI300X",
         ] {
             assert!(c.gpu(name).is_some(), "{name} missing");
         }
         let v100 = c.gpu("V100_SXM_32GB").unwrap();
         assert!(v100.peak(Precision::Bf16).is_none());
         assert_eq!(c.gpu("a100_80gb").unwrap().name, "A100_SXM_80GB");
-        // A bare family name is ambiguous between memory sizes: never guessed.
-        assert!(c.gpu("A100").is_none());
+        // A bare family name is ambiguous between memory sizes or form factors: never
+        // guessed.
+        for bare in ["A100", "H100", "H800", "H20", "V100"] {
+            assert!(c.gpu(bare).is_none(), "{bare}");
+        }
         assert_eq!(
             c.gpu("A100_SXM_80GB").unwrap().peak(Precision::Bf16),
             Some(312e12)
         );
+    }
+
+    #[test]
+    fn the_new_parts_differ_from_their_siblings_where_their_datasheets_say() {
+        let c = Catalog::builtin();
+        let (h100, h800) = (c.gpu("H100_SXM_80GB").unwrap(), c.gpu("H800_80GB").unwrap());
+        // The H800 is an H100 with fewer NVLinks (400 GB/s both ways against 900).
+        assert_eq!(h800.peak(Precision::Bf16), h100.peak(Precision::Bf16));
+        assert_eq!(h800.intra_node.bandwidth, 200e9);
+        assert_eq!(h100.intra_node.bandwidth, 450e9);
+        // The H20 keeps the NVLink and gains memory, at 15 % of the H100's products.
+        let h20 = c.gpu("H20_SXM_96GB").unwrap();
+        assert_eq!(h20.peak(Precision::Bf16), Some(148e12));
+        assert!(h20.memory > h100.memory);
+        // One NVL72 rack is one NVLink domain of 72 GPUs; HGX boards join 8.
+        assert_eq!(c.gpu("GB200_NVL72").unwrap().nvlink_domain, Some(72));
+        assert_eq!(c.gpu("B200").unwrap().nvlink_domain, Some(8));
+        assert_eq!(c.gpu("L40S").unwrap().nvlink_domain, None);
+        // CUDA does not run on the MI300X: no compute capability, fused attention kept.
+        let mi300x = c.gpu("MI300X").unwrap();
+        assert_eq!(mi300x.compute_capability, None);
+        assert!(mi300x.has_fused_attention());
+        assert_eq!(mi300x.peak(Precision::Fp8), Some(2614.9e12));
+        // Memory is what the device reports, less than what it is sold as.
+        for (names, g) in &c.gpus {
+            let sold = c.gpu_info(&names[0]).unwrap().datasheet_memory_gb;
+            let gib = g.memory / 1024f64.powi(3);
+            assert!(
+                gib <= sold && gib > 0.9 * sold,
+                "{}: {gib} GiB sold as {sold} GB",
+                g.name
+            );
+        }
+    }
+
+    /// Every figure of every GPU names a source or says why it has none, exactly once, and
+    /// names only fields the entry has.
+    #[test]
+    fn every_catalog_figure_has_its_provenance() {
+        let raw: toml::Value = toml::from_str(GPUS_TOML).unwrap();
+        let not_figures = ["name", "aliases", "intra_node_kind", "source", "unsourced"];
+        for entry in raw["gpu"].as_array().unwrap() {
+            let name = entry["name"].as_str().unwrap();
+            let table = entry.as_table().unwrap();
+            let figures: Vec<&str> = table
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !not_figures.contains(k))
+                .collect();
+            let mut named: Vec<String> = Vec::new();
+            for (list, text) in [("source", "cite"), ("unsourced", "why")] {
+                for p in entry
+                    .get(list)
+                    .and_then(|v| v.as_array())
+                    .into_iter()
+                    .flatten()
+                {
+                    assert!(
+                        p[text].as_str().is_some_and(|t| t.len() > 10),
+                        "{name}: a {list} without its {text}"
+                    );
+                    for f in p["fields"].as_array().unwrap() {
+                        let f = f.as_str().unwrap();
+                        assert!(
+                            figures.contains(&f),
+                            "{name}: {list} names `{f}`, not a figure of it"
+                        );
+                        assert!(!named.iter().any(|n| n == f), "{name}: `{f}` named twice");
+                        named.push(f.to_string());
+                    }
+                }
+            }
+            let missing: Vec<&&str> = figures
+                .iter()
+                .filter(|f| !named.iter().any(|n| n == *f))
+                .collect();
+            assert!(missing.is_empty(), "{name}: no provenance for {missing:?}");
+            assert!(
+                entry.get("source").is_some(),
+                "{name}: every entry cites at least its datasheet"
+            );
+        }
     }
 
     #[test]

@@ -143,6 +143,9 @@ pub struct Gpu {
     /// Bytes per second of host memory per GPU (the node's CPU memory bandwidth over its
     /// GPUs), where known: an offloaded optimizer steps at it (`cost::offload`).
     pub host_memory_bandwidth: Option<f64>,
+    /// How many GPUs one NVLink (or Infinity Fabric) fabric joins at `intra_node`'s
+    /// bandwidth (8 on an HGX board, 72 in a GB200 NVL72 rack), where known.
+    pub nvlink_domain: Option<u64>,
 }
 
 /// A fused attention kernel's FLOP/s at long sequences (head size 128), counted as

@@ -1002,6 +1002,7 @@ impl<'a> Resolver<'a> {
             sustained_clock: 1.0,
             host_link: self.quantity(n, "host_link", Dimension::Bandwidth),
             host_memory_bandwidth: self.quantity(n, "host_memory_bandwidth", Dimension::Bandwidth),
+            nvlink_domain: None,
         })
     }
 
