@@ -172,15 +172,21 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
 /// that runs them), else the plan's with a note in the report.
 pub fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
     let family = |name: &str| name.split('_').next().unwrap_or(name).to_ascii_uppercase();
+    // Whole words of the device's name ("NVIDIA H200", "NVIDIA A100-SXM4-80GB"): the H20's
+    // family is a prefix of the H200's, and the B200's a suffix of the GB200's.
     let device_upper = device.to_ascii_uppercase();
-    if device_upper.contains(&family(&plan_gpu.name)) {
+    let words: Vec<&str> = device_upper
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .collect();
+    let is_family = |name: &str| words.contains(&family(name).as_str());
+    if is_family(&plan_gpu.name) {
         return plan_gpu.clone();
     }
     Catalog::builtin()
         .gpus
         .iter()
         .map(|(_, g)| g)
-        .filter(|g| device_upper.contains(&family(&g.name)))
+        .filter(|g| is_family(&g.name))
         .max_by(|a, b| a.memory.total_cmp(&b.memory))
         .cloned()
         .unwrap_or_else(|| plan_gpu.clone())
@@ -189,6 +195,22 @@ pub fn catalog_gpu_for(device: &str, plan_gpu: &Gpu) -> Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_local_device_is_matched_by_its_whole_family_name() {
+        let c = Catalog::builtin();
+        let h100 = c.gpu("H100_SXM_80GB").unwrap();
+        let pick = |device| catalog_gpu_for(device, h100).name;
+        assert_eq!(pick("NVIDIA H200"), "H200_SXM_141GB");
+        assert_eq!(pick("NVIDIA H20"), "H20_96GB");
+        assert_eq!(pick("NVIDIA B200"), "B200");
+        assert_eq!(pick("NVIDIA GB200"), "GB200");
+        assert_eq!(pick("NVIDIA H100 80GB HBM3"), "H100_SXM_80GB");
+        assert_eq!(pick("NVIDIA A100-SXM4-80GB"), "A100_SXM_80GB");
+        // A plan's H20 on an H200 is not the H200's family.
+        let h20 = c.gpu("H20_96GB").unwrap();
+        assert_eq!(catalog_gpu_for("NVIDIA H200", h20).name, "H200_SXM_141GB");
+    }
 
     fn plan(parallel: &str) -> Plan {
         let text = format!(
