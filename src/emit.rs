@@ -21,8 +21,9 @@ pub struct EmitArgs<'a> {
 
 /// Renders and writes the artifacts of an already checked (and retimed) plan.
 pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
-    if let Some(code) = refuse_settings_for_planc(checked) {
-        return code;
+    if let Some(why) = settings_refusal(checked) {
+        eprintln!("error: {why}");
+        return ExitCode::from(1);
     }
     let target = args.target;
     let dir: PathBuf = args
@@ -46,11 +47,8 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    warn_if_planc_cannot_run(checked);
-    if let Some(spec) = &checked.spec {
-        for w in planc_targets::warnings(target, spec) {
-            eprintln!("warning: {w}");
-        }
+    for w in warnings(checked, target) {
+        eprintln!("warning: {w}");
     }
     match write_artifacts(&dir, &artifacts, args.force) {
         Ok(paths) => {
@@ -74,12 +72,12 @@ pub fn emit_checked(checked: &Checked, args: &EmitArgs) -> ExitCode {
 /// parallelism): say at
 /// emit time when it cannot, rather than when the job starts after its wait in the queue.
 /// The artifacts are still written, for a `planc` on the cluster that may be newer.
-fn warn_if_planc_cannot_run(checked: &Checked) {
+pub(crate) fn planc_cannot_run(checked: &Checked) -> Option<String> {
     let (Some(spec), Some(plan)) = (&checked.spec, &checked.plan) else {
-        return;
+        return None;
     };
     if spec.job.as_ref().map(|j| j.framework) != Some(Framework::Planc) {
-        return;
+        return None;
     }
     let world = World {
         rank: 0,
@@ -87,17 +85,24 @@ fn warn_if_planc_cannot_run(checked: &Checked) {
         local_rank: 0,
         master: String::new(),
     };
-    if let Err(e) = planc_runtime::train::step::refuse(plan, &world) {
-        eprintln!(
-            "warning: this planc cannot run the plan, so the job would stop at its start: {e}"
-        );
+    planc_runtime::train::step::refuse(plan, &world)
+        .err()
+        .map(|e| format!("this planc cannot run the plan, so the job would stop at its start: {e}"))
+}
+
+/// What `planc emit` warns of besides the plan's diagnostics.
+pub(crate) fn warnings(checked: &Checked, target: Target) -> Vec<String> {
+    let mut out: Vec<String> = planc_cannot_run(checked).into_iter().collect();
+    if let Some(spec) = &checked.spec {
+        out.extend(planc_targets::warnings(target, spec));
     }
+    out
 }
 
 /// A job of framework planc runs `planc run PLAN` on every node, which reads the file and
 /// not this command line: its `--set` settings would be lost in the launch, so they are
 /// refused there (the other frameworks' artifacts carry every value themselves).
-fn refuse_settings_for_planc(checked: &Checked) -> Option<ExitCode> {
+pub(crate) fn settings_refusal(checked: &Checked) -> Option<&'static str> {
     let planc = checked
         .spec
         .as_ref()
@@ -107,15 +112,11 @@ fn refuse_settings_for_planc(checked: &Checked) -> Option<ExitCode> {
         checked.sources.files.iter().any(|f| {
             f.display == planc_compiler::settings::DISPLAY && f.path.as_os_str().is_empty()
         });
-    if !(planc && set) {
-        return None;
-    }
-    eprintln!(
-        "error: a job of framework planc runs `planc run` on the plan file, which would not see \
+    (planc && set).then_some(
+        "a job of framework planc runs `planc run` on the plan file, which would not see \
          --set; write the settings into a file that imports the plan (a block written again \
-         there overrides single attributes, docs/language.md) and emit that file"
-    );
-    Some(ExitCode::from(1))
+         there overrides single attributes, docs/language.md) and emit that file",
+    )
 }
 
 pub fn run(file: &Path, sets: &[String], args: &EmitArgs, color: ColorChoice) -> ExitCode {

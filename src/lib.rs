@@ -1,6 +1,8 @@
 //! The `planc` command line, as a library: the binary (`src/bin/planc.rs`) and the Python
-//! module (`python/`) run the same `main_with_args`, so both accept the same commands.
+//! module's console script (`python/`) run the same `main_with_args`, so both accept the same
+//! commands; [`api`] offers the commands as calls that return JSON.
 
+pub mod api;
 mod calibrate;
 mod diff;
 mod emit;

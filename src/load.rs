@@ -5,7 +5,8 @@
 //! On the command line a progress bar appears when filling the plan's holes outlives half a
 //! second, and a file that cannot be read is exit 2.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +25,21 @@ pub struct Sets {
     /// `[2, 4]`, `auto`, `H200_SXM_141GB`). Errors point at the flag.
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub set: Vec<String>,
+}
+
+/// Texts held in memory first (an editor's open documents, a plan given as a string), the
+/// file system for the rest (the imports nobody holds).
+pub struct Overlay<'a> {
+    pub open: &'a HashMap<PathBuf, String>,
+}
+
+impl FileLoader for Overlay<'_> {
+    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        match self.open.get(path) {
+            Some(text) => Ok(text.clone().into_bytes()),
+            None => FsLoader.load(path),
+        }
+    }
 }
 
 /// A plan through the front door.

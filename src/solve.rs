@@ -101,6 +101,63 @@ pub(crate) fn search_line(s: &Solution) -> String {
     )
 }
 
+/// How many candidates to list: the command line's `--top`, else the plan's `search.top`.
+pub(crate) fn top_of(checked: &Checked, top: Option<usize>) -> usize {
+    top.or(checked.spec.as_ref().map(|s| s.search.top as usize))
+        .unwrap_or(5)
+        .max(1)
+}
+
+/// What `planc solve --format json` prints (docs/spec/report.md): the best plan's report,
+/// the first `top` candidates, the Pareto front and the search's counts.
+pub(crate) fn to_json(checked: &Checked, top: usize) -> serde_json::Value {
+    // `ok` and `diagnostics` at the top, as the report contract says: a script reads
+    // why a plan has no layout (P0801, with its places) where it reads any other error.
+    let best = checked.report();
+    let mut out = json!({
+        "version": best.version,
+        "ok": best.ok,
+        "diagnostics": best.diagnostics,
+        "best": best,
+    });
+    if let Some(s) = &checked.solution {
+        out["candidates"] = s
+            .ranked
+            .iter()
+            .take(top)
+            .enumerate()
+            .map(|(i, c)| candidate_json(i + 1, c))
+            .collect();
+        out["pareto"] = s
+            .pareto
+            .iter()
+            .map(|&i| candidate_json(i + 1, &s.ranked[i]))
+            .collect();
+        let rejected: serde_json::Map<String, serde_json::Value> = s
+            .rejected
+            .iter()
+            .map(|(r, n)| (format!("{r:?}"), json!(n)))
+            .collect();
+        if let Some(l) = &s.left_out {
+            out["left_out_by_framework"] = json!({
+                "framework": l.limit.framework,
+                "attribute": l.limit.attr,
+                "reason": l.limit.reason,
+                "candidate": candidate_json(0, &l.candidate),
+            });
+        }
+        out["search"] = json!({
+            "space": s.space_size,
+            "layouts": s.layouts,
+            "rejected_by_rule": rejected,
+            "over_memory": s.over_memory,
+            "valid": s.ranked.len(),
+            "elapsed_s": s.elapsed.as_secs_f64(),
+        });
+    }
+    out
+}
+
 pub fn run(
     file: &Path,
     sets: &[String],
@@ -114,55 +171,9 @@ pub fn run(
         Err(code) => return code,
     };
     let ok = checked.ok();
-    let top = top
-        .or(checked.spec.as_ref().map(|s| s.search.top as usize))
-        .unwrap_or(5)
-        .max(1);
+    let top = top_of(&checked, top);
     if json_out {
-        // `ok` and `diagnostics` at the top, as the report contract says: a script reads
-        // why a plan has no layout (P0801, with its places) where it reads any other error.
-        let best = checked.report();
-        let mut out = json!({
-            "version": best.version,
-            "ok": best.ok,
-            "diagnostics": best.diagnostics,
-            "best": best,
-        });
-        if let Some(s) = &checked.solution {
-            out["candidates"] = s
-                .ranked
-                .iter()
-                .take(top)
-                .enumerate()
-                .map(|(i, c)| candidate_json(i + 1, c))
-                .collect();
-            out["pareto"] = s
-                .pareto
-                .iter()
-                .map(|&i| candidate_json(i + 1, &s.ranked[i]))
-                .collect();
-            let rejected: serde_json::Map<String, serde_json::Value> = s
-                .rejected
-                .iter()
-                .map(|(r, n)| (format!("{r:?}"), json!(n)))
-                .collect();
-            if let Some(l) = &s.left_out {
-                out["left_out_by_framework"] = json!({
-                    "framework": l.limit.framework,
-                    "attribute": l.limit.attr,
-                    "reason": l.limit.reason,
-                    "candidate": candidate_json(0, &l.candidate),
-                });
-            }
-            out["search"] = json!({
-                "space": s.space_size,
-                "layouts": s.layouts,
-                "rejected_by_rule": rejected,
-                "over_memory": s.over_memory,
-                "valid": s.ranked.len(),
-                "elapsed_s": s.elapsed.as_secs_f64(),
-            });
-        }
+        let out = to_json(&checked, top);
         println!(
             "{}",
             serde_json::to_string_pretty(&out).expect("serialisable")

@@ -13,26 +13,12 @@ use lsp_types::{
 use planc_compiler::catalog::Catalog;
 use planc_compiler::check::Checked;
 use planc_compiler::schema;
-use planc_compiler::source::{FileLoader, FsLoader};
 use planc_lang::syntax::{Block, Entry, Item, SourceFile};
 use planc_lang::{FileId, Severity, Span};
 
 use super::position::{offset, range};
+use crate::load::Overlay;
 use crate::render;
-
-/// Open documents first, the file system for the rest (imports the editor has not opened).
-pub struct Overlay<'a> {
-    pub open: &'a HashMap<PathBuf, String>,
-}
-
-impl FileLoader for Overlay<'_> {
-    fn load(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        match self.open.get(path) {
-            Some(text) => Ok(text.clone().into_bytes()),
-            None => FsLoader.load(path),
-        }
-    }
-}
 
 /// Checks a document as `planc check` would, through the same front door (simulated step
 /// time included).

@@ -1,0 +1,5 @@
+"""`python -m planc ...`: the console script."""
+
+from ._cli import main
+
+main()
