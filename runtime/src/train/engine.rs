@@ -14,6 +14,7 @@
 //! of a micro-batch's forward pass: its logits are the largest tensor of the step and are
 //! never kept, only the gradient they send into the last layer.
 
+use planc_compiler::cost::kinds::WorkKind;
 use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Recompute};
 
 use super::model::{self, Dims, Params, Stage};
@@ -174,6 +175,14 @@ pub struct MemoryPlan {
     pub scratch: usize,
 }
 
+/// Where a traced span begins on the GPU's stream: its name (the trace's) and its kind of
+/// work (what the step by kind sums it under; `None` ends the step's last span).
+pub struct Mark {
+    pub name: String,
+    pub kind: Option<WorkKind>,
+    pub event: crate::device::cuda::Event,
+}
+
 pub struct Engine {
     /// cuDNN's attention plans where they run (`attention_cudnn`), else planc's kernels.
     /// First, so they are dropped while the GPU's context still lives.
@@ -203,8 +212,8 @@ pub struct Engine {
     /// Rope's cosines and sines [T, D/2] (NULL without rope).
     rope_cos: Buf,
     rope_sin: Buf,
-    /// Tracing: (name, event) marks; each span runs to the next mark.
-    pub marks: Option<Vec<(String, crate::device::cuda::Event)>>,
+    /// Tracing: the marks; each span runs to the next mark.
+    pub marks: Option<Vec<Mark>>,
     /// The tensor-parallel group's communicator (None on one rank of it).
     pub tpc: Option<Arc<Comm>>,
     /// NCCL's name for the activations' element type.
@@ -497,14 +506,24 @@ impl Engine {
         }
     }
 
-    /// Marks where a step's work outside the passes begins (traced runs).
-    pub fn mark_step(&mut self, name: &str) -> Res {
-        self.mark(|| name.to_string())
+    /// Marks where a step's work outside the passes begins (traced runs), of `kind`.
+    pub fn mark_step(&mut self, kind: WorkKind, name: &str) -> Res {
+        self.mark(kind, || name.to_string())
     }
 
-    /// Names the operation that begins here: a span of the trace (with `--trace`) and the
-    /// plan's name for the collectives it queues (`trail`, with more than one rank).
-    fn mark(&mut self, name: impl FnOnce() -> String) -> Res {
+    /// Marks the end of a traced step's last span.
+    pub fn mark_end(&mut self) -> Res {
+        self.push_mark(None, || "end".to_string())
+    }
+
+    /// Names the operation that begins here, of `kind` (what the step by kind sums it
+    /// under, the cost model's kind of the same work): a span of the trace (with `--trace`)
+    /// and the plan's name for the collectives it queues (`trail`, with more than one rank).
+    fn mark(&mut self, kind: WorkKind, name: impl FnOnce() -> String) -> Res {
+        self.push_mark(Some(kind), name)
+    }
+
+    fn push_mark(&mut self, kind: Option<WorkKind>, name: impl FnOnce() -> String) -> Res {
         if self.marks.is_none() && !trail::is_on() {
             return Ok(());
         }
@@ -515,7 +534,11 @@ impl Engine {
         if self.marks.is_some() {
             let e = self.gpu.event()?;
             if let Some(m) = self.marks.as_mut() {
-                m.push((name, e));
+                m.push(Mark {
+                    name,
+                    kind,
+                    event: e,
+                });
             }
         }
         Ok(())
@@ -620,22 +643,22 @@ impl Engine {
     /// Opens a span of its own for a tensor-parallel collective inside an operation's span,
     /// so the trace and the step by kind show it as communication, not as the product or
     /// norm around it; returns the operation's name, to go on with after (`resume_span`).
-    fn collective_span(&mut self, what: &str) -> Result<Option<String>, RunError> {
-        let Some(current) = self
+    fn collective_span(&mut self, what: &str) -> Result<Option<(String, WorkKind)>, RunError> {
+        let Some((current, kind)) = self
             .marks
             .as_ref()
             .and_then(|m| m.last())
-            .map(|m| m.0.clone())
+            .map(|m| (m.name.clone(), m.kind.unwrap_or(WorkKind::Linear)))
         else {
             return Ok(None);
         };
-        self.mark(|| format!("{current}: {what}"))?;
-        Ok(Some(current))
+        self.mark(WorkKind::Communication, || format!("{current}: {what}"))?;
+        Ok(Some((current, kind)))
     }
 
-    fn resume_span(&mut self, name: Option<String>) -> Res {
-        match name {
-            Some(n) => self.mark(|| n),
+    fn resume_span(&mut self, span: Option<(String, WorkKind)>) -> Res {
+        match span {
+            Some((name, kind)) => self.mark(kind, || name),
             None => Ok(()),
         }
     }
@@ -816,7 +839,7 @@ impl Engine {
         let nl = self.lrows();
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
         let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
-        self.mark(|| format!("L{l} attention norm"))?;
+        self.mark(WorkKind::Norms, || format!("L{l} attention norm"))?;
         self.norm_fwd(
             a.ln1,
             a.ln1_mean,
@@ -825,7 +848,7 @@ impl Engine {
             w(self, "ln1_w"),
             w(self, "ln1_b"),
         )?;
-        self.mark(|| format!("L{l} qkv"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} qkv"))?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
         self.blas
             .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
@@ -846,14 +869,14 @@ impl Engine {
         ];
         // The pack-a-thread split adds the bias as it reads; the per-element one needs it
         // added first.
-        self.mark(|| format!("L{l} attention qkv split"))?;
+        self.mark(WorkKind::Attention, || format!("L{l} attention qkv split"))?;
         if split == "qkv_split_v" {
             args.push(Arg::P(w(self, "qkv_b")));
         } else {
             self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
         }
         self.gpu.launch_n(split, threads, &args)?;
-        self.mark(|| format!("L{l} attention core"))?;
+        self.mark(WorkKind::Attention, || format!("L{l} attention core"))?;
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
             // Straight into the merged layout the projection reads.
@@ -876,12 +899,12 @@ impl Engine {
                 ],
             )?;
         }
-        self.mark(|| format!("L{l} attention projection"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} attention projection"))?;
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
         let proj = self.tp_reduce_rows(self.s.tmp)?;
         self.add_residual(a.x2, x_in, proj, w(self, "proj_b"), nl, c)?;
-        self.mark(|| format!("L{l} mlp norm"))?;
+        self.mark(WorkKind::Norms, || format!("L{l} mlp norm"))?;
         self.norm_fwd(
             a.ln2,
             a.ln2_mean,
@@ -890,13 +913,13 @@ impl Engine {
             w(self, "ln2_w"),
             w(self, "ln2_b"),
         )?;
-        self.mark(|| format!("L{l} mlp up"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} mlp up"))?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.blas.linear(a.h, ln2, w(self, "fc_w"), n, c, fr)?;
         self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
-        self.mark(|| format!("L{l} mlp activation"))?;
+        self.mark(WorkKind::Activation, || format!("L{l} mlp activation"))?;
         self.activation().forward(&self.gpu, a.act, a.h)?;
-        self.mark(|| format!("L{l} mlp down"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} mlp down"))?;
         self.blas
             .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
         let down = self.tp_reduce_rows(self.s.tmp)?;
@@ -942,21 +965,23 @@ impl Engine {
         let nl = self.lrows();
         let s = &self.s;
         let (dres, dln, dh, dact) = (s.dres, s.dln, s.dh, s.dact);
-        self.mark(|| format!("L{l} mlp down backward"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} mlp down backward"))?;
         let dfull = self.tp_gather_rows(dres)?;
         self.blas
             .linear_dinp(dact, dfull, w(self, "fc2_w"), n, f, c)?;
         self.blas
             .linear_dw(gr(self, "fc2_w"), dfull, a.act, n, f, c)?;
         self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
-        self.mark(|| format!("L{l} mlp activation backward"))?;
+        self.mark(WorkKind::Activation, || {
+            format!("L{l} mlp activation backward")
+        })?;
         self.activation().backward(&self.gpu, dh, a.h, dact)?;
-        self.mark(|| format!("L{l} mlp up backward"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} mlp up backward"))?;
         self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.blas.linear_dw(gr(self, "fc_w"), dh, ln2, n, c, fr)?;
         self.bias_grad(gr(self, "fc_b"), dh, n, fr)?;
-        self.mark(|| format!("L{l} mlp norm backward"))?;
+        self.mark(WorkKind::Norms, || format!("L{l} mlp norm backward"))?;
         let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
@@ -968,7 +993,9 @@ impl Engine {
             gr(self, "ln2_w"),
             gr(self, "ln2_b"),
         )?;
-        self.mark(|| format!("L{l} attention projection backward"))?;
+        self.mark(WorkKind::Linear, || {
+            format!("L{l} attention projection backward")
+        })?;
         let aw = d.attn_width();
         let dfull = self.tp_gather_rows(dres)?;
         let s = &self.s;
@@ -978,7 +1005,9 @@ impl Engine {
             .linear_dw(gr(self, "proj_w"), dfull, a.a, n, aw, c)?;
         self.bias_grad(gr(self, "proj_b"), dres, nl, c)?;
         let (b, t, h, _, dd) = self.attn_args();
-        self.mark(|| format!("L{l} attention core backward"))?;
+        self.mark(WorkKind::Attention, || {
+            format!("L{l} attention core backward")
+        })?;
         let into_qkv = self.flash_into_qkv();
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
@@ -1014,10 +1043,12 @@ impl Engine {
             self.attention_core_bwd(l, a)?;
         }
         if !into_qkv {
-            self.mark(|| format!("L{l} attention qkv gradient merge"))?;
+            self.mark(WorkKind::Attention, || {
+                format!("L{l} attention qkv gradient merge")
+            })?;
             self.qkv_merge_grad()?;
         }
-        self.mark(|| format!("L{l} qkv backward"))?;
+        self.mark(WorkKind::Linear, || format!("L{l} qkv backward"))?;
         let s = &self.s;
         self.blas
             .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
@@ -1025,7 +1056,7 @@ impl Engine {
         self.blas
             .linear_dw(gr(self, "qkv_w"), self.s.dqkv, ln1, n, c, qr)?;
         self.bias_grad(gr(self, "qkv_b"), self.s.dqkv, n, qr)?;
-        self.mark(|| format!("L{l} attention norm backward"))?;
+        self.mark(WorkKind::Norms, || format!("L{l} attention norm backward"))?;
         let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
@@ -1083,13 +1114,17 @@ impl Engine {
         let p = if a.p != Buf::NULL {
             a.p
         } else {
-            self.mark(|| format!("L{l} attention probabilities recompute"))?;
+            self.mark(WorkKind::Attention, || {
+                format!("L{l} attention probabilities recompute")
+            })?;
             let s = &self.s;
             self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
             self.softmax_fwd(s.p)?;
             s.p
         };
-        self.mark(|| format!("L{l} attention core backward products"))?;
+        self.mark(WorkKind::Attention, || {
+            format!("L{l} attention core backward products")
+        })?;
         let s = &self.s;
         self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
         self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
@@ -1166,7 +1201,7 @@ impl Engine {
         }
         let v0 = self.shape.tp_rank * d.vocab;
         if first {
-            self.mark(|| format!("F{j} embedding"))?;
+            self.mark(WorkKind::Embedding, || format!("F{j} embedding"))?;
             {
                 let st = &mut self.sets[set];
                 st.n_uniq = batch.uniq.len();
@@ -1246,7 +1281,7 @@ impl Engine {
             return Ok(());
         }
         // The loss head, forward and backward.
-        self.mark(|| format!("F{j} loss head"))?;
+        self.mark(WorkKind::Head, || format!("F{j} loss head"))?;
         let xl = self.sets[set].xs[layers.len()];
         let s = &self.s;
         self.norm_fwd(
@@ -1379,7 +1414,7 @@ impl Engine {
             let xi = st.xs[i];
             let a = st.layers[if full { 0 } else { i }];
             if full {
-                self.mark(|| format!("L{l} recompute"))?;
+                self.mark(WorkKind::Linear, || format!("L{l} recompute"))?;
                 let xout = self.s.xout;
                 self.layer_fwd(l, xi, xout, a)?;
             }
@@ -1389,7 +1424,7 @@ impl Engine {
         if !first {
             return Ok(());
         }
-        self.mark(|| format!("B{j} embedding backward"))?;
+        self.mark(WorkKind::Embedding, || format!("B{j} embedding backward"))?;
         // Every token's gradient (gathered under sequence parallelism): each rank sums the
         // tokens of its rows of the table, and every rank the whole position table.
         let dfull = self.tp_gather_rows(self.s.dres)?;

@@ -17,6 +17,7 @@ use crate::device::cuda::Buf;
 use crate::device::dist::{self};
 use crate::device::trail;
 use crate::error::RunError;
+use planc_compiler::cost::kinds::WorkKind;
 
 /// The micro-batches of the run, read and prepared on the host; the next step's first one
 /// is prepared (`ahead`) while the GPU still runs the step before it.
@@ -198,7 +199,7 @@ fn flush(p2p: &mut Vec<P2p>, eng: &mut Engine, io: &StepIo) -> Result<(), RunErr
     }
     // A span of its own: the stage's wait for its neighbour lands here, not in the
     // operation before it.
-    eng.mark_step("pipeline transfer")?;
+    eng.mark_step(WorkKind::PipelineWait, "pipeline transfer")?;
     if trail::is_on() {
         let names: Vec<&str> = p2p.iter().map(|m| m.4.as_str()).collect();
         trail::doing(format!("step {}: {}", io.step + 1, names.join(" and ")));
@@ -256,7 +257,7 @@ fn backward(
 fn embedding_sum(eng: &mut Engine, io: &StepIo) -> Result<(), RunError> {
     let wte = eng.params.get("wte").map(|p| (p.offset, p.numel()));
     if let (Some(c), Some((offset, n))) = (&io.comms.emb, wte) {
-        eng.mark_step("embedding gradient sum")?;
+        eng.mark_step(WorkKind::Communication, "embedding gradient sum")?;
         trail::doing(format!(
             "step {}: the tied embedding's gradient sum",
             io.step + 1

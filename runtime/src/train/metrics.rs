@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use planc_compiler::cost::kinds::WorkKind;
 use serde::Serialize;
 
-use super::engine::MemoryPlan;
+use super::engine::{Mark, MemoryPlan};
 use super::predict;
-use crate::device::cuda::Event as CudaEvent;
 use crate::error::RunError;
 
 /// One step's figures: the contract's metrics line.
@@ -38,6 +37,10 @@ pub struct StepMetrics {
 pub struct Span {
     pub step: u64,
     pub name: String,
+    /// What the step by kind sums it under, as the engine marked it (the trace's content
+    /// stays the names and times).
+    #[serde(skip)]
+    pub kind: Option<WorkKind>,
     pub start_s: f64,
     pub dur_s: f64,
 }
@@ -141,32 +144,6 @@ pub struct KindRow {
     pub predicted_constants_s: Option<f64>,
 }
 
-/// The kind of work of a traced span, by the names the engine and the step mark.
-fn kind_of_span(name: &str) -> Option<WorkKind> {
-    let op = name.split_once(' ').map_or(name, |(_, rest)| rest);
-    Some(match name {
-        "zero gradients" | "optimizer" => WorkKind::Optimizer,
-        "gradient reduction" | "embedding gradient sum" => WorkKind::Communication,
-        "end" => return None,
-        _ if name.starts_with("pipeline transfer") => WorkKind::PipelineWait,
-        _ if name.contains(": tensor-parallel") => WorkKind::Communication,
-        _ if op.starts_with("embedding") => WorkKind::Embedding,
-        _ if op.starts_with("loss head") => WorkKind::Head,
-        _ if op.starts_with("attention norm") || op.starts_with("mlp norm") => WorkKind::Norms,
-        // The core, its probabilities' recompute, and the heads-major layout around it
-        // (the qkv split, the gradients' merge).
-        _ if op.starts_with("attention core")
-            || op.starts_with("attention qkv")
-            || op.starts_with("attention probabilities") =>
-        {
-            WorkKind::Attention
-        }
-        _ if op.starts_with("mlp activation") => WorkKind::Activation,
-        // The products' spans, and a layer's recompute mark (its forward's spans follow).
-        _ => WorkKind::Linear,
-    })
-}
-
 /// The last step's spans summed by kind, next to the prediction's kinds.
 pub(super) fn by_kind(spans: &[Span], prediction: &predict::Prediction) -> Vec<KindRow> {
     let Some(last) = spans.last().map(|s| s.step) else {
@@ -186,7 +163,7 @@ pub(super) fn by_kind(spans: &[Span], prediction: &predict::Prediction) -> Vec<K
         })
         .collect();
     for sp in spans.iter().filter(|s| s.step == last) {
-        let Some(kind) = kind_of_span(&sp.name) else {
+        let Some(kind) = sp.kind else {
             continue;
         };
         match rows.iter_mut().find(|r| r.kind == kind) {
@@ -206,7 +183,7 @@ pub(super) fn by_kind(spans: &[Span], prediction: &predict::Prediction) -> Vec<K
 /// The spans between a traced step's marks (the last mark ends the last span), placed on
 /// the run's clock: the step ended `ended_s` after the trace's origin and took `step_s`.
 pub(super) fn spans_of(
-    marks: &[(String, CudaEvent)],
+    marks: &[Mark],
     step: u64,
     ended_s: f64,
     step_s: f64,
@@ -214,11 +191,12 @@ pub(super) fn spans_of(
     let base = ended_s - step_s;
     let mut spans = Vec::new();
     for w in marks.windows(2) {
-        let dur = w[0].1.ms_to(&w[1].1)? as f64 / 1e3;
-        let at = marks[0].1.ms_to(&w[0].1)? as f64 / 1e3;
+        let dur = w[0].event.ms_to(&w[1].event)? as f64 / 1e3;
+        let at = marks[0].event.ms_to(&w[0].event)? as f64 / 1e3;
         spans.push(Span {
             step,
-            name: w[0].0.clone(),
+            name: w[0].name.clone(),
+            kind: w[0].kind,
             start_s: base + at,
             dur_s: dur,
         });
@@ -238,43 +216,53 @@ pub(super) fn median_step_s(steps: &[StepMetrics]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::kind_of_span;
+    use super::*;
+    use planc_compiler::cost::kinds::WorkKind as K;
+
+    fn span(name: &str, kind: Option<K>, dur_s: f64) -> Span {
+        Span {
+            step: 3,
+            name: name.into(),
+            kind,
+            start_s: 0.0,
+            dur_s,
+        }
+    }
 
     #[test]
-    fn traced_spans_fall_into_the_kinds_the_cost_model_prices() {
-        use planc_compiler::cost::kinds::WorkKind as K;
-        for (name, kind) in [
-            ("zero gradients", Some(K::Optimizer)),
-            ("optimizer", Some(K::Optimizer)),
-            ("gradient reduction", Some(K::Communication)),
-            ("embedding gradient sum", Some(K::Communication)),
-            ("end", None),
-            ("F0 embedding", Some(K::Embedding)),
-            ("B3 embedding backward", Some(K::Embedding)),
-            ("F2 loss head", Some(K::Head)),
-            ("L0 attention norm", Some(K::Norms)),
-            ("L11 mlp norm backward", Some(K::Norms)),
-            ("L4 attention core", Some(K::Attention)),
-            ("L4 attention core backward products", Some(K::Attention)),
-            ("L4 attention probabilities recompute", Some(K::Attention)),
-            ("L4 attention qkv split", Some(K::Attention)),
-            ("L4 attention qkv gradient merge", Some(K::Attention)),
-            ("L7 mlp activation backward", Some(K::Activation)),
-            ("L7 qkv", Some(K::Linear)),
-            ("L7 attention projection backward", Some(K::Linear)),
-            ("L7 mlp down", Some(K::Linear)),
-            ("L7 recompute", Some(K::Linear)),
-            (
-                "L3 attention projection: tensor-parallel all-reduce",
+    fn the_step_by_kind_sums_spans_by_the_kind_they_were_marked_with_not_their_names() {
+        let prediction = predict::predict(&tiny_plan(), "NVIDIA H100 80GB HBM3");
+        let spans = [
+            span("L0 attention norm", Some(K::Norms), 0.001),
+            // A collective inside a product's span: communication, whatever its name says.
+            span(
+                "L0 attention projection: tensor-parallel all-reduce",
                 Some(K::Communication),
+                0.002,
             ),
-            (
-                "L3 mlp norm: tensor-parallel all-gather",
-                Some(K::Communication),
-            ),
-            ("pipeline transfer", Some(K::PipelineWait)),
-        ] {
-            assert_eq!(kind_of_span(name), kind, "{name}");
-        }
+            span("L1 mlp norm", Some(K::Norms), 0.004),
+            // Named like a norm, marked as a product: the mark decides.
+            span("L1 mlp norm-like product", Some(K::Linear), 0.008),
+            span("end", None, 0.5),
+        ];
+        let rows = by_kind(&spans, &prediction);
+        let measured = |k| rows.iter().find(|r| r.kind == k).map(|r| r.measured_s);
+        assert_eq!(measured(K::Norms), Some(0.005));
+        assert_eq!(measured(K::Communication), Some(0.002));
+        assert_eq!(measured(K::Linear), Some(0.008));
+        let total: f64 = rows.iter().map(|r| r.measured_s).sum();
+        assert!(
+            (total - 0.015).abs() < 1e-12,
+            "the end mark ends a span, adds none: {total}"
+        );
+    }
+
+    fn tiny_plan() -> planc_compiler::plan::Plan {
+        let text = "cluster c { nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }
+             model m { layers = 2, hidden = 256, heads = 4, vocab = 512, seq_len = 128 }
+             train { global_batch = 2, precision = bf16 }
+             parallel { micro_batch = 1 }";
+        let c = planc_compiler::check::check_source("t.tp", text);
+        c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
     }
 }

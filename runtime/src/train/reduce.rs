@@ -10,6 +10,7 @@ use super::stop;
 use crate::device::cuda::Buf;
 use crate::device::trail;
 use crate::error::RunError;
+use planc_compiler::cost::kinds::WorkKind;
 
 /// Where the step's reductions run and over what.
 pub struct Reduction<'a> {
@@ -44,7 +45,7 @@ impl Reduction<'_> {
         mut reduced: Vec<(usize, usize)>,
         step: u64,
     ) -> Result<(), RunError> {
-        eng.mark_step("gradient reduction")?;
+        eng.mark_step(WorkKind::Communication, "gradient reduction")?;
         trail::doing(format!(
             "step {}: the loss and the gradient reduction after the last backward",
             step + 1
@@ -114,7 +115,7 @@ impl Reduction<'_> {
         // [1], and of the last stage's copy of a tied embedding [2]; summed over the
         // groups whose ranks hold different tensors, each tensor then counted once:
         // Σ(all) − (tp − 1)/tp · Σ(whole) − Σ(copy).
-        eng.mark_step("optimizer")?;
+        eng.mark_step(WorkKind::Optimizer, "optimizer")?;
         trail::doing(format!(
             "step {}: the gradient norm and the update",
             step + 1

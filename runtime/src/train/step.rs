@@ -31,6 +31,7 @@ use crate::device::cuda::{Gpu, GIB};
 use crate::device::dist::{Watchdog, World};
 use crate::device::trail;
 use crate::error::RunError;
+use planc_compiler::cost::kinds::WorkKind;
 
 /// What the command line adds to the plan.
 #[derive(Clone, Debug, Default)]
@@ -511,7 +512,7 @@ impl<'a> Steps<'a> {
         trail::new_step();
         ctx.watchdog.step(step + 1);
         let t0 = Instant::now();
-        eng.mark_step("zero gradients")?;
+        eng.mark_step(WorkKind::Optimizer, "zero gradients")?;
         eng.zero_grads()?;
         eng.gpu.zero(eng.loss_sums)?;
         let io = StepIo {
@@ -565,7 +566,7 @@ impl<'a> Steps<'a> {
             self.scale.updated(precision);
         }
         // The last span's end.
-        eng.mark_step("end")?;
+        eng.mark_end()?;
         ctx.watchdog
             .waiting(format!("the step-{} weight update", step + 1));
         eng.gpu.sync()?;
