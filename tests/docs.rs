@@ -277,6 +277,7 @@ const TOP: &[&str] = &[
     "src/",
     "docs/",
     "benches/",
+    "python/",
     ".ci/",
 ];
 
