@@ -276,6 +276,45 @@ fn completion_offers_what_the_block_accepts() {
 }
 
 #[test]
+fn a_gpu_blocks_preset_completes_to_built_in_gpus_and_hovers_with_their_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let text = format!(
+        "gpu mine {{\n    preset = H\n}}\n{}",
+        PLAN.replace("gpu = H100_SXM_80GB", "gpu = mine")
+    );
+    open(&mut c, &u, &text);
+    // `preset = H|` in a `gpu` block: GPUs, not model presets.
+    let items = c.request("textDocument/completion", at(&u, 1, 14));
+    let labels: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["label"].as_str().unwrap())
+        .collect();
+    assert!(labels.contains(&"H800_SXM_80GB"), "{labels:?}");
+    assert!(!labels.contains(&"llama3-70b"), "{labels:?}");
+
+    // Hover on a preset that names one: the figures the block inherits.
+    change(
+        &mut c,
+        &u,
+        2,
+        &text.replace("preset = H\n", "preset = H800_SXM_80GB\n"),
+    );
+    c.diagnostics_for(&u);
+    let h = c.request("textDocument/hover", at(&u, 1, 6));
+    let shown = h["contents"]["value"].as_str().unwrap_or_default();
+    assert!(shown.contains("every attribute not written"), "{shown}");
+    assert!(
+        shown.contains("`H800_SXM_80GB`: 79.6 GiB") && shown.contains("200 GB/s NVLink"),
+        "{shown}"
+    );
+    c.shutdown();
+}
+
+#[test]
 fn formatting_is_planc_fmt() {
     let dir = tempfile::tempdir().unwrap();
     let u = uri(&dir.path().join("plan.tp"));

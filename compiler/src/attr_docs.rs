@@ -151,7 +151,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("search", "objective") => "what `solve` ranks by: throughput or memory",
         ("search", "memory_headroom") => "memory left free on every GPU; default 10 %",
         ("search", "top") => "layouts `solve` shows; default 5",
-        ("gpu", "memory") => "device memory (e.g. `192 GiB`)",
+        ("gpu", "preset") => {
+            "a built-in GPU to start from (`H100_SXM_80GB`): every attribute not written is its"
+        }
+        ("gpu", "memory") => {
+            "device memory as the device reports it (e.g. `79.6 GiB`; nvidia-smi's MiB / 1024)"
+        }
         ("gpu", "hbm_bandwidth") => "memory bandwidth (e.g. `5.3 TB/s`)",
         ("gpu", "fp32" | "fp16" | "bf16" | "fp8") => "dense peak in that precision (e.g. `989 TFLOPS`)",
         ("gpu", "gemm_efficiency") => {

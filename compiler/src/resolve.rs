@@ -26,6 +26,8 @@ use crate::schema::{self, did_you_mean, Naming};
 use crate::source::SourceMap;
 use crate::value::{arith, fmt_num, ArithOp, Value};
 
+mod gpu;
+
 /// The [`Origins`] block under which the *names* of `job.env` variables are recorded (their
 /// values are under `job.env`), so that the env lint can point at a misspelt name.
 pub const ENV_NAME_ORIGIN: &str = "job.env:name";
@@ -939,73 +941,6 @@ impl<'a> Resolver<'a> {
         })
     }
 
-    fn lower_gpu_blocks(&mut self) -> HashMap<String, Gpu> {
-        let mut out = HashMap::new();
-        let ids: Vec<(String, usize)> = self
-            .gpu_blocks
-            .iter()
-            .map(|(k, v)| (k.clone(), *v))
-            .collect();
-        for (name, n) in ids {
-            if let Some(g) = self.lower_gpu(n, &name) {
-                out.insert(name, g);
-            }
-        }
-        out
-    }
-
-    fn lower_gpu(&mut self, n: usize, name: &str) -> Option<Gpu> {
-        let memory = self.require(n, "memory", |r| r.quantity(n, "memory", Dimension::Bytes));
-        let hbm = self.require(n, "hbm_bandwidth", |r| {
-            r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth)
-        });
-        let mut peak = Vec::new();
-        for p in Precision::ALL {
-            if let Some(v) = self.quantity(n, p.as_str(), Dimension::ComputeRate) {
-                peak.push((*p, v));
-            }
-        }
-        if peak.is_empty() {
-            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
-            self.report(
-                codes::P0206,
-                format!("GPU `{name}` gives no compute rate"),
-                file,
-                span,
-                "no precision defined",
-            )
-            .with_help("give the dense peak of at least one precision: `bf16 = 1307 TFLOPS`");
-        }
-        let gemm_efficiency = self.number(n, "gemm_efficiency", 0.01, 1.0).unwrap_or(0.75);
-        let memory_efficiency = self
-            .number(n, "memory_efficiency", 0.01, 1.0)
-            .unwrap_or(0.85);
-        let default_link = Link {
-            kind: LinkKind::Pcie,
-            bandwidth: 25e9,
-            latency: 8e-6,
-        };
-        let intra_node = self.lower_link(n, "intra_node", &default_link);
-        Some(Gpu {
-            profile: None,
-            name: name.to_string(),
-            memory: memory?,
-            hbm_bandwidth: hbm?,
-            peak,
-            gemm_efficiency,
-            memory_efficiency,
-            intra_node,
-            compute_capability: None,
-            pair_bus_bandwidth: None,
-            flash_attention: None,
-            // A plan's own device states its rates as it measured them.
-            sustained_clock: 1.0,
-            host_link: self.quantity(n, "host_link", Dimension::Bandwidth),
-            host_memory_bandwidth: self.quantity(n, "host_memory_bandwidth", Dimension::Bandwidth),
-            nvlink_domain: None,
-        })
-    }
-
     /// Reports a missing required attribute at the block header.
     fn require<T>(
         &mut self,
@@ -1087,63 +1022,6 @@ impl<'a> Resolver<'a> {
         let d = match did_you_mean(name, written.iter().map(String::as_str)) {
             Some(s) => d.help(format!("did you mean `{s}`?")),
             None => d.help("arithmetic reads numbers, quantities and attributes of the same block (or `block.attribute` paths)"),
-        };
-        self.diagnostics.push(d);
-        None
-    }
-
-    fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
-        let (v, span) = self.get(n, "gpu")?;
-        let name = match &v {
-            Value::Enum(s) | Value::Str(s) => s.clone(),
-            other => {
-                self.type_error(n, span, "gpu", "a GPU name such as `H100_SXM_80GB`", other);
-                return None;
-            }
-        };
-        if let Some(g) = defined.get(&name) {
-            return Some(g.clone());
-        }
-        let catalog = Catalog::builtin();
-        if let Some(g) = catalog.gpu(&name) {
-            return Some(g.clone());
-        }
-        let file = self.file_of(n, "gpu");
-        let mut d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
-            file,
-            span,
-            "not in the catalog",
-        );
-        if self.diagnostics.is_full() {
-            self.diagnostics.push(d);
-            return None;
-        }
-        let names: Vec<&str> = catalog
-            .gpu_names()
-            .chain(defined.keys().map(String::as_str))
-            .collect();
-        // `A100` or `V100` alone is ambiguous (40 and 80 GB, 16 and 32 GB parts differ in
-        // memory and speed): list the variants instead of guessing one.
-        let upper = name.to_ascii_uppercase();
-        let variants: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|n| n.to_ascii_uppercase().starts_with(&upper))
-            .collect();
-        d = match did_you_mean(&name, names.iter().copied()) {
-            _ if variants.len() > 1 => d.help(format!(
-                "`{name}` comes in several variants: {}",
-                variants
-                    .iter()
-                    .map(|v| format!("`{v}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
-            Some(s) => d.help(format!("did you mean `{s}`?")),
-            None => d.help(format!(
-                "built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block",
-                names.join(", ")
-            )),
         };
         self.diagnostics.push(d);
         None

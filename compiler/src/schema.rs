@@ -180,6 +180,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
         "gpu",
         Naming::Required,
         &[
+            "preset",
             "memory",
             "hbm_bandwidth",
             "fp32",

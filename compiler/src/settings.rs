@@ -286,7 +286,13 @@ fn incomplete(
 ) -> Diagnostic {
     let span = path[0].span.to(path[path.len() - 1].span);
     let written = joined(&path[..i.min(path.len())]);
-    let attr = at.attrs.first().copied().unwrap_or("ATTRIBUTE");
+    // `gpu.memory=...`: the name is missing before an attribute the block has; say that one.
+    let attr = path
+        .get(i)
+        .map(|p| p.text.as_str())
+        .filter(|t| needs_name && at.attrs.contains(t))
+        .or(at.attrs.first().copied())
+        .unwrap_or("ATTRIBUTE");
     let (what, example) = if needs_name {
         (
             format!("a `{}` block needs its name in the path", at.kind),

@@ -283,3 +283,36 @@ fn text_attributes_are_the_ones_the_resolver_reads_as_strings() {
         }
     }
 }
+
+#[test]
+fn a_gpu_presets_block_is_overridden_and_set_like_any_other() {
+    let mine = "import \"base.tp\"\ngpu mine { preset = H100_SXM_80GB, intra_node { bandwidth = 200 GB/s } }\ncluster { gpu = mine }\n";
+    let files = [
+        ("base.tp", BASE),
+        ("mine.tp", mine),
+        (
+            "slower.tp",
+            "import \"mine.tp\"\ngpu mine { bf16 = 700 TFLOPS }\n",
+        ),
+    ];
+    let gpu = |c: &Checked| c.plan.as_ref().unwrap().cluster.groups[0].gpu.clone();
+    // An override of the block keeps its preset and its link, and adds a peak.
+    let c = check(&files, "slower.tp");
+    assert!(c.ok(), "{:?}", c.diagnostics);
+    let g = gpu(&c);
+    assert_eq!(g.peak(planc_compiler::plan::Precision::Bf16), Some(700e12));
+    assert_eq!(g.intra_node.bandwidth, 200e9);
+    assert_eq!(g.compute_capability, Some(9.0));
+    // `--set` swaps the preset; what the block writes stays.
+    let c = with_sets(&files, "mine.tp", &["gpu.mine.preset=H200_SXM_141GB"]);
+    assert!(c.ok(), "{:?}", c.diagnostics);
+    let g = gpu(&c);
+    assert!((g.memory / 1024f64.powi(3) - 140.4).abs() < 1e-9);
+    assert_eq!(g.intra_node.bandwidth, 200e9);
+    // A misspelt preset on the command line is an error at the flag.
+    let c = with_sets(&files, "mine.tp", &["gpu.mine.preset=H200_SXM"]);
+    assert_eq!(
+        at(&c, "P0214"),
+        ("--set".to_string(), "H200_SXM".to_string())
+    );
+}

@@ -164,6 +164,18 @@ pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Ho
     if let Some(about) = about {
         value.push_str(&format!("\n\n{about}"));
     }
+    // A built-in GPU named here (`cluster.gpu`, `group.gpu`, a `gpu` block's preset): the
+    // figures the plan gets from the catalog.
+    let names_a_gpu = matches!(
+        (block.kind.text.as_str(), attr.name.text.as_str()),
+        ("cluster" | "group", "gpu") | ("gpu", "preset")
+    );
+    if let Some(g) = names_a_gpu
+        .then(|| Catalog::builtin().gpu(written.trim_matches('"')))
+        .flatten()
+    {
+        value.push_str(&format!("\n\n`{}`: {}", g.name, gpu_summary(g)));
+    }
     if block.kind.text == "parallel" {
         let report = serde_json::to_value(checked.report()).ok()?;
         if let Some(v) = report["plan"].get(attr.name.text.as_str()) {
@@ -207,6 +219,29 @@ fn entry_prefix(text: &str, at: usize) -> Option<&str> {
     Some(&line[start..])
 }
 
+/// A built-in GPU's figures in one line, as the catalog has them.
+fn gpu_summary(g: &planc_compiler::plan::Gpu) -> String {
+    use planc_compiler::plan::{LinkKind, Precision};
+    let sixteen = g
+        .peak(Precision::Bf16)
+        .or(g.peak(Precision::Fp16))
+        .unwrap_or(0.0);
+    let link = match g.intra_node.kind {
+        LinkKind::Pcie => "PCIe",
+        _ => "NVLink",
+    };
+    let domain = g
+        .nvlink_domain
+        .map_or(String::new(), |n| format!(", {n} GPUs a domain"));
+    format!(
+        "{:.1} GiB, {} TFLOPS 16-bit, {} TB/s HBM, {} GB/s {link} a direction{domain}",
+        g.memory / 1024f64.powi(3),
+        sixteen / 1e12,
+        g.hbm_bandwidth / 1e12,
+        g.intra_node.bandwidth / 1e9
+    )
+}
+
 pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
     let syntax = planc_lang::parse(text, FileId(0)).file;
     let Some(prefix) = entry_prefix(text, at) else {
@@ -228,10 +263,19 @@ pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
             return Vec::new();
         }
         let catalog = Catalog::builtin();
+        let in_gpu = chain.last().is_some_and(|b| b.kind.text == "gpu");
         return match name {
             "gpu" => catalog
                 .gpu_names()
                 .map(|g| item(g, CompletionItemKind::ENUM_MEMBER, "built-in GPU"))
+                .collect(),
+            "preset" if in_gpu => catalog
+                .gpus
+                .iter()
+                .map(|(_, g)| {
+                    let about = gpu_summary(g);
+                    item(&g.name, CompletionItemKind::ENUM_MEMBER, &about)
+                })
                 .collect(),
             "preset" => catalog
                 .models

@@ -1,0 +1,388 @@
+//! `gpu NAME { ... }` blocks to devices, and the cluster's `gpu = NAME` to one.
+//!
+//! A block may start from a built-in GPU (`preset = H100_SXM_80GB`): every attribute it
+//! does not write is the preset's, nested `intra_node` attribute by attribute, and so are
+//! the figures a plan cannot write (compute capability, the measured attention rates and
+//! pair bandwidth, the sustained clock, the NVLink domain), scaled where the block changed
+//! what they were measured against.
+
+use std::collections::HashMap;
+
+use planc_lang::codes;
+use planc_lang::units::Dimension;
+use planc_lang::Diagnostic;
+
+use super::Resolver;
+use crate::catalog::Catalog;
+use crate::plan::{FlashRates, Gpu, Link, LinkKind, Precision};
+use crate::schema::did_you_mean;
+use crate::value::Value;
+
+/// What a `gpu` block without a preset or an `intra_node` block gets: PCIe, achievable.
+const DEFAULT_LINK: Link = Link {
+    kind: LinkKind::Pcie,
+    bandwidth: 25e9,
+    latency: 8e-6,
+};
+
+impl<'a> Resolver<'a> {
+    pub(super) fn lower_gpu_blocks(&mut self) -> HashMap<String, Gpu> {
+        let mut out = HashMap::new();
+        let ids: Vec<(String, usize)> = self
+            .gpu_blocks
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        for (name, n) in ids {
+            if let Some(g) = self.lower_gpu(n, &name) {
+                out.insert(name, g);
+            }
+        }
+        out
+    }
+
+    fn lower_gpu(&mut self, n: usize, name: &str) -> Option<Gpu> {
+        // A preset that names no built-in GPU was reported; the block is still checked, as
+        // one without a preset, so that its other errors show too.
+        let preset = self.gpu_preset(n);
+        // What a preset that names nothing would have given is not missing: one error.
+        let broken_preset = preset.is_none() && self.find_attr(n, "preset").is_some();
+        let memory = match &preset {
+            Some(p) if self.find_attr(n, "memory").is_none() => Some(p.memory),
+            _ if broken_preset => self.quantity(n, "memory", Dimension::Bytes),
+            _ => self.require(n, "memory", |r| r.quantity(n, "memory", Dimension::Bytes)),
+        };
+        let hbm = match &preset {
+            Some(p) if self.find_attr(n, "hbm_bandwidth").is_none() => Some(p.hbm_bandwidth),
+            _ if broken_preset => self.quantity(n, "hbm_bandwidth", Dimension::Bandwidth),
+            _ => self.require(n, "hbm_bandwidth", |r| {
+                r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth)
+            }),
+        };
+        let mut peak = preset.as_ref().map_or_else(Vec::new, |p| p.peak.clone());
+        for p in Precision::ALL {
+            if let Some(v) = self.quantity(n, p.as_str(), Dimension::ComputeRate) {
+                peak.retain(|(q, _)| q != p);
+                peak.push((*p, v));
+            }
+        }
+        if peak.is_empty() && !broken_preset {
+            let (file, span) = (self.nodes[n].file, self.nodes[n].block.header_span());
+            self.report(
+                codes::P0206,
+                format!("GPU `{name}` gives no compute rate"),
+                file,
+                span,
+                "no precision defined",
+            )
+            .with_help(
+                "give the dense peak of at least one precision (`bf16 = 1307 TFLOPS`), or start \
+                 from a built-in GPU: `preset = H100_SXM_80GB`",
+            );
+        }
+        let gemm_efficiency = self
+            .number(n, "gemm_efficiency", 0.01, 1.0)
+            .or(preset.as_ref().map(|p| p.gemm_efficiency))
+            .unwrap_or(0.75);
+        let memory_efficiency = self
+            .number(n, "memory_efficiency", 0.01, 1.0)
+            .or(preset.as_ref().map(|p| p.memory_efficiency))
+            .unwrap_or(0.85);
+        let base_link = preset
+            .as_ref()
+            .map_or(DEFAULT_LINK, |p| p.intra_node.clone());
+        let intra_node = self.lower_link(n, "intra_node", &base_link);
+        let host_link = self.quantity(n, "host_link", Dimension::Bandwidth);
+        let host_memory_bandwidth = self.quantity(n, "host_memory_bandwidth", Dimension::Bandwidth);
+        let gpu = Gpu {
+            profile: None,
+            name: name.to_string(),
+            memory: memory?,
+            hbm_bandwidth: hbm?,
+            peak,
+            gemm_efficiency,
+            memory_efficiency,
+            intra_node,
+            compute_capability: None,
+            pair_bus_bandwidth: None,
+            flash_attention: None,
+            // A plan's own device states its rates as it measured them.
+            sustained_clock: 1.0,
+            host_link,
+            host_memory_bandwidth,
+            nvlink_domain: None,
+        };
+        Some(match preset {
+            Some(p) => inherit(gpu, &p),
+            None => gpu,
+        })
+    }
+
+    /// The built-in GPU a block's `preset` names, or `None` (reported) when it names none.
+    fn gpu_preset(&mut self, n: usize) -> Option<Gpu> {
+        let (v, span) = self.get(n, "preset")?;
+        let name = match &v {
+            Value::Enum(s) | Value::Str(s) => s.clone(),
+            other => {
+                self.type_error(
+                    n,
+                    span,
+                    "preset",
+                    "a built-in GPU such as `H100_SXM_80GB`",
+                    other,
+                );
+                return None;
+            }
+        };
+        let catalog = Catalog::builtin();
+        if let Some(g) = catalog.gpu(&name) {
+            return Some(g.clone());
+        }
+        let file = self.file_of(n, "preset");
+        let mut d = Diagnostic::new(codes::P0214, format!("unknown built-in GPU `{name}`")).at(
+            file,
+            span,
+            "not in the catalog",
+        );
+        if self.gpu_blocks.contains_key(&name) {
+            d = d.help(format!(
+                "`{name}` is a `gpu` block of this plan, and a preset is a built-in GPU: give \
+                 this block the preset `{name}` starts from, and write what differs"
+            ));
+            self.diagnostics.push(d);
+        } else {
+            self.unknown_gpu(d, &name, &[]);
+        }
+        None
+    }
+
+    pub(super) fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
+        let (v, span) = self.get(n, "gpu")?;
+        let name = match &v {
+            Value::Enum(s) | Value::Str(s) => s.clone(),
+            other => {
+                self.type_error(n, span, "gpu", "a GPU name such as `H100_SXM_80GB`", other);
+                return None;
+            }
+        };
+        if let Some(g) = defined.get(&name) {
+            return Some(g.clone());
+        }
+        if let Some(g) = Catalog::builtin().gpu(&name) {
+            return Some(g.clone());
+        }
+        if self.gpu_blocks.contains_key(&name) {
+            // The plan's block, which did not lower: its errors are reported there.
+            return None;
+        }
+        let file = self.file_of(n, "gpu");
+        let d = Diagnostic::new(codes::P0214, format!("unknown GPU `{name}`")).at(
+            file,
+            span,
+            "not in the catalog",
+        );
+        let defined: Vec<&str> = defined.keys().map(String::as_str).collect();
+        self.unknown_gpu(d, &name, &defined);
+        None
+    }
+
+    /// Reports `d` about a GPU name found nowhere, with what was most likely meant among the
+    /// built-in GPUs and `defined` (the plan's own).
+    fn unknown_gpu(&mut self, d: Diagnostic, name: &str, defined: &[&str]) {
+        if self.diagnostics.is_full() {
+            self.diagnostics.push(d);
+            return;
+        }
+        let names: Vec<&str> = Catalog::builtin()
+            .gpu_names()
+            .chain(defined.iter().copied())
+            .collect();
+        // `A100` or `V100` alone is ambiguous (40 and 80 GB, 16 and 32 GB parts differ in
+        // memory and speed): list the variants instead of guessing one.
+        let upper = name.to_ascii_uppercase();
+        let variants: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.to_ascii_uppercase().starts_with(&upper))
+            .collect();
+        let d = match did_you_mean(name, names.iter().copied()) {
+            _ if variants.len() > 1 => d.help(format!(
+                "`{name}` comes in several variants: {}",
+                variants
+                    .iter()
+                    .map(|v| format!("`{v}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some(s) => d.help(format!("did you mean `{s}`?")),
+            None if defined.is_empty() => d.help(format!("built-in GPUs: {}", names.join(", "))),
+            None => d.help(format!(
+                "built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block",
+                names.join(", ")
+            )),
+        };
+        self.diagnostics.push(d);
+    }
+}
+
+/// `own`, a block's device as written over `preset`, with the figures a plan cannot write
+/// taken from the preset. Those measured against what the block changed are scaled with it:
+/// the attention kernel's rates with the 16-bit peak (it runs on the same tensor cores), the
+/// pair bandwidth with the link's; both are dropped where the link is no longer NVLink.
+fn inherit(own: Gpu, preset: &Gpu) -> Gpu {
+    let sixteen = |g: &Gpu| g.peak(Precision::Bf16).or(g.peak(Precision::Fp16));
+    let nvlink = own.intra_node.kind == LinkKind::Nvlink;
+    let compute = match (sixteen(&own), sixteen(preset)) {
+        (Some(a), Some(b)) => a / b,
+        _ => 1.0,
+    };
+    let link = own.intra_node.bandwidth / preset.intra_node.bandwidth;
+    Gpu {
+        compute_capability: preset.compute_capability,
+        pair_bus_bandwidth: preset
+            .pair_bus_bandwidth
+            .filter(|_| nvlink)
+            .map(|b| b * link),
+        flash_attention: preset.flash_attention.map(|f| FlashRates {
+            forward: f.forward * compute,
+            backward: f.backward * compute,
+        }),
+        sustained_clock: preset.sustained_clock,
+        host_link: own.host_link.or(preset.host_link),
+        host_memory_bandwidth: own.host_memory_bandwidth.or(preset.host_memory_bandwidth),
+        nvlink_domain: preset.nvlink_domain.filter(|_| nvlink),
+        ..own
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::Catalog;
+    use crate::check::{check_source, Checked};
+    use crate::plan::{Gpu, LinkKind, Precision};
+
+    fn check(gpu_block: &str) -> Checked {
+        let text = format!(
+            "{gpu_block}
+             cluster c {{ nodes = 1, gpus_per_node = 8, gpu = mine }}
+             model m {{ layers = 4, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024 }}
+             train {{ global_batch = 8, precision = bf16 }}
+             parallel {{ tp = 8, micro_batch = 1 }}"
+        );
+        check_source("t.tp", &text)
+    }
+
+    fn gpu(gpu_block: &str) -> Gpu {
+        let c = check(gpu_block);
+        assert!(c.ok(), "{:#?}", c.diagnostics);
+        c.plan.unwrap().cluster.groups[0].gpu.clone()
+    }
+
+    fn codes(c: &Checked) -> Vec<&'static str> {
+        c.diagnostics.iter().map(|d| d.code).collect()
+    }
+
+    #[test]
+    fn a_block_with_a_preset_is_the_preset_but_for_what_it_writes() {
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let mine = gpu("gpu mine { preset = H100_SXM_80GB, intra_node { bandwidth = 200 GB/s } }");
+        assert_eq!(mine.name, "mine");
+        assert_eq!(mine.memory, h100.memory);
+        assert_eq!(mine.hbm_bandwidth, h100.hbm_bandwidth);
+        assert_eq!(mine.peak, h100.peak);
+        assert_eq!(mine.gemm_efficiency, h100.gemm_efficiency);
+        // `intra_node` merges attribute by attribute: the kind and latency stay.
+        assert_eq!(mine.intra_node.bandwidth, 200e9);
+        assert_eq!(mine.intra_node.kind, LinkKind::Nvlink);
+        assert_eq!(mine.intra_node.latency, h100.intra_node.latency);
+        // What a plan cannot write comes along; the pair bandwidth with the link's share,
+        // which is how the catalog's H800 (an H100 with 200 GB/s of NVLink) got its own.
+        assert_eq!(mine.compute_capability, Some(9.0));
+        assert_eq!(mine.sustained_clock, h100.sustained_clock);
+        assert_eq!(mine.flash_attention, h100.flash_attention);
+        assert_eq!(mine.nvlink_domain, Some(8));
+        let h800 = Catalog::builtin().gpu("H800_SXM_80GB").unwrap();
+        let pair = mine.pair_bus_bandwidth.unwrap();
+        assert!(
+            (pair - h800.pair_bus_bandwidth.unwrap()).abs() < 0.1e9,
+            "{pair}"
+        );
+        // Written with the quotes of a model preset, it is the same.
+        assert_eq!(
+            gpu("gpu mine { preset = \"H100_SXM_80GB\" }").peak,
+            h100.peak
+        );
+    }
+
+    #[test]
+    fn a_written_peak_replaces_that_precision_and_scales_the_attention_rates() {
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let half = gpu("gpu mine { preset = H100_SXM_80GB, bf16 = 494.7 TFLOPS, memory = 70 GiB }");
+        assert_eq!(half.peak(Precision::Bf16), Some(494.7e12));
+        assert_eq!(half.peak(Precision::Fp8), h100.peak(Precision::Fp8));
+        assert_eq!(half.memory, 70.0 * 1024f64.powi(3));
+        let (was, now) = (h100.flash_attention.unwrap(), half.flash_attention.unwrap());
+        assert!((now.forward / was.forward - 0.5).abs() < 1e-3);
+        assert!((now.backward / was.backward - 0.5).abs() < 1e-3);
+    }
+
+    #[test]
+    fn a_preset_over_pcie_has_no_nvlink_figures() {
+        let pcie = gpu(
+            "gpu mine { preset = H100_SXM_80GB, intra_node { kind = pcie, bandwidth = 50 GB/s } }",
+        );
+        assert_eq!(pcie.intra_node.kind, LinkKind::Pcie);
+        assert_eq!(pcie.pair_bus_bandwidth, None);
+        assert_eq!(pcie.nvlink_domain, None);
+    }
+
+    #[test]
+    fn an_unknown_preset_is_one_error_at_its_value_with_the_closest_name() {
+        let c = check("gpu mine { preset = H100_SXM_80G }");
+        assert_eq!(codes(&c), ["P0214"], "{:#?}", c.diagnostics);
+        let d = &c.diagnostics[0];
+        let span = d.primary.as_ref().unwrap().span;
+        assert_eq!(
+            &c.sources.get(d.primary.as_ref().unwrap().file).text[span.range()],
+            "H100_SXM_80G"
+        );
+        assert_eq!(d.help.as_deref(), Some("did you mean `H100_SXM_80GB`?"));
+        // A family name lists its variants, as `cluster.gpu` does.
+        let c = check("gpu mine { preset = H800 }");
+        assert!(
+            c.diagnostics[0]
+                .help
+                .as_deref()
+                .is_some_and(|h| h.contains("`H800_SXM_80GB`")),
+            "{:#?}",
+            c.diagnostics
+        );
+    }
+
+    #[test]
+    fn a_preset_is_built_in_not_another_block_of_the_plan() {
+        let c = check(
+            "gpu base { preset = H100_SXM_80GB }
+             gpu mine { preset = base }",
+        );
+        assert_eq!(codes(&c), ["P0214"], "{:#?}", c.diagnostics);
+        assert!(c.diagnostics[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("`base` is a `gpu` block"));
+    }
+
+    #[test]
+    fn without_a_preset_a_block_still_needs_its_figures() {
+        let c = check("gpu mine { bf16 = 100 TFLOPS }");
+        assert_eq!(codes(&c), ["P0206", "P0206"], "{:#?}", c.diagnostics);
+        let c = check("gpu mine { memory = 10 GiB, hbm_bandwidth = 1 TB/s }");
+        assert_eq!(codes(&c), ["P0206"], "{:#?}", c.diagnostics);
+        assert!(c.diagnostics[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("preset = H100_SXM_80GB"));
+    }
+}
