@@ -52,8 +52,10 @@ pub struct MemoryPoint {
 }
 
 /// One pass of the attention core at one shape. `kind` is `standard` (batched products
-/// and the masked softmax, forward), `flash` (the fused forward) or `flash_backward` (the
-/// fused backward, which recomputes the scores).
+/// and the masked softmax, forward), `standard_backward` (its four products and the
+/// softmax's backward from the kept probabilities; absent from profiles measured before
+/// planc timed it), `flash` (the fused forward) or `flash_backward` (the fused backward,
+/// which recomputes the scores).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AttentionPoint {
     pub kind: String,
@@ -400,9 +402,9 @@ impl Profile {
         )
     }
 
-    /// Seconds of an attention pass of `kind` (`standard`, `flash`, `flash_backward`) for
-    /// `flops` causal forward FLOPs (2·batch·heads·seq²·head_dim) at sequence `seq` and head
-    /// size `head_dim`: the rate of the measured points of the nearest head size, at each
+    /// Seconds of an attention pass of `kind` (`standard`, `standard_backward`, `flash`,
+    /// `flash_backward`) for `flops` causal forward FLOPs (2·batch·heads·seq²·head_dim) at
+    /// sequence `seq` and head size `head_dim`: the rate of the measured points of the nearest head size, at each
     /// measured sequence interpolated over log batch × heads where several were measured
     /// (fewer heads are fewer blocks: the GPU is filled less evenly), then over log sequence
     /// length (the diagonal tiles' waste and the per-tile fixed work shrink as sequences

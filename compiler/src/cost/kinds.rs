@@ -59,12 +59,11 @@ impl WorkKind {
             (OpKind::Collective { .. }, _) => WorkKind::Communication,
             (
                 OpKind::FlashAttention { .. }
-                | OpKind::StandardAttention { .. }
+                | OpKind::StandardAttention(_)
                 | OpKind::RingExchange { .. }
                 | OpKind::Layout { .. },
                 _,
             ) => WorkKind::Attention,
-            (_, "attention_dropout") => WorkKind::Attention,
             (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
             (OpKind::Activation { .. }, _) => WorkKind::Activation,
             _ => WorkKind::Linear,

@@ -10,6 +10,7 @@ pub mod memory;
 pub mod offload;
 pub mod ops;
 pub mod params;
+pub mod standard_attention;
 pub mod time;
 
 use serde::Serialize;

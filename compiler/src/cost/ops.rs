@@ -5,7 +5,8 @@
 //! will execute it with cuBLAS and NCCL. Sizes are per GPU (after tp/sp/cp/ep sharding).
 
 use super::comm::Collective;
-use crate::plan::{Attention, Framework, Mlp, Plan, Position};
+use super::standard_attention::Core;
+use crate::plan::{Attention, Framework, Mlp, Plan, Position, Recompute};
 
 /// Which parallel group a collective runs over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,16 +34,10 @@ pub enum OpKind {
         head_dim: f64,
         planc_kernel: bool,
     },
-    /// The standard attention core: the scores `batch_heads·seq × seq_full × head_dim`
-    /// (batched products), the masked softmax over `softmax_bytes`, and the weighted sum,
-    /// one operation so that a profile's measurement of the three together can price it.
-    StandardAttention {
-        batch_heads: f64,
-        seq: f64,
-        seq_full: f64,
-        head_dim: f64,
-        softmax_bytes: f64,
-    },
+    /// The standard attention core: its batched products and the memory passes over the
+    /// scores between them, as whoever runs the plan executes them
+    /// ([`super::standard_attention`]), forward and backward.
+    StandardAttention(Core),
     /// A memory-bound kernel moving `bytes` through HBM (additions, rope, dropout, the loss).
     Memory { bytes: f64 },
     /// A norm over rows of `width`, moving `bytes` in forward (the rows read and written):
@@ -246,19 +241,18 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             ));
         }
         Attention::Standard => {
-            // Write scores, softmax read+write, read by the weighted sum: 8 bytes per score
-            // at 2-byte precision; dropout adds read+write+mask: 5 more.
-            let batch_heads = p.micro_batch as f64 * heads;
-            let scores = batch_heads * s * s_full;
             ops.push(op(
                 "attention_core",
-                OpKind::StandardAttention {
-                    batch_heads,
+                OpKind::StandardAttention(Core {
+                    batch_heads: p.micro_batch as f64 * heads,
                     seq: s,
                     seq_full: s_full,
                     head_dim: d,
-                    softmax_bytes: 4.0 * scores * e,
-                },
+                    element: e,
+                    dropout: plan.train.dropout > 0.0,
+                    planc: planc_kernel,
+                    recomputes_probs: planc_kernel && p.recompute != Recompute::None,
+                }),
             ));
             if planc_kernel {
                 // The weighted sum's heads back to rows, and the output gradient's to heads.
@@ -267,14 +261,6 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
                     OpKind::Layout {
                         bytes: 2.0 * tokens * q / t * e,
                         backward_bytes: 2.0 * tokens * q / t * e,
-                    },
-                ));
-            }
-            if plan.train.dropout > 0.0 {
-                ops.push(op(
-                    "attention_dropout",
-                    OpKind::Memory {
-                        bytes: 2.5 * scores * e,
                     },
                 ));
             }

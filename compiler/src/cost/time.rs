@@ -19,6 +19,7 @@ use super::ops::{
     layer_forward, Group, Op, OpKind,
 };
 use super::params::embedding_params;
+use super::standard_attention::{self, Core, Pass};
 use crate::plan::{
     Attention, Framework, Gpu, Mlp, NodeGroup, Offload, OptimizerDtype, Plan, Precision, Recompute,
     Schedule,
@@ -127,14 +128,28 @@ impl<'a> Device<'a> {
         if let Some(e) = self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
             return (2.0 * m * n * k / (self.peak() * e)).max(KERNEL_FLOOR_S);
         }
+        let bytes = self.precision.bytes() * (m * k + k * n + m * n);
+        self.catalog_gemm_math(m, n, k)
+            .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
+            .max(KERNEL_FLOOR_S)
+    }
+
+    /// A product's math alone: at the profile's measured efficiency for its shape, else
+    /// as [`Self::catalog_gemm_math`].
+    fn gemm_math(&self, m: f64, n: f64, k: f64) -> f64 {
+        match self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
+            Some(e) => 2.0 * m * n * k / (self.peak() * e),
+            None => self.catalog_gemm_math(m, n, k),
+        }
+    }
+
+    /// A product's math at the catalog's efficiency, with the ragged tiles and the thin-k
+    /// overhead.
+    fn catalog_gemm_math(&self, m: f64, n: f64, k: f64) -> f64 {
         let padded = |x: f64| (x / TILE).ceil() * TILE;
         let thin = |k: f64| (k + TILE_K_OVERHEAD) / k;
         let k_overhead = thin(k.max(1.0)) / thin(8192.0);
-        let flops = 2.0 * padded(m) * padded(n) * k;
-        let bytes = self.precision.bytes() * (m * k + k * n + m * n);
-        (flops * k_overhead / self.matrix_rate())
-            .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
-            .max(KERNEL_FLOOR_S)
+        2.0 * padded(m) * padded(n) * k * k_overhead / self.matrix_rate()
     }
 
     pub fn memory(&self, bytes: f64) -> f64 {
@@ -229,27 +244,68 @@ impl<'a> Device<'a> {
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
     }
 
-    /// The standard attention core's forward: as the profile measured the batched products
-    /// and the masked softmax together, where it did (the products are thin, k = head size,
-    /// which the grid of large products does not represent), else the scores, the softmax
-    /// and the weighted sum priced one by one.
-    pub fn standard_attention(
-        &self,
-        batch_heads: f64,
-        seq: f64,
-        seq_full: f64,
-        head_dim: f64,
-        softmax_bytes: f64,
-    ) -> f64 {
-        let (m, n, k) = (batch_heads * seq, seq_full, head_dim);
-        // Both products' FLOPs over the lower triangle: 2·m·n·k, the causal convention.
-        if let Some(s) = self
-            .profile()
-            .and_then(|p| p.attention_seconds("standard", 2.0 * m * n * k, n, k))
-        {
-            return s.max(KERNEL_FLOOR_S);
+    /// `batch` products `m×k · k×n` in one strided-batched call that writes or reads the
+    /// attention's score square (`square` bytes): the math at the efficiency of the
+    /// product of `batch · m` rows (the batch fills the GPU as rows do), then the square's
+    /// traffic at the memory-bound curve, the two not overlapped. With k (or n) the head
+    /// size, an output tile's main loop is a few steps and its epilogue writes the tile of
+    /// the square in about as long (the weighted sums stream it through theirs); the
+    /// shipped H200 profile's measurements of planc's forward core at heads of 128 are
+    /// within 2 % of this sum (0.745 against 0.743 ms at 64 × 2048², 1.470 against 1.501
+    /// at 32 × 4096²) where the longer of the two was 1.4× under them.
+    pub fn square_product(&self, batch: f64, m: f64, n: f64, k: f64, square: f64) -> f64 {
+        (self.gemm_math(batch * m, n, k) + self.memory(square)).max(KERNEL_FLOOR_S)
+    }
+
+    fn pass(&self, p: Pass) -> f64 {
+        match p {
+            Pass::Product {
+                batch,
+                m,
+                n,
+                k,
+                square,
+            } => self.square_product(batch, m, n, k, square),
+            Pass::Memory { bytes } => self.memory(bytes),
         }
-        self.gemm(m, n, k) + self.memory(softmax_bytes) + self.gemm(m, k, n)
+    }
+
+    fn passes(&self, steps: &[standard_attention::Step]) -> f64 {
+        steps.iter().map(|s| self.pass(s.pass)).sum()
+    }
+
+    /// What the profile measured of a pass of planc's standard attention core
+    /// (`standard`, `standard_backward`) at `core`'s shape.
+    fn measured_standard(&self, pass: &str, core: &Core) -> Option<f64> {
+        self.measured(core.planc, |p| {
+            p.attention_seconds(pass, core.causal_flops(), core.seq_full, core.head_dim)
+        })
+    }
+
+    /// The standard attention core's forward: as the profile measured planc's kernels
+    /// where they run and it did, else its passes one by one
+    /// ([`standard_attention::Core::forward`]).
+    pub fn standard_attention(&self, core: &Core) -> f64 {
+        self.measured_standard("standard", core)
+            .unwrap_or_else(|| self.passes(&core.forward()))
+    }
+
+    /// The standard attention core's backward (the scores and softmax recomputed first
+    /// where the forward did not keep the probabilities): as the profile measured planc's
+    /// kernels where it did, else its passes one by one. A profile that measured the
+    /// forward but not the backward (those measured before `standard_backward` points)
+    /// says how far these kernels fall short of the products' and the passes' curves at
+    /// this shape: the backward's passes, the same kinds of kernels over the same
+    /// tensors, are taken to fall as short.
+    pub fn standard_attention_backward(&self, core: &Core) -> f64 {
+        let forward = self.passes(&core.forward());
+        let short = self
+            .measured_standard("standard", core)
+            .map_or(1.0, |m| m / forward.max(f64::MIN_POSITIVE));
+        let backward = self
+            .measured_standard("standard_backward", core)
+            .unwrap_or_else(|| short * self.passes(&core.backward()));
+        backward + short * self.passes(&core.recompute())
     }
 
     /// The fused attention's backward: it recomputes the scores and runs four products
@@ -367,21 +423,9 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     for o in ops {
         let dev = &dev.for_op(o.name);
         match &o.kind {
-            OpKind::StandardAttention {
-                batch_heads,
-                seq,
-                seq_full,
-                head_dim,
-                softmax_bytes,
-            } => {
-                t.compute += dev.standard_attention(
-                    *batch_heads,
-                    *seq,
-                    *seq_full,
-                    *head_dim,
-                    *softmax_bytes,
-                );
-                t.flops += 4.0 * batch_heads * seq * seq_full * head_dim;
+            OpKind::StandardAttention(core) => {
+                t.compute += dev.standard_attention(core);
+                t.flops += Core::flops(&core.forward());
             }
             OpKind::Gemm { m, n, k } => {
                 t.compute += dev.gemm(*m, *n, *k);
@@ -489,9 +533,9 @@ impl Pieces {
 
 /// The backward of `ops` (a layer's forward operations, or some of them) whose forward
 /// took `fwd`: two products per forward product and twice the memory traffic, collectives
-/// mirroring the forward ones; the fused attention's backward its own (2.5× the work, or
-/// what the profile measured); the bias gradients' reductions of the products among `ops`;
-/// recomputation on top.
+/// mirroring the forward ones; the attention core's backward its own (the fused kernel's
+/// 2.5× the work, the standard core's passes, or what the profile measured); the bias
+/// gradients' reductions of the products among `ops`; recomputation on top.
 pub(crate) fn layer_backward(
     plan: &Plan,
     ops: &[Op],
@@ -510,7 +554,12 @@ pub(crate) fn layer_backward(
     }
     match plan.parallel.recompute {
         Recompute::Full => bwd.add(fwd),
-        Recompute::Selective if plan.train.attention == Attention::Standard => {
+        // Megatron-LM checkpoints the core attention and runs its forward again; planc's
+        // runtime recomputes only the scores and the softmax, in the core's own backward.
+        Recompute::Selective
+            if plan.train.attention == Attention::Standard
+                && plan.framework() != Framework::Planc =>
+        {
             let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
             bwd.add(time_ops(&core, dev, pl));
         }
@@ -520,8 +569,9 @@ pub(crate) fn layer_backward(
 }
 
 /// What the backwards of `ops` that are not twice their forward add to twice it: the
-/// fused attention's (2.5× the work, or what the profile measured), the norms' and the
-/// MLP activation's where a profile measured them, and the layout changes' own.
+/// fused attention's (2.5× the work, or what the profile measured), the standard
+/// attention core's (its own passes, `cost::standard_attention`), the norms' and the MLP
+/// activation's where a profile measured them, and the layout changes' own.
 fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     let mut extra = PassTime::default();
     // None of them is an fp8 product.
@@ -537,6 +587,11 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 let f = dev.flash(flops, seq, head_dim, planc_kernel);
                 extra.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
                 extra.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
+            }
+            OpKind::StandardAttention(ref core) => {
+                extra.compute +=
+                    dev.standard_attention_backward(core) - 2.0 * dev.standard_attention(core);
+                extra.flops += Core::flops(&core.recompute());
             }
             OpKind::Layout {
                 bytes,
@@ -576,9 +631,9 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     extra
 }
 
-/// The standard attention core's operations (what selective recomputation redoes).
+/// The standard attention core (what Megatron-LM's selective recomputation redoes).
 fn is_core(o: &Op) -> bool {
-    matches!(o.kind, OpKind::StandardAttention { .. }) || o.name == "attention_dropout"
+    matches!(o.kind, OpKind::StandardAttention(_))
 }
 
 /// The pass that adds one micro-batch's gradients of `params` local parameters into the
@@ -1366,52 +1421,135 @@ mod tests {
         assert_eq!(a100.sustained_clock, 1.0);
     }
 
+    /// GPT-2's standard attention core on one GPU (micro-batch 16 × 12 heads of 64 × 1024).
+    fn gpt2_core(planc: bool, recomputes_probs: bool) -> Core {
+        Core {
+            batch_heads: 192.0,
+            seq: 1024.0,
+            seq_full: 1024.0,
+            head_dim: 64.0,
+            element: 2.0,
+            dropout: false,
+            planc,
+            recomputes_probs,
+        }
+    }
+
+    fn core_op(core: Core) -> Op {
+        Op {
+            name: "attention_core",
+            kind: OpKind::StandardAttention(core),
+        }
+    }
+
     #[test]
-    fn a_measured_standard_attention_core_prices_its_products_and_softmax_at_once() {
+    fn a_measured_standard_attention_core_prices_plancs_kernels_at_once() {
         let gpu = h200_with_standard_attention();
         let dev = Device {
             gpu: &gpu,
             precision: Precision::Bf16,
         };
-        let (bh, s, d) = (192.0, 1024.0, 64.0);
-        let core = |dropout: bool| {
-            let mut ops = vec![Op {
-                name: "attention_core",
-                kind: OpKind::StandardAttention {
-                    batch_heads: bh,
-                    seq: s,
-                    seq_full: s,
-                    head_dim: d,
-                    softmax_bytes: 8.0 * bh * s * s,
-                },
-            }];
-            if dropout {
-                ops.push(Op {
-                    name: "attention_dropout",
-                    kind: OpKind::Memory {
-                        bytes: 5.0 * bh * s * s,
-                    },
-                });
-            }
-            ops
-        };
-        let t = time_ops(&core(false), &dev, &one_gpu());
+        let c = gpt2_core(true, false);
+        let (bh, s, d) = (c.batch_heads, c.seq, c.head_dim);
+        let t = time_ops(&[core_op(c)], &dev, &one_gpu());
         // 2·bh·s²·d causal FLOPs at 50 TFLOP/s; the FLOPs counted stay the products'.
         let want = 2.0 * bh * s * s * d / 50e12;
         assert!((t.compute - want).abs() < 1e-12, "{} vs {want}", t.compute);
         assert_eq!(t.flops, 4.0 * bh * s * s * d);
-        // The probe had no dropout: the mask's traffic comes on top.
-        let with = time_ops(&core(true), &dev, &one_gpu());
-        assert!((with.compute - want - dev.memory(5.0 * bh * s * s)).abs() < 1e-12);
-        // Without the measurement, the products and the softmax are priced one by one.
+        // Megatron-LM's kernels are not planc's: their passes one by one.
+        let m = gpt2_core(false, false);
+        let passes: f64 = m.forward().iter().map(|x| dev.pass(x.pass)).sum();
+        assert_eq!(dev.standard_attention(&m), passes);
+        assert!((passes - want).abs() > 1e-6);
+    }
+
+    #[test]
+    fn a_standard_attention_core_is_priced_by_its_passes_where_nothing_measured_it() {
         let plain = Catalog::builtin().gpu("H200_SXM_141GB").unwrap();
         let dev = Device {
             gpu: plain,
             precision: Precision::Bf16,
         };
-        let t = time_ops(&core(false), &dev, &one_gpu());
-        let parts = dev.gemm(bh * s, s, d) + dev.memory(8.0 * bh * s * s) + dev.gemm(bh * s, d, s);
-        assert!((t.compute - parts).abs() < 1e-12);
+        let c = gpt2_core(true, false);
+        let (bh, s, d) = (c.batch_heads, c.seq, c.head_dim);
+        let square = bh * s * s * 2.0;
+        let scores = dev.square_product(bh, s, s, d, square);
+        let reading = dev.square_product(bh, s, d, s, square);
+        let fwd = dev.standard_attention(&c);
+        let want = scores + dev.memory(2.0 * square) + reading;
+        assert!((fwd - want).abs() < 1e-12, "{fwd} vs {want}");
+        // Backward: one product writing the square, three reading it, the softmax's
+        // backward over P and dP: not twice the forward.
+        let bwd = dev.standard_attention_backward(&c);
+        let want = scores + 3.0 * reading + dev.memory(3.0 * square);
+        assert!((bwd - want).abs() < 1e-12, "{bwd} vs {want}");
+        assert!((bwd - 2.0 * fwd).abs() > 0.05 * fwd, "{bwd} vs {fwd}");
+        // The scores' product: its math, then writing the 0.4 GB square.
+        let math = dev.catalog_gemm_math(bh * s, s, d);
+        assert!((scores - math - dev.memory(square)).abs() < 1e-12);
+        assert!(scores > dev.gemm(bh * s, s, d));
+        // A layer's backward takes the core's own.
+        let extra = own_backwards(&[core_op(c)], &dev);
+        assert!((extra.compute - (bwd - 2.0 * fwd)).abs() < 1e-12);
+        assert_eq!(extra.flops, 0.0);
+        // Recomputed probabilities: the scores and softmax again, their product's FLOPs.
+        let r = gpt2_core(true, true);
+        let again = dev.standard_attention_backward(&r) - bwd;
+        assert!((again - scores - dev.memory(2.0 * square)).abs() < 1e-12);
+        assert_eq!(
+            own_backwards(&[core_op(r)], &dev).flops,
+            2.0 * bh * s * s * d
+        );
+    }
+
+    /// An H200 whose profile measured the standard core at GPT-2's shape: its forward at
+    /// `forward` TFLOP/s, its backward at `backward` where given.
+    fn h200_measuring_standard(forward: f64, backward: Option<f64>) -> Gpu {
+        use crate::profile::{AttentionPoint, Profile};
+        let point = |kind: &str, tflops| AttentionPoint {
+            kind: kind.into(),
+            batch_heads: 192,
+            seq: 1024,
+            head_dim: 64,
+            seconds: 0.0,
+            tflops,
+        };
+        let mut attention = vec![point("standard", forward)];
+        attention.extend(backward.map(|b| point("standard_backward", b)));
+        Gpu {
+            profile: Some(std::sync::Arc::new(Profile {
+                attention,
+                ..Profile::empty_for_tests()
+            })),
+            ..Catalog::builtin().gpu("H200_SXM_141GB").unwrap().clone()
+        }
+    }
+
+    #[test]
+    fn a_measured_standard_forward_carries_its_shortfall_to_an_unmeasured_backward() {
+        let gpu = h200_measuring_standard(30.0, None);
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        let c = gpt2_core(true, true);
+        let modelled = |steps: Vec<super::standard_attention::Step>| -> f64 {
+            steps.iter().map(|x| dev.pass(x.pass)).sum()
+        };
+        let short = dev.standard_attention(&c) / modelled(c.forward());
+        assert!(short > 1.5, "{short}");
+        let bwd = dev.standard_attention_backward(&c);
+        let want = short * (modelled(c.backward()) + modelled(c.recompute()));
+        assert!((bwd - want).abs() < 1e-12, "{bwd} vs {want}");
+        // A measured backward replaces its passes; the recomputation keeps the shortfall.
+        let gpu = h200_measuring_standard(30.0, Some(20.0));
+        let dev = Device {
+            gpu: &gpu,
+            precision: Precision::Bf16,
+        };
+        let bwd = dev.standard_attention_backward(&c);
+        let want = c.causal_flops() / 20e12 + short * modelled(c.recompute());
+        assert!((bwd - want).abs() < 1e-12, "{bwd} vs {want}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::error::RunError;
-use crate::train::engine::softmax_causal_fwd;
+use crate::train::engine::{softmax_causal_fwd, standard_core_bwd, StandardGrads};
 use planc_compiler::cost::comm::Collective;
 use planc_compiler::profile::SEND_RECV;
 
@@ -108,12 +108,7 @@ pub fn calibrate(
     let n_gpus = gpus.unwrap_or(runner.gpu_count).min(runner.gpu_count);
     let grid = gemm_grid();
     let sizes = memory_sizes();
-    let attn = [
-        (96usize, 1024usize, 64usize),
-        (192, 1024, 64),
-        (64, 2048, 128),
-        (32, 4096, 128),
-    ];
+    let attn = standard_shapes();
     // The fused kernel's rate depends on head size and sequence (diagonal tiles, per-tile
     // fixed work): each head size the tensor-core kernels take, over 1K-8K tokens; and on
     // how many blocks fill the GPU: each at a micro-batch's worth of heads and a quarter of
@@ -254,7 +249,7 @@ pub fn calibrate(
     let mut attention = Vec::new();
     for &(bh, t, d) in &attn {
         progress(done, total, &format!("attention {bh}×{t}×{d}"));
-        attention.push(standard_point(&mut gpu, &blas, precision, bh, t, d)?);
+        attention.extend(standard_points(&mut gpu, &blas, precision, bh, t, d)?);
         done += 1;
     }
     drop(blas);
@@ -365,45 +360,79 @@ const OVERLAP_SHAPES: [(usize, usize, usize); 2] = [(16384, 3072, 768), (8192, 4
 /// tens of MB).
 const OVERLAP_BYTES: usize = 64 << 20;
 
-/// Times the standard attention core's forward as training launches it (the batched
-/// products through cuBLAS and the masked softmax) at `bh` heads of `t` × `d`.
-pub(crate) fn standard_point(
+/// The standard attention core's shapes: each head size the presets use most over 1K-4K
+/// tokens, at a score square of 512 MiB in bf16 (GPT-2 trains 192 heads of 1024, GPT 1.3B
+/// 128 of 2048) and a quarter of it (interpolated between by batch × heads).
+fn standard_shapes() -> Vec<(usize, usize, usize)> {
+    let mut v = Vec::new();
+    for d in [64usize, 128] {
+        for t in [1024usize, 2048, 4096] {
+            let bh = (1usize << 28) / (t * t);
+            v.push((bh, t, d));
+            v.push((bh / 4, t, d));
+        }
+    }
+    v
+}
+
+/// Times the standard attention core's forward (the batched products through cuBLAS and
+/// the masked softmax) and its backward from the kept probabilities (four products and the
+/// softmax's backward, `engine::standard_core_bwd`) as training launches them, at `bh`
+/// heads of `t` × `d`, and returns a point for each pass.
+pub(crate) fn standard_points(
     gpu: &mut Gpu,
     blas: &Blas,
     precision: Precision,
     bh: usize,
     t: usize,
     d: usize,
-) -> Result<AttentionPoint, RunError> {
+) -> Result<Vec<AttentionPoint>, RunError> {
     let xsz = precision.bytes() as usize;
-    let (q, k, v, o) = (
-        random_x(gpu, precision, bh * t * d)?,
-        random_x(gpu, precision, bh * t * d)?,
-        random_x(gpu, precision, bh * t * d)?,
-        gpu.alloc(bh * t * d * xsz)?,
-    );
+    let n = bh * t * d;
+    let mut heads = Vec::new();
+    for _ in 0..5 {
+        heads.push(random_x(gpu, precision, n)?);
+    }
+    let (q, k, v, d_o) = (heads[0], heads[1], heads[2], heads[3]);
+    let o = heads[4];
+    let grads = StandardGrads {
+        dq: gpu.alloc(n * xsz)?,
+        dk: gpu.alloc(n * xsz)?,
+        dv: gpu.alloc(n * xsz)?,
+        dp: gpu.alloc(bh * t * t * xsz)?,
+    };
     let p = gpu.alloc(bh * t * t * xsz)?;
     let rows = bh * t;
     let load = Load::new(gpu, precision)?;
-    let s = time_behind(Some(&load), gpu, 10, || {
+    let fwd = time_behind(Some(&load), gpu, 10, || {
         blas.scores(p, q, k, bh, t, d)?;
         softmax_causal_fwd(gpu, p, rows, t, d)?;
         blas.attend(o, p, v, bh, t, d)
     })?;
+    // `p` holds the probabilities now, as a layer's backward finds them.
+    let bwd = time_behind(Some(&load), gpu, 10, || {
+        standard_core_bwd(gpu, blas, grads, (q, k, v, p, d_o), (bh, t, d))
+    })?;
     load.free(gpu)?;
-    for buf in [q, k, v, o, p] {
+    for buf in heads
+        .into_iter()
+        .chain([grads.dq, grads.dk, grads.dv, grads.dp, p])
+    {
         gpu.free(buf)?;
     }
     // Causal forward: QKᵀ and PV over the lower triangle.
     let flops = 2.0 * 2.0 * (bh * t * t * d) as f64 / 2.0;
-    Ok(AttentionPoint {
-        kind: "standard".into(),
-        batch_heads: bh,
-        seq: t,
-        head_dim: d,
-        seconds: s,
-        tflops: flops / s / 1e12,
-    })
+    Ok([("standard", fwd), ("standard_backward", bwd)]
+        .into_iter()
+        .map(|(kind, s)| AttentionPoint {
+            kind: kind.into(),
+            batch_heads: bh,
+            seq: t,
+            head_dim: d,
+            seconds: s,
+            tflops: flops / s / 1e12,
+        })
+        .collect())
 }
 
 /// Times planc's norm forward and backward as training launches them (LayerNorm with a

@@ -14,6 +14,7 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 use planc_compiler::cost::ops::{layer_forward, OpKind};
+use planc_compiler::cost::standard_attention::Core;
 use planc_compiler::cost::time::Device;
 use planc_compiler::plan::{Attention, Plan, Precision};
 use serde::Serialize;
@@ -87,7 +88,7 @@ fn not_run(
     }
 }
 
-/// Runs one layer's forward operations of `plan` (and the fused attention's backward) on
+/// Runs one layer's forward operations of `plan` (and the attention core's backward) on
 /// GPU 0, `repeats` times each, and reports the median time of each next to the
 /// prediction.
 pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
@@ -118,7 +119,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         std::collections::HashMap::new();
     let mut ops = Vec::new();
     let mut attention_at = None;
-    let mut flash_backward = None;
+    let mut attention_backward = None;
     let mut norms_at = Vec::new();
     let mut activation_at = None;
     for op in layer_forward(plan) {
@@ -189,33 +190,33 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 }
             }
-            OpKind::StandardAttention {
-                batch_heads,
-                seq,
-                seq_full,
-                head_dim,
-                softmax_bytes,
-            } => {
-                // Timed below, on the training kernels' own context.
+            OpKind::StandardAttention(core) => {
+                // Timed below, on the training kernels' own context, with its backward
+                // (four products and the softmax's backward: not twice the forward) from
+                // kept probabilities. What runs here is planc's kernels, whatever the
+                // plan's framework.
+                let core = Core {
+                    planc: true,
+                    recomputes_probs: false,
+                    ..core
+                };
                 attention_at = Some(ops.len());
+                let shape = format!("{:.3e} FLOP", core.causal_flops());
+                attention_backward = Some(Measured {
+                    name: "attention_core_backward",
+                    kind: "attention",
+                    shape: shape.clone(),
+                    predicted_s: Some(dev.standard_attention_backward(&core)),
+                    predicted_constants_s: before(constants.standard_attention_backward(&core)),
+                    measured_s: None,
+                    note: None,
+                });
                 Measured {
                     name: op.name,
                     kind: "attention",
-                    shape: String::new(),
-                    predicted_s: Some(dev.standard_attention(
-                        batch_heads,
-                        seq,
-                        seq_full,
-                        head_dim,
-                        softmax_bytes,
-                    )),
-                    predicted_constants_s: before(constants.standard_attention(
-                        batch_heads,
-                        seq,
-                        seq_full,
-                        head_dim,
-                        softmax_bytes,
-                    )),
+                    shape,
+                    predicted_s: Some(dev.standard_attention(&core)),
+                    predicted_constants_s: before(constants.standard_attention(&core)),
                     measured_s: None,
                     note: None,
                 }
@@ -229,7 +230,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 // Timed below, on the training kernels' own context, with its backward
                 // (the larger share of the attention's step, priced by its own points).
                 attention_at = Some(ops.len());
-                flash_backward = Some(Measured {
+                attention_backward = Some(Measured {
                     name: "attention_backward",
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
@@ -343,23 +344,20 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             (m.seq_len / p.cp) as usize,
             m.head_dim as usize,
         );
-        let point = match plan.train.attention {
-            Attention::Flash => {
-                let (mut both, _) = calibrate::flash_points(&mut gpu, precision, bh, t, d)?;
-                if let (Some(mut b), Some(p)) = (flash_backward.take(), both.pop()) {
-                    b.measured_s = Some(p.seconds);
-                    b.shape = format!("{bh} heads × {t} × {d}");
-                    ops.insert(i + 1, b);
-                }
-                both.into_iter().next()
-            }
+        // Forward and backward points.
+        let mut both = match plan.train.attention {
+            Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?.0,
             Attention::Standard => {
                 let blas = device::blas::Blas::new(&gpu, precision)?;
-                Some(calibrate::standard_point(
-                    &mut gpu, &blas, precision, bh, t, d,
-                )?)
+                calibrate::standard_points(&mut gpu, &blas, precision, bh, t, d)?
             }
         };
+        if let (Some(mut b), Some(p)) = (attention_backward.take(), both.pop()) {
+            b.measured_s = Some(p.seconds);
+            b.shape = format!("{bh} heads × {t} × {d}");
+            ops.insert(i + 1, b);
+        }
+        let point = both.into_iter().next();
         ops[i].measured_s = point.map(|a| a.seconds);
         ops[i].shape = format!("{bh} heads × {t} × {d}");
     }

@@ -1126,23 +1126,18 @@ impl Engine {
             format!("L{l} attention core backward products")
         })?;
         let s = &self.s;
-        self.blas.d_probs(s.dp, s.d_o, a.v, b * h, t, dd)?;
-        self.blas.d_values(s.dv, p, s.d_o, b * h, t, dd)?;
-        let rows = b * h * t;
-        self.gpu.launch(
-            "softmax_causal_bwd",
-            (rows.div_ceil(8) as u32, 1),
-            256,
-            &[
-                Arg::P(s.dp),
-                Arg::P(p),
-                Arg::L(rows as i64),
-                Arg::I(t as i32),
-                Arg::F(1.0 / (dd as f32).sqrt()),
-            ],
-        )?;
-        self.blas.d_queries(s.dq, s.dp, a.k, b * h, t, dd)?;
-        self.blas.d_keys(s.dk, s.dp, a.q, b * h, t, dd)
+        standard_core_bwd(
+            &self.gpu,
+            &self.blas,
+            StandardGrads {
+                dq: s.dq,
+                dk: s.dk,
+                dv: s.dv,
+                dp: s.dp,
+            },
+            (a.q, a.k, a.v, p, s.d_o),
+            (b * h, t, dd),
+        )
     }
 
     /// A micro-batch's tokens and targets as `forward` copies them to the GPU, with the
@@ -1654,6 +1649,46 @@ pub fn softmax_causal_fwd(gpu: &Gpu, p: Buf, rows: usize, t: usize, head_dim: us
             Arg::F(1.0 / (head_dim as f32).sqrt()),
         ],
     )
+}
+
+/// Where standard attention's backward writes: the query, key and value gradients
+/// [B·H, T, D], and the score gradient [B·H, T, T] (dP, then dS in place).
+#[derive(Clone, Copy)]
+pub struct StandardGrads {
+    pub dq: Buf,
+    pub dk: Buf,
+    pub dv: Buf,
+    pub dp: Buf,
+}
+
+/// Standard attention's core backward from `(q, k, v, p, d_o)` (the probabilities kept or
+/// recomputed) at `(batch × heads, t, head_dim)`, as training and `planc calibrate`'s
+/// probe launch it: dP = dO·Vᵀ, dV = Pᵀ·dO, the softmax's backward into dS in place, dQ =
+/// dS·K, dK = dSᵀ·Q.
+pub fn standard_core_bwd(
+    gpu: &Gpu,
+    blas: &Blas,
+    g: StandardGrads,
+    (q, k, v, p, d_o): (Buf, Buf, Buf, Buf, Buf),
+    (bh, t, dd): (usize, usize, usize),
+) -> Res {
+    blas.d_probs(g.dp, d_o, v, bh, t, dd)?;
+    blas.d_values(g.dv, p, d_o, bh, t, dd)?;
+    let rows = bh * t;
+    gpu.launch(
+        "softmax_causal_bwd",
+        (rows.div_ceil(8) as u32, 1),
+        256,
+        &[
+            Arg::P(g.dp),
+            Arg::P(p),
+            Arg::L(rows as i64),
+            Arg::I(t as i32),
+            Arg::F(1.0 / (dd as f32).sqrt()),
+        ],
+    )?;
+    blas.d_queries(g.dq, g.dp, k, bh, t, dd)?;
+    blas.d_keys(g.dk, g.dp, q, bh, t, dd)
 }
 
 /// A micro-batch prepared on the host for `Engine::forward` (`Engine::host_batch`): the
