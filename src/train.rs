@@ -605,6 +605,7 @@ mod tests {
             .map(|(i, n)| Span {
                 step: 1,
                 name: n.to_string(),
+                kind: None,
                 start_s: i as f64,
                 dur_s: 1.0,
             })
