@@ -287,7 +287,11 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     Some(if at_precision {
         format!(
             "{} of {} from {shipped}the profile measured on {} ({}, planc calibrate, {})",
-            measured_parts(p, plan.framework() == crate::plan::Framework::Planc),
+            measured_parts(
+                p,
+                plan.framework() == crate::plan::Framework::Planc,
+                plan.train.attention
+            ),
             group.gpu.name,
             v.device,
             v.precision,
@@ -302,9 +306,14 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
 }
 
 /// What a profile prices, in the words of the report: "products, memory-bound kernels,
-/// norms, activations, fused attention and collectives". Its norms, activations and fused
-/// attention are planc's kernels, which price only a plan that planc runs.
-fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
+/// norms, activations, fused attention and collectives". Its norms, activations and
+/// attention (the fused kernel's, or the standard core's, whichever `attention` the plan
+/// runs) are planc's kernels, which price only a plan that planc runs.
+fn measured_parts(
+    p: &crate::profile::Profile,
+    planc_kernels: bool,
+    attention: crate::plan::Attention,
+) -> String {
     let mut parts = vec!["products", "memory-bound kernels"];
     if planc_kernels && !p.norms.is_empty() {
         parts.push("norms");
@@ -312,8 +321,12 @@ fn measured_parts(p: &crate::profile::Profile, planc_kernels: bool) -> String {
     if planc_kernels && !p.activations.is_empty() {
         parts.push("activations");
     }
-    if planc_kernels && p.attention.iter().any(|a| a.kind.starts_with("flash")) {
-        parts.push("fused attention");
+    let (kind, words) = match attention {
+        crate::plan::Attention::Flash => ("flash", "fused attention"),
+        crate::plan::Attention::Standard => ("standard", "standard attention"),
+    };
+    if planc_kernels && p.attention.iter().any(|a| a.kind.starts_with(kind)) {
+        parts.push(words);
     }
     if !p.collectives.is_empty() {
         parts.push("collectives");
@@ -345,9 +358,10 @@ mod tests {
 
     #[test]
     fn the_report_names_planc_kernels_from_a_profile_only_for_plans_planc_runs() {
+        use crate::plan::Attention::{Flash, Standard};
         let mut p = Profile::empty_for_tests();
         assert_eq!(
-            super::measured_parts(&p, true),
+            super::measured_parts(&p, true, Flash),
             "products and memory-bound kernels"
         );
         p.norms.push(NormPoint {
@@ -366,8 +380,21 @@ mod tests {
             tflops: 150.0,
         });
         assert_eq!(
-            super::measured_parts(&p, true),
+            super::measured_parts(&p, true, Flash),
             "products, memory-bound kernels, norms and fused attention"
+        );
+        // The fused kernel's points do not price a standard core.
+        assert_eq!(
+            super::measured_parts(&p, true, Standard),
+            "products, memory-bound kernels and norms"
+        );
+        p.attention.push(AttentionPoint {
+            kind: "standard".into(),
+            ..p.attention[0].clone()
+        });
+        assert_eq!(
+            super::measured_parts(&p, true, Standard),
+            "products, memory-bound kernels, norms and standard attention"
         );
         p.activations.push(ActivationPoint {
             kind: "gelu".into(),
@@ -378,11 +405,11 @@ mod tests {
             gb_per_s: 2500.0,
         });
         assert_eq!(
-            super::measured_parts(&p, true),
+            super::measured_parts(&p, true, Flash),
             "products, memory-bound kernels, norms, activations and fused attention"
         );
         assert_eq!(
-            super::measured_parts(&p, false),
+            super::measured_parts(&p, false, Standard),
             "products and memory-bound kernels"
         );
     }

@@ -361,13 +361,14 @@ const OVERLAP_SHAPES: [(usize, usize, usize); 2] = [(16384, 3072, 768), (8192, 4
 const OVERLAP_BYTES: usize = 64 << 20;
 
 /// The standard attention core's shapes: each head size the presets use most over 1K-4K
-/// tokens, at a score square of 512 MiB in bf16 (GPT-2 trains 192 heads of 1024, GPT 1.3B
-/// 128 of 2048) and a quarter of it (interpolated between by batch × heads).
+/// tokens, at a score square of 1 GiB in bf16 and a quarter of it (interpolated between by
+/// batch × heads): GPT-2's 192 heads of 1024 and GPT 1.3B's 128 of 2048 (micro-batches of
+/// 16 and 8) fall between.
 fn standard_shapes() -> Vec<(usize, usize, usize)> {
     let mut v = Vec::new();
     for d in [64usize, 128] {
         for t in [1024usize, 2048, 4096] {
-            let bh = (1usize << 28) / (t * t);
+            let bh = (1usize << 29) / (t * t);
             v.push((bh, t, d));
             v.push((bh / 4, t, d));
         }
@@ -824,7 +825,38 @@ fn nvrtc_version() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{activation_grid, slower_than_smaller_siblings, GemmPoint, ACTIVATION_ELEMENTS};
+    use super::{
+        activation_grid, slower_than_smaller_siblings, standard_shapes, GemmPoint,
+        ACTIVATION_ELEMENTS,
+    };
+
+    #[test]
+    fn the_standard_core_is_timed_at_the_shapes_training_runs_it_at() {
+        let shapes = standard_shapes();
+        // Each head size and sequence: a square of 1 GiB of bf16 scores and a quarter of it
+        // (the probe holds the probabilities and their gradient, two squares).
+        for d in [64, 128] {
+            for t in [1024, 2048, 4096] {
+                let at: Vec<usize> = shapes
+                    .iter()
+                    .filter(|s| s.1 == t && s.2 == d)
+                    .map(|s| s.0 * t * t * 2)
+                    .collect();
+                assert_eq!(at, [1 << 30, 256 << 20], "{t} × {d}");
+            }
+        }
+        // GPT-2 (192 heads of 64 at 1024) and GPT 1.3B (128 of 128 at 2048) lie within the
+        // measured batch × heads of their sequence and head size.
+        for (bh, t, d) in [(192, 1024, 64), (128, 2048, 128)] {
+            let measured: Vec<usize> = shapes
+                .iter()
+                .filter(|s| s.1 == t && s.2 == d)
+                .map(|s| s.0)
+                .collect();
+            let (lo, hi) = (measured[1], measured[0]);
+            assert!(lo <= bh && bh <= hi, "{bh}: {lo}..{hi}");
+        }
+    }
 
     #[test]
     fn a_product_far_slower_than_its_smaller_sibling_is_timed_again() {
