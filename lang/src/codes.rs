@@ -131,6 +131,13 @@ codes! {
         "A cluster is either uniform (`nodes`, `gpus_per_node`, `gpu`) or made of `group` blocks, not both.";
     P0219 Error "missing inter-node network"
         "A cluster of more than one node needs an `inter_node { ... }` block: planc will not guess the network.";
+    P0220 Warning "device memory in decimal units"
+        "A `gpu` block's `memory` is written in KB, MB, GB or TB, which are powers of ten: \
+         `memory = 80 GB` is 80 × 10⁹ bytes, 74.5 GiB. Vendors sell memory in binary \
+         gigabytes under the name GB, and a device reports a little less than that (an H100 \
+         sold as 80 GB reports 79.6 GiB). planc takes the value as written and warns; write \
+         the GiB the device reports (nvidia-smi's MiB / 1024), which the help names when a \
+         built-in GPU is sold as that size, or leave `memory` out under a `preset`.";
     P0230 Error "`--set` names no attribute"
         "`--set PATH=VALUE` changes one attribute of the plan without editing it: PATH is the \
          block, its nested blocks and the attribute, separated by dots (`parallel.tp`, \

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use planc_lang::codes;
+use planc_lang::syntax::ExprKind;
 use planc_lang::units::Dimension;
 use planc_lang::Diagnostic;
 
@@ -16,7 +17,7 @@ use super::Resolver;
 use crate::catalog::Catalog;
 use crate::plan::{FlashRates, Gpu, Link, LinkKind, Precision};
 use crate::schema::did_you_mean;
-use crate::value::Value;
+use crate::value::{fmt_num, Value};
 
 /// What a `gpu` block without a preset or an `intra_node` block gets: PCIe, achievable.
 const DEFAULT_LINK: Link = Link {
@@ -59,6 +60,7 @@ impl<'a> Resolver<'a> {
                 r.quantity(n, "hbm_bandwidth", Dimension::Bandwidth)
             }),
         };
+        self.decimal_memory(n, preset.as_ref());
         let mut peak = preset.as_ref().map_or_else(Vec::new, |p| p.peak.clone());
         for p in Precision::ALL {
             if let Some(v) = self.quantity(n, p.as_str(), Dimension::ComputeRate) {
@@ -156,6 +158,89 @@ impl<'a> Resolver<'a> {
         None
     }
 
+    /// `memory = 80 GB`: decimal units, 74.5 GiB, which is almost never what was meant. Taken
+    /// as written, with a warning that says what a GPU sold as that size reports (P0220).
+    fn decimal_memory(&mut self, n: usize, preset: Option<&Gpu>) {
+        let Some((file, attr)) = self.written(n, "memory") else {
+            return;
+        };
+        let ExprKind::Quantity { value, unit } = &attr.value.kind else {
+            return;
+        };
+        if !matches!(unit.symbol, "KB" | "MB" | "GB" | "TB") {
+            return;
+        }
+        let bytes = value * unit.to_base;
+        let (gb, gib) = (bytes / 1e9, bytes / GIB);
+        let written = format!("{} {}", fmt_num(*value), unit.symbol);
+        let catalog = Catalog::builtin();
+        let sold_as_written = |name: &str| {
+            catalog
+                .gpu_info(name)
+                .is_some_and(|i| (i.datasheet_memory_gb - gb).abs() < 0.5)
+        };
+        let help = match preset.filter(|p| sold_as_written(&p.name)) {
+            Some(p) => format!(
+                "`{}` is sold as {written} and reports {} GiB: leave `memory` out to take the \
+                 preset's, or write `memory = {} GiB`",
+                p.name,
+                gib_text(p.memory),
+                gib_text(p.memory)
+            ),
+            None => {
+                // The built-in GPUs sold as this size, by what they report, least first: the
+                // suggestion never counts memory a device of that size may lack.
+                let mut reported: Vec<(String, Vec<&str>)> = Vec::new();
+                let mut sold: Vec<&Gpu> = catalog
+                    .gpus
+                    .iter()
+                    .map(|(_, g)| g)
+                    .filter(|g| sold_as_written(&g.name))
+                    .collect();
+                sold.sort_by(|a, b| a.memory.total_cmp(&b.memory));
+                for g in sold {
+                    let text = gib_text(g.memory);
+                    match reported.iter_mut().find(|(t, _)| *t == text) {
+                        Some((_, names)) => names.push(&g.name),
+                        None => reported.push((text, vec![&g.name])),
+                    }
+                }
+                match reported.first() {
+                    Some((least, _)) => format!(
+                        "a GPU sold as {written} reports {}: write `memory = {least} GiB`, \
+                         the GiB the device reports",
+                        reported
+                            .iter()
+                            .map(|(t, names)| format!("{t} GiB ({})", names.join(", ")))
+                            .collect::<Vec<_>>()
+                            .join(" or ")
+                    ),
+                    None => format!(
+                        "memory is sold in binary gigabytes under the name GB: a GPU sold as \
+                         {written} has about {} GiB, less what it reserves; write the GiB it \
+                         reports (nvidia-smi's MiB / 1024)",
+                        fmt_num(gb)
+                    ),
+                }
+            }
+        };
+        self.diagnostics.push(
+            Diagnostic::new(
+                codes::P0220,
+                format!(
+                    "`memory = {written}` is {} GiB, less than a GPU sold as {written} has",
+                    gib_text(bytes)
+                ),
+            )
+            .at(
+                file,
+                attr.value.span,
+                format!("decimal units: {gib:.1} GiB"),
+            )
+            .help(help),
+        );
+    }
+
     pub(super) fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
         let (v, span) = self.get(n, "gpu")?;
         let name = match &v {
@@ -223,6 +308,13 @@ impl<'a> Resolver<'a> {
         };
         self.diagnostics.push(d);
     }
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// Bytes as GiB the way a plan would write them: `79.6`, `95.58`, `80`.
+fn gib_text(bytes: f64) -> String {
+    fmt_num((bytes / GIB * 100.0).round() / 100.0)
 }
 
 /// `own`, a block's device as written over `preset`, with the figures a plan cannot write
@@ -371,6 +463,54 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("`base` is a `gpu` block"));
+    }
+
+    #[test]
+    fn memory_in_decimal_units_is_taken_as_written_and_says_what_was_meant() {
+        let c = check("gpu mine { preset = H100_SXM_80GB, memory = 80 GB }");
+        assert!(c.ok(), "a warning: {:#?}", c.diagnostics);
+        assert_eq!(codes(&c), ["P0220"]);
+        let d = &c.diagnostics[0];
+        assert_eq!(
+            d.message,
+            "`memory = 80 GB` is 74.51 GiB, less than a GPU sold as 80 GB has"
+        );
+        assert_eq!(
+            d.help.as_deref(),
+            Some(
+                "`H100_SXM_80GB` is sold as 80 GB and reports 79.6 GiB: leave `memory` out to \
+                 take the preset's, or write `memory = 79.6 GiB`"
+            )
+        );
+        let mem = c.plan.unwrap().cluster.groups[0].gpu.memory;
+        assert_eq!(mem, 80e9, "taken as written");
+        // Without a preset: the built-in GPUs sold as that size, least first.
+        let c = check("gpu mine { memory = 80 GB, hbm_bandwidth = 3 TB/s, bf16 = 900 TFLOPS }");
+        assert_eq!(codes(&c), ["P0220"]);
+        assert_eq!(
+            c.diagnostics[0].help.as_deref(),
+            Some(
+                "a GPU sold as 80 GB reports 79.6 GiB (H100_SXM_80GB, H800_SXM_80GB) or 80 GiB \
+                 (A100_SXM_80GB): write `memory = 79.6 GiB`, the GiB the device reports"
+            )
+        );
+        // A size no built-in GPU is sold as, in TB.
+        let c = check("gpu mine { memory = 0.288 TB, hbm_bandwidth = 8 TB/s, bf16 = 2300 TFLOPS }");
+        assert_eq!(codes(&c), ["P0220"]);
+        assert!(c.diagnostics[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("about 288 GiB"));
+        // Binary units, or a preset's own memory: nothing to say.
+        assert!(
+            check("gpu mine { preset = H100_SXM_80GB, memory = 79.6 GiB }")
+                .diagnostics
+                .is_empty()
+        );
+        assert!(check("gpu mine { preset = H100_SXM_80GB }")
+            .diagnostics
+            .is_empty());
     }
 
     #[test]
