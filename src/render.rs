@@ -242,12 +242,20 @@ pub fn summary(checked: &Checked) -> Option<String> {
         s += &format!("         uneven stages: {}\n", stage_layers_words(plan));
     }
     s += &format!(
-        "model    {}: {:.2} B parameters, {:.3e} FLOPs per step, {} {}\n",
+        "model    {}: {:.2} B parameters, {:.3e} FLOPs per step, {} {}{}\n",
         m.name,
         e.params / 1e9,
         e.flops_per_step,
         plan.train.precision,
-        plan.train.attention
+        plan.train.attention,
+        if plan.eager() {
+            format!(
+                ", {}'s unfused kernels (job.kernels = eager)",
+                plan.framework()
+            )
+        } else {
+            String::new()
+        }
     );
     s += "memory   stage  weights    grads      optimizer  activations  other      total      of\n";
     let show: Vec<usize> = if e.stages.len() <= 4 {

@@ -144,6 +144,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
              DeepSpeed's config as `--deepspeed --deepspeed_config FILE`) or hf_trainer (Hugging \
              Face TrainingArguments, DeepSpeed's config as `--deepspeed FILE`); planc extension"
         }
+        ("job", "kernels") => {
+            "the kernels the framework runs a layer with: fused (Transformer Engine and apex, or \
+             planc's own) or eager (its unfused PyTorch path, one kernel an operation, priced \
+             pass by pass); default fused for megatron and planc, eager for torchtitan and for \
+             torch and deepspeed running the train.py planc writes; planc extension"
+        }
         ("job", "volume") => {
             "a Kubernetes PersistentVolumeClaim mounted at checkpoint_dir in every pod, so \
              checkpoints outlive the pods; planc extension"

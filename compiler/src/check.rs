@@ -10,7 +10,7 @@ use planc_lang::units::{format_quantity, Dimension};
 use planc_lang::{Diagnostic, Severity};
 
 use crate::cost::{estimate, Estimate};
-use crate::plan::{Attention, Hole, Parallel, Plan, PlanSpec, Recompute};
+use crate::plan::{Attention, Framework, Hole, Kernels, Parallel, Plan, PlanSpec, Recompute};
 use crate::report::{self, Report};
 use crate::solve::{self, Solution};
 use crate::source::{load_plan, FileLoader, MemoryLoader, SourceMap};
@@ -43,6 +43,7 @@ impl Checked {
             cluster: spec.cluster.clone(),
             model: spec.model.clone(),
             train: spec.train.clone(),
+            kernels: spec.kernels_for(&parallel),
             parallel: parallel.clone(),
             framework: spec.framework(),
         };
@@ -120,6 +121,8 @@ pub fn check_file_with(
     }
     attach_shipped_profiles(&mut spec);
     checked.diagnostics.extend(device_attention(&mut spec));
+    checked.diagnostics.extend(eager_attention(&mut spec));
+    checked.diagnostics.extend(planc_kernels(&spec));
     checked.diagnostics.extend(framework_runs_model(&spec));
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     checked
@@ -139,6 +142,7 @@ pub fn check_file_with(
                 cluster: spec.cluster.clone(),
                 model: spec.model.clone(),
                 train: spec.train.clone(),
+                kernels: spec.kernels_for(&parallel),
                 parallel,
                 framework: spec.framework(),
             };
@@ -189,6 +193,48 @@ fn device_attention(spec: &mut PlanSpec) -> Vec<Diagnostic> {
     )
     .at(f, s, "no fused attention kernel before Ampere")
     .help("write `attention = standard` (the s×s scores are stored: recompute = selective drops them), or use Ampere or newer GPUs")]
+}
+
+/// Megatron-LM's unfused path has no fused attention (`DotProductAttention`, the local
+/// spec's core attention, materialises the scores): a plan of `kernels = eager` under
+/// `megatron` is priced with standard attention, as it runs. Said (P0327) where the plan
+/// wrote `attention = flash`.
+fn eager_attention(spec: &mut PlanSpec) -> Option<Diagnostic> {
+    let eager = spec.job.as_ref().and_then(|j| j.kernels) == Some(Kernels::Eager);
+    if spec.train.attention != Attention::Flash || spec.framework() != Framework::Megatron || !eager
+    {
+        return None;
+    }
+    spec.train.attention = Attention::Standard;
+    if !spec.origins.written("train", "attention") {
+        return None;
+    }
+    let (f, s) = spec.origins.of("train", "attention").unwrap_or_default();
+    Some(
+        Diagnostic::new(
+            codes::P0327,
+            "Megatron-LM's unfused path has no fused attention: priced as standard attention",
+        )
+        .at(f, s, "`--transformer-impl local` runs `DotProductAttention`")
+        .help("write `attention = standard`, or `job.kernels = fused` where Transformer Engine is installed"),
+    )
+}
+
+/// `kernels = eager` under `planc`, whose runtime has one set of kernels (P0332).
+fn planc_kernels(spec: &PlanSpec) -> Option<Diagnostic> {
+    let job = spec.job.as_ref()?;
+    if job.framework != Framework::Planc || job.kernels != Some(Kernels::Eager) {
+        return None;
+    }
+    let (f, s) = spec.origins.of("job", "kernels").unwrap_or_default();
+    Some(
+        Diagnostic::new(
+            codes::P0332,
+            "`planc run` runs its own kernels: `kernels = eager` has no effect",
+        )
+        .at(f, s, "priced with planc's kernels")
+        .help("remove `kernels`, or name the framework whose unfused path runs the plan"),
+    )
 }
 
 /// What the plan's framework has no code for in its model or training method (P0331), at

@@ -79,6 +79,12 @@ enumeration!(
     /// torchtitan (PyTorch's FSDP2 + TP + PP + CP stack; priced as `torch`).
     Framework { Megatron = "megatron", Deepspeed = "deepspeed", Torch = "torch", Planc = "planc", Torchtitan = "torchtitan" }
 );
+enumeration!(
+    /// Which kernels the framework runs a layer with (`job.kernels`): `fused`, the fused
+    /// kernels of a site with Transformer Engine and apex (or planc's own); `eager`, the
+    /// framework's unfused path, one PyTorch kernel per operation (`cost::eager`).
+    Kernels { Fused = "fused", Eager = "eager" }
+);
 enumeration!(Scheduler { Slurm = "slurm", K8s = "k8s", None = "none" });
 enumeration!(
     /// Which flags `job.entrypoint` takes: planc's (the torchrun and DeepSpeed targets'
@@ -643,6 +649,9 @@ pub struct Job {
     /// Extension: a persistent volume (a Kubernetes PersistentVolumeClaim's name) mounted at
     /// `checkpoint_dir`.
     pub volume: Option<String>,
+    /// Extension: the kernel path as written; `None` takes the framework's
+    /// ([`PlanSpec::kernels`]).
+    pub kernels: Option<Kernels>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -718,6 +727,34 @@ impl PlanSpec {
             .as_ref()
             .map_or(Framework::Megatron, |j| j.framework)
     }
+
+    /// `job.kernels`, else what the framework runs as planc launches it with layout `p`:
+    /// its own kernels under `planc`; Transformer Engine's under `megatron` (a site without
+    /// it writes `eager`); under `torch` and `deepspeed` the eager path where planc writes
+    /// the training script (no `job.entrypoint`) and that script runs the layout
+    /// (transformers' modules uncompiled; data parallelism only), fused otherwise (a script
+    /// of the job's own); eager under `torchtitan` (planc writes `compile.enable = false`).
+    /// planc's runtime has one path: `eager` there is ignored (P0332).
+    pub fn kernels_for(&self, p: &Parallel) -> Kernels {
+        let Some(job) = self.job.as_ref() else {
+            return Kernels::Fused;
+        };
+        if job.framework == Framework::Planc {
+            return Kernels::Fused;
+        }
+        job.kernels.unwrap_or(match job.framework {
+            // The script splits data only and has no experts (`targets/src/script.rs`).
+            Framework::Torch | Framework::Deepspeed
+                if job.entrypoint.is_none()
+                    && [p.tp, p.pp, p.cp, p.ep] == [1; 4]
+                    && self.model.experts <= 1 =>
+            {
+                Kernels::Eager
+            }
+            Framework::Torchtitan => Kernels::Eager,
+            _ => Kernels::Fused,
+        })
+    }
 }
 
 /// A plan with a chosen layout: what the cost model takes.
@@ -731,11 +768,19 @@ pub struct Plan {
     /// block): where frameworks implement the same step differently, the cost differs.
     #[serde(skip)]
     pub framework: Framework,
+    /// The kernels it runs a layer with ([`PlanSpec::kernels`]).
+    #[serde(skip)]
+    pub kernels: Kernels,
 }
 
 impl Plan {
     pub fn framework(&self) -> Framework {
         self.framework
+    }
+
+    /// Whether the framework runs its unfused path (`job.kernels = eager`).
+    pub fn eager(&self) -> bool {
+        self.kernels == Kernels::Eager
     }
 
     /// Transformer layers on pipeline stage `stage` (see [`Parallel::stage_layers`]).

@@ -48,6 +48,10 @@ pub struct PlanSection {
     /// Extension, present when the plan sets it: layers of the last pipeline stage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_stage_layers: Option<u64>,
+    /// Extension, present when the framework runs its unfused path (`job.kernels =
+    /// eager`): `"eager"`, the kernels the step was priced as.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<&'static str>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -207,6 +211,7 @@ pub fn build(
         precision: plan.train.precision.as_str(),
         first_stage_layers: p.first_stage_layers,
         last_stage_layers: p.last_stage_layers,
+        kernels: plan.eager().then_some(plan.kernels.as_str()),
     });
     r.model = Some(ModelSection {
         name: plan.model.name.clone(),

@@ -1648,6 +1648,7 @@ impl<'a> Resolver<'a> {
                 )
                 .unwrap_or(EntrypointArgs::Planc),
             volume: self.string(n, "volume"),
+            kernels: self.enumeration(n, "kernels", Kernels::NAMES, Kernels::parse),
         })
     }
 

@@ -160,6 +160,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "entrypoint",
             "entrypoint_args",
             "volume",
+            "kernels",
         ],
         &["env"],
     ),

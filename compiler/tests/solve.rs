@@ -86,6 +86,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             cluster: s.cluster.clone(),
                                             model: s.model.clone(),
                                             train: s.train.clone(),
+                                            kernels: s.kernels_for(&p),
                                             parallel: p.clone(),
                                             framework: s.framework(),
                                         };
@@ -367,6 +368,7 @@ fn interleaved_uneven_layouts_found_by_search_are_those_brute_force_finds() {
             cluster: s.cluster.clone(),
             model: s.model.clone(),
             train: s.train.clone(),
+            kernels: s.kernels_for(&parallel),
             parallel,
             framework: s.framework(),
         };

@@ -222,6 +222,13 @@ codes! {
          all-gathers it on arrival. There is nothing to split with one pipeline stage or one \
          tensor-parallel rank, and under sequence parallelism each rank already holds and sends \
          1/tp of the tokens. The plan is priced as if the attribute were absent.";
+    P0327 Warning "no fused attention on the eager path"
+        "Megatron-LM's unfused path (`job.kernels = eager`: `--transformer-impl local`, a site \
+         without Transformer Engine) has no fused attention: its core attention \
+         (`DotProductAttention`) stores the s×s scores and runs the scale, mask and softmax as \
+         PyTorch kernels of their own. A plan that asks for `attention = flash` there is priced \
+         as standard attention (more memory, more time). Write `attention = standard`, or \
+         `kernels = fused` where Transformer Engine is installed.";
     P0330 Warning "planc cannot emit this layout for the framework"
         "The plan's `job.framework` cannot run this part of the layout as planc writes its launch: \
          DeepSpeed's config has no pipeline, context or expert parallelism (the model code would \
@@ -238,6 +245,11 @@ codes! {
          `head_dim` of its own either. No layout changes that, so `planc solve` does not search \
          around it; the plan is priced as written, and `planc emit` and `planc run` refuse it \
          (P0706, P0901). Use a framework that runs it, or change the attribute.";
+    P0332 Warning "planc's runtime has one kernel path"
+        "`job.kernels = eager` describes a framework's unfused PyTorch path; `planc run` \
+         (framework planc) always runs its own kernels, so the attribute has no effect there and \
+         the plan is priced with planc's kernels. Remove it, or name the framework that runs \
+         the eager path.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";

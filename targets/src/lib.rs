@@ -542,6 +542,7 @@ fn context<'a>(
         env: Vec::new(),
         entrypoint_args: EntrypointArgs::Planc,
         volume: None,
+        kernels: None,
     };
     let job = spec.job.as_ref().unwrap_or(&default_job);
     let unsupported =

@@ -64,8 +64,9 @@ impl WorkKind {
                 | OpKind::Layout { .. },
                 _,
             ) => WorkKind::Attention,
+            (_, "attention_core" | "attention_heads") => WorkKind::Attention,
             (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
-            (OpKind::Activation { .. }, _) => WorkKind::Activation,
+            (OpKind::Activation { .. }, _) | (_, "mlp_activation") => WorkKind::Activation,
             _ => WorkKind::Linear,
         }
     }

@@ -4,6 +4,7 @@
 //! costs each stage's memory and time, and composes the step with the pipeline schedule.
 
 pub mod comm;
+pub mod eager;
 pub mod fp8;
 pub mod kinds;
 pub mod memory;

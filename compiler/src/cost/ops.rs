@@ -76,6 +76,9 @@ pub enum OpKind {
     /// Exchange of keys and values around the context-parallel ring, overlapped with the
     /// attention core.
     RingExchange { bytes: f64, steps: u64 },
+    /// An operation a framework runs unfused (`job.kernels = eager`): its kernels forward
+    /// and backward, each priced on its own (`cost::eager`).
+    Unfused(super::eager::Passes),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -314,7 +317,10 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         let casts = super::fp8::casts(plan, &ops);
         ops.extend(casts);
     }
-    ops
+    match super::eager::path(plan) {
+        Some(path) => super::eager::layer(plan, path, ops),
+        None => ops,
+    }
 }
 
 /// A dense MLP of inner size `f` over `rows` tokens (split by tp): its up product (gate
@@ -567,7 +573,10 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
             bytes: cross_entropy_bytes(plan) * tokens * v / t,
         },
     ));
-    ops
+    match super::eager::path(plan) {
+        Some(path) => super::eager::head(plan, path, ops),
+        None => ops,
+    }
 }
 
 /// Bytes per logit the loss moves in forward. Megatron-LM (and the frameworks that follow
@@ -652,7 +661,10 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
             },
         ));
     }
-    ops
+    match super::eager::path(plan) {
+        Some(path) => super::eager::embedding(plan, path, ops),
+        None => ops,
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
+use super::eager::Passes;
 use super::memory::{
     dense_layer_params_per_gpu, layer_params_per_gpu, shard_groups, stage_expert_params,
     stage_layer_params, stage_params,
@@ -471,6 +472,10 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
             OpKind::RingExchange { bytes, steps } => {
                 ring += *steps as f64 * p2p_time(*bytes, pl.cp.per_node < pl.cp.size, &pl.fabric);
             }
+            OpKind::Unfused(p) => {
+                t.compute += super::eager::total(dev, &p.forward);
+                t.flops += Passes::flops(&p.forward);
+            }
         }
     }
     // The ring exchange hides behind the attention blocks it feeds.
@@ -625,15 +630,22 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 extra.compute += dev.activation_backward(bytes, width, mlp, planc_kernel)
                     - 2.0 * dev.activation(bytes, width, mlp, planc_kernel);
             }
+            // An unfused operation's backward is its autograd kernels, not twice its forward.
+            OpKind::Unfused(ref p) => {
+                extra.compute += super::eager::total(dev, &p.backward)
+                    - 2.0 * super::eager::total(dev, &p.forward);
+                extra.flops += Passes::flops(&p.backward) - 2.0 * Passes::flops(&p.forward);
+            }
             _ => {}
         }
     }
     extra
 }
 
-/// The standard attention core (what Megatron-LM's selective recomputation redoes).
+/// The standard attention core (what Megatron-LM's selective recomputation redoes), fused
+/// or run unfused (`cost::eager`).
 fn is_core(o: &Op) -> bool {
-    matches!(o.kind, OpKind::StandardAttention(_))
+    matches!(o.kind, OpKind::StandardAttention(_)) || o.name == "attention_core"
 }
 
 /// The pass that adds one micro-batch's gradients of `params` local parameters into the
@@ -652,7 +664,7 @@ fn is_core(o: &Op) -> bool {
 /// `DistributedDataParallel.__init__`; `arguments.py` sets
 /// `accumulate_allreduce_grads_in_fp32` for bf16): 6 bytes a parameter with fp16.
 fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
-    if plan.parallel.grad_accumulation_fusion || params <= 0.0 {
+    if super::eager::accumulates_in_products(plan) || params <= 0.0 {
         return 0.0;
     }
     let grad = plan.train.precision.bytes();
@@ -669,7 +681,7 @@ fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
 /// computed, where the products accumulate themselves.
 fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
     let p = &plan.parallel;
-    if p.grad_accumulation_fusion {
+    if super::eager::accumulates_in_products(plan) {
         return (0.0, 0.0);
     }
     let first_extra = stage_params(plan, 0) - stage_layer_params(plan, 0);
@@ -1119,6 +1131,13 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     };
     let experts = experts.min(params);
     let local = (params - experts) / dense_shard + experts / expert_shard;
+    if let Some(path) = super::eager::path(plan).filter(|_| p.offload == Offload::None) {
+        let whole: f64 = (0..p.pp).map(|s| stage_params(plan, s)).sum();
+        let tensors = super::eager::parameter_tensors(plan, plan.model.layers as f64, true, true)
+            * params
+            / whole.max(1.0);
+        return super::eager::optimizer_seconds(plan, path, params, local, tensors, dev);
+    }
     // The update reads the gradient, reads and writes the master weights and moments
     // (`Plan::optimizer_state_bytes`), then (with a separate fp32 master) reads the master
     // again to write the 16-bit weights. An fp32 optimizer's gradient is fp32 (Megatron's
@@ -1873,7 +1892,11 @@ mod tests {
 
     #[test]
     fn fsdp_copies_each_gathered_layer_out_and_its_gradients_in() {
-        let plan = fsdp_plan("torch", "fp32");
+        // The layers' own kernels held the same in both frameworks: only the copies differ.
+        let plan = Plan {
+            kernels: crate::plan::Kernels::Fused,
+            ..fsdp_plan("torch", "fp32")
+        };
         let group = &plan.cluster.groups[0];
         let dev = Device {
             gpu: &group.gpu,

@@ -106,6 +106,7 @@ pub fn balance(spec: &PlanSpec, p: Parallel) -> Parallel {
         cluster: spec.cluster.clone(),
         model: spec.model.clone(),
         train: spec.train.clone(),
+        kernels: spec.kernels_for(&p),
         parallel: p,
         framework: spec.framework(),
     };

@@ -122,6 +122,7 @@ fn plan_of(spec: &PlanSpec, parallel: Parallel) -> Plan {
         cluster: spec.cluster.clone(),
         model: spec.model.clone(),
         train: spec.train.clone(),
+        kernels: spec.kernels_for(&parallel),
         parallel,
         framework: spec.framework(),
     }

@@ -303,6 +303,14 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 None,
                 "not run: the context-parallel ring is not driven yet",
             ),
+            // planc's own runtime has no unfused path (`job.kernels` is its own there).
+            OpKind::Unfused(_) => not_run(
+                op.name,
+                "unfused",
+                String::new(),
+                None,
+                "not run: a framework's unfused kernels, not planc's",
+            ),
         };
         ops.push(m);
     }
