@@ -209,6 +209,60 @@ fn stage_layers_words(plan: &planc_compiler::plan::Plan) -> String {
     format!("{} layers", parts.join(" + "))
 }
 
+/// What the plan costs: GPU-hours always, money with a price, the run with tokens or steps:
+///
+/// ```text
+/// cost     0.160 GPU-hours a step (16 GPUs), 0.610 GPU-hours per million tokens
+///          at 2.50 USD/h a GPU: 0.400 USD a step, 1.53 USD per million tokens
+/// train    1.000e9 tokens (train.tokens) in 1.6 days: 610 GPU-hours, 1,526 USD
+/// ```
+pub fn cost_lines(b: &planc_compiler::pricing::Bill) -> String {
+    use planc_lang::units::amount;
+    let mut s = format!(
+        "cost     {} GPU-hours a step ({} GPUs), {} GPU-hours per million tokens\n",
+        amount(b.gpu_hours_per_step),
+        b.gpus,
+        amount(b.gpu_hours_per_million_tokens)
+    );
+    if let Some(m) = &b.money {
+        s += &format!(
+            "         at {} {} a GPU: {} {c} a step, {} {c} per million tokens\n",
+            amount(m.price_per_gpu_hour),
+            m.currency.per_hour(),
+            amount(m.per_step),
+            amount(m.per_million_tokens),
+            c = m.currency
+        );
+    }
+    if let (Some(run), Some(t), Some(h)) = (b.run, b.time_to_train_s, b.gpu_hours_to_train) {
+        s += &format!(
+            "train    {:.3e} tokens (train.{}) in {}: {} GPU-hours",
+            run.tokens,
+            run.from,
+            duration_words(t),
+            amount(h)
+        );
+        if let Some(m) = &b.money {
+            if let Some(c) = m.to_train {
+                s += &format!(", {} {}", amount(c), m.currency);
+            }
+        }
+        s += "\n";
+    }
+    s
+}
+
+/// A run's length as people plan one: days from two days on, else hours, else minutes.
+fn duration_words(seconds: f64) -> String {
+    if seconds >= 2.0 * 86400.0 {
+        format!("{:.1} days", seconds / 86400.0)
+    } else if seconds >= 3600.0 {
+        format!("{:.1} hours", seconds / 3600.0)
+    } else {
+        format!("{:.1} minutes", seconds / 60.0)
+    }
+}
+
 /// The compact summary of a costed plan.
 pub fn summary(checked: &Checked) -> Option<String> {
     let plan = checked.plan.as_ref()?;
@@ -329,14 +383,7 @@ pub fn summary(checked: &Checked) -> Option<String> {
         e.hw_tflops_per_gpu,
         e.mfu * 100.0
     );
-    if let Some(tokens) = plan.train.tokens {
-        let t = tokens / e.tokens_per_s;
-        s += &format!(
-            "train    {:.3e} tokens in {:.1} days\n",
-            tokens,
-            t / 86400.0
-        );
-    }
+    s += &cost_lines(&planc_compiler::pricing::bill(plan, e));
     Some(s)
 }
 

@@ -41,6 +41,7 @@ pub(crate) fn peak_bytes(c: &Candidate) -> f64 {
 
 fn candidate_json(rank: usize, c: &Candidate) -> serde_json::Value {
     let p = &c.plan.parallel;
+    let bill = planc_compiler::pricing::bill(&c.plan, &c.estimate);
     json!({
         "rank": rank,
         "plan": {
@@ -56,7 +57,32 @@ fn candidate_json(rank: usize, c: &Candidate) -> serde_json::Value {
         "tokens_per_s": c.estimate.tokens_per_s,
         "mfu": c.estimate.mfu,
         "limited_by": c.limiter.as_str(),
+        "gpus": bill.gpus,
+        "gpu_hours_per_million_tokens": bill.gpu_hours_per_million_tokens,
+        "cost_per_million_tokens": bill.money.as_ref().map(|m| m.per_million_tokens),
     })
+}
+
+/// What a candidate costs per million tokens, as the table's column shows it: money with a
+/// price, else GPU-hours.
+pub(crate) fn cost_cell(c: &Candidate) -> String {
+    let b = planc_compiler::pricing::bill(&c.plan, &c.estimate);
+    planc_lang::units::amount(
+        b.money
+            .map_or(b.gpu_hours_per_million_tokens, |m| m.per_million_tokens),
+    )
+}
+
+/// The cost column's heading: `USD/Mtok` with a price, else `GPU-h/Mtok`.
+pub(crate) fn cost_heading(s: &Solution) -> String {
+    let priced = s
+        .ranked
+        .first()
+        .and_then(|c| c.plan.cluster.price_per_hour());
+    match priced {
+        Some((_, currency)) => format!("{currency}/Mtok"),
+        None => "GPU-h/Mtok".into(),
+    }
 }
 
 /// A layout in one line of words: `tp=4 pp=1 dp=8 ... recompute=none`.
@@ -212,15 +238,16 @@ pub fn run(
         return ExitCode::from(1);
     }
     println!(
-        "\nrank  {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}  {:>18}  {:>10}  {:>6}  limited by",
-        "tp", "pp", "dp", "cp", "ep", "vpp", "mb", "schedule", "zero", "recompute", "sp", "memory", "step", "MFU"
+        "\nrank  {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}  {:>18}  {:>10}  {:>6}  {:>10}  limited by",
+        "tp", "pp", "dp", "cp", "ep", "vpp", "mb", "schedule", "zero", "recompute", "sp", "memory", "step", "MFU",
+        cost_heading(solution)
     );
     let mut any_closed = false;
     for (i, c) in solution.ranked.iter().take(top).enumerate() {
         let simulated = c.estimate.method == TimeMethod::Simulated;
         any_closed |= !simulated;
         println!(
-            "{:<5} {}  {:>9.1} GiB {:>3.0} %  {:>8.3} s{}  {:>5.1} %  {}",
+            "{:<5} {}  {:>9.1} GiB {:>3.0} %  {:>8.3} s{}  {:>5.1} %  {:>10}  {}",
             i + 1,
             layout(c),
             gib(peak_bytes(c)),
@@ -228,6 +255,7 @@ pub fn run(
             c.estimate.step_s,
             if simulated { " " } else { "†" },
             c.estimate.mfu * 100.0,
+            cost_cell(c),
             c.limiter.as_str()
         );
     }

@@ -17,6 +17,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("inter_node", "bandwidth") => "bandwidth of one NIC (e.g. `400 Gb/s`)",
         ("intra_node" | "inter_node", "latency") => "one message's latency (e.g. `5 us`)",
         ("inter_node", "nics_per_node") => "NICs per node; the node's GPUs share them",
+        ("cluster", "price") => {
+            "money per GPU-hour (e.g. `2.49 USD/h`; USD, EUR, GBP, CNY, JPY): the cost of a step and of the training run (planc extension)"
+        }
+        ("group", "price") => {
+            "money per GPU-hour of this group's GPUs; default `cluster.price` (planc extension)"
+        }
         ("cluster", "profile") => {
             "a device profile from `planc calibrate` (TOML, relative to the plan): measured curves instead of the catalog's constants"
         }
@@ -154,7 +160,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
             "a Kubernetes PersistentVolumeClaim mounted at checkpoint_dir in every pod, so \
              checkpoints outlive the pods; planc extension"
         }
-        ("search", "objective") => "what `solve` ranks by: throughput or memory",
+        ("search", "objective") => {
+            "what `solve` ranks by: throughput, memory, or cost (money per token with `cluster.price`, else GPU-hours per token)"
+        }
         ("search", "memory_headroom") => "memory left free on every GPU; default 10 %",
         ("search", "top") => "layouts `solve` shows; default 5",
         ("gpu", "preset") => {

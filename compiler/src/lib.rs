@@ -12,6 +12,7 @@ pub mod check;
 pub mod cost;
 pub mod nccl_env;
 pub mod plan;
+pub mod pricing;
 pub mod profile;
 pub mod report;
 pub mod resolve;

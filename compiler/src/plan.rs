@@ -92,7 +92,7 @@ enumeration!(
     /// on its `Trainer` (DeepSpeed's config then as `--deepspeed FILE`).
     EntrypointArgs { Planc = "planc", HfTrainer = "hf_trainer" }
 );
-enumeration!(Objective { Throughput = "throughput", Memory = "memory" });
+enumeration!(Objective { Throughput = "throughput", Memory = "memory", Cost = "cost" });
 
 impl Precision {
     /// Bytes of one parameter or activation element stored at this precision. fp8 training
@@ -188,6 +188,23 @@ pub struct NodeGroup {
     pub gpus_per_node: u64,
     pub gpu: Gpu,
     pub intra_node: Link,
+    /// What one of its GPUs costs an hour: the group's own `price`, else `cluster.price`.
+    pub price: Option<Price>,
+}
+
+/// Money per GPU-hour in one currency (`price = 2.49 USD/h`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Price {
+    pub per_gpu_hour: f64,
+    #[serde(serialize_with = "currency_code")]
+    pub currency: planc_lang::units::Currency,
+}
+
+fn currency_code<S: serde::Serializer>(
+    c: &planc_lang::units::Currency,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.code())
 }
 
 impl NodeGroup {
@@ -233,6 +250,17 @@ impl Cluster {
 
     pub fn is_mixed(&self) -> bool {
         self.groups.len() > 1
+    }
+
+    /// What all its GPUs cost an hour, when every group has a price (resolve keeps them
+    /// in one currency).
+    pub fn price_per_hour(&self) -> Option<(f64, planc_lang::units::Currency)> {
+        let currency = self.groups.first()?.price?.currency;
+        self.groups
+            .iter()
+            .map(|g| g.price.map(|p| p.per_gpu_hour * g.gpus() as f64))
+            .sum::<Option<f64>>()
+            .map(|total| (total, currency))
     }
 }
 
@@ -322,6 +350,9 @@ pub struct RunSettings {
     pub data: Option<String>,
     pub seed: u64,
     pub steps: u64,
+    /// `steps` was written (not the default): the run the report prices when `train.tokens`
+    /// is absent.
+    pub steps_written: bool,
     pub lr: f64,
     pub min_lr: f64,
     pub lr_schedule: LrSchedule,
@@ -339,6 +370,7 @@ impl Default for RunSettings {
             data: None,
             seed: 1234,
             steps: 10,
+            steps_written: false,
             lr: 3e-4,
             min_lr: 3e-5,
             lr_schedule: LrSchedule::Cosine,

@@ -135,6 +135,58 @@ pub struct ThroughputSection {
     pub mfu: f64,
 }
 
+/// Extension: what the plan costs (`crate::pricing`). GPU-hours always; the training run
+/// with `train.tokens` or a written `train.steps`; money with `cluster.price`.
+#[derive(Serialize, Debug, Clone)]
+pub struct CostSection {
+    /// GPUs billed: the whole cluster (a layout uses every GPU).
+    pub gpus: u64,
+    pub gpu_hours_per_step: f64,
+    pub gpu_hours_per_million_tokens: f64,
+    /// Tokens of the training run, and the attribute they come from (`tokens`, `steps`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_tokens: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train_tokens_from: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_hours_to_train: Option<f64>,
+    /// ISO 4217 code of the amounts below, present with a price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<&'static str>,
+    /// Of one GPU (the mean over the cluster's where groups differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_per_gpu_hour: Option<f64>,
+    /// Of the whole cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_step: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_per_million_tokens: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_to_train: Option<f64>,
+}
+
+impl CostSection {
+    pub fn of(b: &crate::pricing::Bill) -> CostSection {
+        let m = b.money.as_ref();
+        CostSection {
+            gpus: b.gpus,
+            gpu_hours_per_step: b.gpu_hours_per_step,
+            gpu_hours_per_million_tokens: b.gpu_hours_per_million_tokens,
+            train_tokens: b.run.map(|r| r.tokens),
+            train_tokens_from: b.run.map(|r| r.from),
+            gpu_hours_to_train: b.gpu_hours_to_train,
+            currency: m.map(|m| m.currency.code()),
+            price_per_gpu_hour: m.map(|m| m.price_per_gpu_hour),
+            price_per_hour: m.map(|m| m.per_hour),
+            cost_per_step: m.map(|m| m.per_step),
+            cost_per_million_tokens: m.map(|m| m.per_million_tokens),
+            cost_to_train: m.and_then(|m| m.to_train),
+        }
+    }
+}
+
 #[derive(Serialize, Debug, Clone)]
 pub struct Report {
     pub version: u32,
@@ -150,6 +202,8 @@ pub struct Report {
     pub time: Option<TimeSection>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throughput: Option<ThroughputSection>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostSection>,
 }
 
 pub fn json_diagnostic(d: &Diagnostic, sources: &SourceMap) -> JsonDiagnostic {
@@ -189,8 +243,10 @@ pub fn build(
         memory: None,
         time: None,
         throughput: None,
+        cost: None,
     };
     let Some((plan, e)) = costed else { return r };
+    let bill = crate::pricing::bill(plan, e);
     let p = &plan.parallel;
     r.plan = Some(PlanSection {
         world_size: plan.cluster.world_size(),
@@ -249,7 +305,7 @@ pub fn build(
         bubble_s: e.bubble_s,
         bubble_fraction: e.bubble_s / e.step_s,
         optimizer_s: e.stages.iter().map(|s| s.optimizer_s).fold(0.0, f64::max),
-        time_to_train_s: plan.train.tokens.map(|t| t / e.tokens_per_s),
+        time_to_train_s: bill.time_to_train_s,
         method: e.method.as_str(),
         closed_form_step_s: e.closed_form_step_s,
         stages: e
@@ -273,6 +329,7 @@ pub fn build(
         hw_tflops_per_gpu: e.hw_tflops_per_gpu,
         mfu: e.mfu,
     });
+    r.cost = Some(CostSection::of(&bill));
     r
 }
 

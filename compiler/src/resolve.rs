@@ -1044,7 +1044,79 @@ impl<'a> Resolver<'a> {
             gpus_per_node: gpus_per_node?,
             gpu,
             intra_node,
+            price: None,
         })
+    }
+
+    /// `price` of a cluster or group: money per GPU-hour, zero allowed (a cluster one owns).
+    fn price(&mut self, node: usize) -> Option<(Price, Span)> {
+        let (v, span) = self.get(node, "price")?;
+        match v {
+            Value::Quantity(x, Dimension::Price(currency)) if x >= 0.0 && x.is_finite() => Some((
+                Price {
+                    per_gpu_hour: x,
+                    currency,
+                },
+                span,
+            )),
+            Value::Quantity(_, Dimension::Price(_)) => {
+                let file = self.file_of(node, "price");
+                self.report(
+                    codes::P0212,
+                    "`price` must not be negative",
+                    file,
+                    span,
+                    "negative",
+                );
+                None
+            }
+            other => {
+                self.type_error(
+                    node,
+                    span,
+                    "price",
+                    Dimension::Price(planc_lang::units::Currency::Usd).describe(),
+                    &other,
+                );
+                None
+            }
+        }
+    }
+
+    /// Each group's price (its own, else the cluster's), all in one currency.
+    fn lower_prices(&mut self, n: usize, group_ids: &[usize], groups: &mut [NodeGroup]) {
+        let cluster_price = self.price(n).map(|(p, _)| p);
+        let mut first: Option<Price> = cluster_price;
+        for (i, g) in groups.iter_mut().enumerate() {
+            let own = group_ids.get(i).and_then(|&id| {
+                let (p, span) = self.price(id)?;
+                match first {
+                    Some(f) if f.currency != p.currency => {
+                        let file = self.file_of(id, "price");
+                        self.report(
+                            codes::P0208,
+                            format!(
+                                "`price` in {}, where the cluster's other prices are in {}",
+                                p.currency, f.currency
+                            ),
+                            file,
+                            span,
+                            format!("not {}", f.currency.per_hour()),
+                        )
+                        .with_help(format!(
+                            "write every price in one currency (planc has no exchange rates): `{}`",
+                            f.currency.per_hour()
+                        ));
+                        None
+                    }
+                    _ => {
+                        first.get_or_insert(p);
+                        Some(p)
+                    }
+                }
+            });
+            g.price = own.or(cluster_price);
+        }
     }
 
     fn lower_cluster(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Cluster> {
@@ -1076,7 +1148,7 @@ impl<'a> Resolver<'a> {
                     ok = false;
                 }
             }
-            for g in group_ids {
+            for &g in &group_ids {
                 let gname = self.nodes[g]
                     .block
                     .name
@@ -1149,6 +1221,7 @@ impl<'a> Resolver<'a> {
         if !ok {
             return None;
         }
+        self.lower_prices(n, &group_ids, &mut groups);
         let profile = self.string(n, "profile").and_then(|p| {
             self.get(n, "profile")
                 .map(|(_, span)| (p, self.file_of(n, "profile"), span))
@@ -1360,6 +1433,7 @@ impl<'a> Resolver<'a> {
             data: self.string(n, "data"),
             seed: self.count(n, "seed", 0).unwrap_or(d.seed),
             steps: self.count(n, "steps", 1).unwrap_or(d.steps),
+            steps_written: self.find_attr(n, "steps").is_some(),
             lr,
             min_lr: self.number(n, "min_lr", 0.0, 10.0).unwrap_or(lr / 10.0),
             lr_schedule: self
@@ -1694,6 +1768,8 @@ fn unit_hint(expected: &str) -> &'static str {
         "us"
     } else if expected.contains("compute") {
         "TFLOPS"
+    } else if expected.contains("price") {
+        "USD/h"
     } else {
         "%"
     }

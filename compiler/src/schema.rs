@@ -42,7 +42,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
     schema(
         "cluster",
         Naming::Optional,
-        &["nodes", "gpus_per_node", "gpu", "profile"],
+        &["nodes", "gpus_per_node", "gpu", "profile", "price"],
         &["intra_node", "inter_node", "group"],
     ),
     schema(
@@ -60,7 +60,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
     schema(
         "group",
         Naming::Required,
-        &["nodes", "gpus_per_node", "gpu"],
+        &["nodes", "gpus_per_node", "gpu", "price"],
         &["intra_node"],
     ),
     schema(

@@ -189,6 +189,54 @@ fn the_pareto_front_is_not_dominated() {
     );
 }
 
+#[test]
+fn the_cost_objective_ranks_by_money_per_token() {
+    let priced = FOUR_NODES.replace(
+        "gpu = H100_SXM_80GB",
+        "gpu = H100_SXM_80GB, price = 2.49 USD/h",
+    );
+    let text = |objective: &str| {
+        format!(
+            "{}\nsearch {{ objective = {objective} }}",
+            plan_text(
+                &priced,
+                "model m { preset = \"llama3-8b\" }",
+                "tp = auto, pp = auto, dp = auto, micro_batch = auto, zero = auto, recompute = auto",
+            )
+        )
+    };
+    let s = spec(&text("cost"));
+    let found = solve::search(&s, &|_, _| {});
+    assert!(found.ranked.len() > 10);
+    let costs: Vec<f64> = found
+        .ranked
+        .iter()
+        .map(|c| planc_compiler::pricing::cost_per_token(&c.plan, &c.estimate))
+        .collect();
+    assert!(
+        costs.windows(2).all(|w| w[0] <= w[1]),
+        "ranked by cost per token: {costs:?}"
+    );
+    // Money per token is the step's time at the whole cluster's price: on one cluster the
+    // cheapest layout is the fastest.
+    let fastest = solve::search(&spec(&text("throughput")), &|_, _| {});
+    assert_eq!(
+        found.ranked[0].plan.parallel,
+        fastest.ranked[0].plan.parallel
+    );
+    let c = &found.ranked[0];
+    let per_million = planc_compiler::pricing::bill(&c.plan, &c.estimate)
+        .money
+        .expect("priced")
+        .per_million_tokens;
+    let tokens = 64.0 * c.plan.model.seq_len as f64;
+    let want = 32.0 * 2.49 * c.estimate.step_s / 3600.0 / tokens * 1e6;
+    assert!(
+        (per_million - want).abs() < 1e-9 * want,
+        "{per_million} vs {want}"
+    );
+}
+
 fn explanation(text: &str) -> Vec<String> {
     let s = spec(text);
     let found = solve::solve(&s, &|_, _| {});

@@ -395,7 +395,7 @@ impl<'a> Lexer<'a> {
             );
             d = match units::suggest_unit(word) {
                 Some(s) => d.help(format!("did you mean `{s}`?")),
-                None => d.help("units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %"),
+                None => d.help("units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %, USD/h EUR/h GBP/h CNY/h JPY/h"),
             };
             self.out.diagnostics.push(d);
             self.push(TokenKind::Error, start, word_end);

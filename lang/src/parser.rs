@@ -322,7 +322,7 @@ impl Parser {
         if !self.at(&TokenKind::Eof) {
             let d = self.expected("the end of the value");
             d.help = Some(if matches!(value.kind, ExprKind::Number(_)) {
-                "if this is a unit, it is not one planc knows; units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %".into()
+                "if this is a unit, it is not one planc knows; units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %, USD/h EUR/h GBP/h CNY/h JPY/h".into()
             } else {
                 "one value per `--set`; a string goes in double quotes, which the shell needs quoted too: `--set 'job.image=\"nvcr.io/nvidia/pytorch:24.01-py3\"'`".into()
             });
@@ -490,7 +490,7 @@ impl Parser {
                 if matches!(self.tokens[self.pos - 1].kind, TokenKind::Number(_)) =>
             {
                 let d = self.expected("the end of the attribute");
-                d.help = Some("if this is a unit, it is not one planc knows; units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %".into());
+                d.help = Some("if this is a unit, it is not one planc knows; units: B KB MB GB TB KiB MiB GiB TiB, GB/s Gb/s Gbps, ns us ms s min h, TFLOPS PFLOPS, %, USD/h EUR/h GBP/h CNY/h JPY/h".into());
                 self.recover();
             }
             _ => {

@@ -1,7 +1,8 @@
 //! Units of the plan language and the physical dimension each one measures.
 //!
 //! A quantity is stored in base units (bytes, bytes per second, seconds, FLOP/s, a
-//! fraction), so that the compiler never has to remember which prefix a user typed.
+//! fraction, money per GPU-hour), so that the compiler never has to remember which prefix
+//! a user typed.
 
 use std::fmt;
 
@@ -14,6 +15,57 @@ pub enum Dimension {
     Time,
     ComputeRate,
     Ratio,
+    /// Money per GPU-hour (`cluster.price`). The currency is part of the dimension: planc
+    /// has no exchange rates, so `2 USD/h + 2 EUR/h` is refused like a size plus a time.
+    Price(Currency),
+}
+
+/// The currencies a price may be written in (ISO 4217 codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Currency {
+    Usd,
+    Eur,
+    Gbp,
+    Cny,
+    Jpy,
+}
+
+impl Currency {
+    pub const ALL: [Currency; 5] = [
+        Currency::Usd,
+        Currency::Eur,
+        Currency::Gbp,
+        Currency::Cny,
+        Currency::Jpy,
+    ];
+
+    /// The ISO 4217 code, as the report writes it: `USD`.
+    pub fn code(self) -> &'static str {
+        match self {
+            Currency::Usd => "USD",
+            Currency::Eur => "EUR",
+            Currency::Gbp => "GBP",
+            Currency::Cny => "CNY",
+            Currency::Jpy => "JPY",
+        }
+    }
+
+    /// The unit a price in this currency is written with: `USD/h`.
+    pub fn per_hour(self) -> &'static str {
+        match self {
+            Currency::Usd => "USD/h",
+            Currency::Eur => "EUR/h",
+            Currency::Gbp => "GBP/h",
+            Currency::Cny => "CNY/h",
+            Currency::Jpy => "JPY/h",
+        }
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
 }
 
 impl Dimension {
@@ -24,6 +76,7 @@ impl Dimension {
             Dimension::Time => "a duration (e.g. `5 us`, `48 h`)",
             Dimension::ComputeRate => "a compute rate (e.g. `989 TFLOPS`)",
             Dimension::Ratio => "a percentage (e.g. `10 %`)",
+            Dimension::Price(_) => "a price per GPU-hour (e.g. `2.49 USD/h`)",
         }
     }
 
@@ -34,6 +87,7 @@ impl Dimension {
             Dimension::Time => "time",
             Dimension::ComputeRate => "compute rate",
             Dimension::Ratio => "ratio",
+            Dimension::Price(_) => "price",
         }
     }
 }
@@ -94,6 +148,13 @@ pub const UNITS: &[Unit] = &[
     u("s", Dimension::Time, 1.0),
     u("h", Dimension::Time, 3600.0),
     u("%", Dimension::Ratio, 0.01),
+    // Money per GPU-hour, the way clouds and clusters bill a GPU; the base unit is the hour
+    // itself (no one writes a price per second).
+    u("USD/h", Dimension::Price(Currency::Usd), 1.0),
+    u("EUR/h", Dimension::Price(Currency::Eur), 1.0),
+    u("GBP/h", Dimension::Price(Currency::Gbp), 1.0),
+    u("CNY/h", Dimension::Price(Currency::Cny), 1.0),
+    u("JPY/h", Dimension::Price(Currency::Jpy), 1.0),
 ];
 
 const fn u(symbol: &'static str, dimension: Dimension, to_base: f64) -> Unit {
@@ -129,6 +190,14 @@ pub fn suggest_unit(symbol: &str) -> Option<&'static str> {
         .find(|(names, _)| names.contains(&lower.as_str()))
     {
         return Some(unit);
+    }
+    // `2.49 USD`, `2.49 usd/hr`, `2.49 USD/GPU/h`: a price is written per hour, `USD/h`.
+    if let Some(c) = Currency::ALL.into_iter().find(|c| {
+        lower
+            .strip_prefix(&c.code().to_ascii_lowercase())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }) {
+        return Some(c.per_hour());
     }
     let mut same_letters: Vec<&Unit> = UNITS
         .iter()
@@ -172,7 +241,36 @@ pub fn format_quantity(value: f64, dimension: Dimension) -> String {
         }
         Dimension::ComputeRate => format!("{:.1} TFLOPS", value / 1e12),
         Dimension::Ratio => format!("{:.1} %", value * 100.0),
+        // As written: a price is read from the plan, not computed.
+        Dimension::Price(c) => format!("{value} {}", c.per_hour()),
     }
+}
+
+/// An amount (money, GPU-hours) as people read one: three significant digits below a
+/// thousand, whole units with thousands separated above (`2.49`, `0.000573`, `1,234,567`).
+pub fn amount(value: f64) -> String {
+    if !value.is_finite() {
+        return format!("{value}");
+    }
+    if value.abs() < 1000.0 {
+        if value == 0.0 {
+            return "0".into();
+        }
+        let decimals = (2 - value.abs().log10().floor() as i32).clamp(0, 12) as usize;
+        return format!("{value:.decimals$}");
+    }
+    let whole = format!("{:.0}", value.abs());
+    let mut out = String::new();
+    for (i, c) in whole.chars().enumerate() {
+        if i > 0 && (whole.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if value < 0.0 {
+        out.insert(0, '-');
+    }
+    out
 }
 
 fn format_scaled(value: f64, scales: &[(f64, &str)], base: &str) -> String {
@@ -211,6 +309,34 @@ mod tests {
         assert_eq!(suggest_unit("gbps"), Some("Gbps"));
         assert_eq!(suggest_unit("tflops"), Some("TFLOPS"));
         assert_eq!(suggest_unit("parsecs"), None);
+    }
+
+    #[test]
+    fn prices_are_per_hour_and_keep_their_currency() {
+        let usd = unit("USD/h").unwrap();
+        assert_eq!(usd.dimension, Dimension::Price(Currency::Usd));
+        assert_ne!(usd.dimension, unit("EUR/h").unwrap().dimension);
+        assert_eq!(usd.to_base, 1.0);
+        assert_eq!(suggest_unit("USD"), Some("USD/h"));
+        assert_eq!(suggest_unit("eur/hr"), Some("EUR/h"));
+        assert_eq!(suggest_unit("usd/gpu/h"), Some("USD/h"));
+        assert_eq!(suggest_unit("usdollars"), None);
+        assert_eq!(
+            format_quantity(2.49, Dimension::Price(Currency::Usd)),
+            "2.49 USD/h"
+        );
+    }
+
+    #[test]
+    fn amounts_read_as_three_digits_then_separated_thousands() {
+        assert_eq!(amount(2.494), "2.49");
+        assert_eq!(amount(0.000573), "0.000573");
+        assert_eq!(amount(159.36), "159");
+        assert_eq!(amount(999.4), "999");
+        assert_eq!(amount(0.0), "0");
+        assert_eq!(amount(1234.4), "1,234");
+        assert_eq!(amount(1234567.0), "1,234,567");
+        assert_eq!(amount(-12345.0), "-12,345");
     }
 
     #[test]

@@ -202,6 +202,7 @@ fn shown(kind: Kind, v: &serde_json::Value) -> String {
         Kind::Rate if x >= 100.0 => format!("{x:.0}"),
         Kind::Rate => format!("{x:.1}"),
         Kind::Share => format!("{:.1} %", x * 100.0),
+        Kind::Amount => planc_lang::units::amount(x),
     }
 }
 

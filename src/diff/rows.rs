@@ -18,6 +18,8 @@ pub enum Kind {
     Rate,
     /// A fraction (MFU, a share of the step): changes in percentage points.
     Share,
+    /// GPU-hours or money: three significant digits, thousands separated.
+    Amount,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -247,9 +249,55 @@ fn speed(a: &Report, b: &Report) -> Vec<Row> {
             r.throughput.as_ref().map(|t| t.mfu)
         }),
     ];
+    out.extend(cost(a, b));
+    out
+}
+
+/// GPU-hours, the training run, and money where both plans price in one currency (or one
+/// has no price).
+fn cost(a: &Report, b: &Report) -> Vec<Row> {
+    let row = |section, name: &str, kind, f: &dyn Fn(&Report) -> Option<f64>| {
+        let (x, y) = pair(a, b, f);
+        Row::new(section, name, kind, val(x), val(y))
+    };
+    let has = |f: &dyn Fn(&Report) -> Option<f64>| f(a).is_some() || f(b).is_some();
+    let currency = |r: &Report| r.cost.as_ref().and_then(|c| c.currency);
+    let code = match (currency(a), currency(b)) {
+        (Some(x), Some(y)) if x != y => None,
+        (x, y) => x.or(y),
+    };
+    let mut out = vec![
+        row("cost", "GPU-hours a step", Kind::Amount, &|r| {
+            r.cost.as_ref().map(|c| c.gpu_hours_per_step)
+        }),
+        row("cost", "GPU-hours per M tokens", Kind::Amount, &|r| {
+            r.cost.as_ref().map(|c| c.gpu_hours_per_million_tokens)
+        }),
+    ];
+    if let Some(code) = code {
+        out.push(row(
+            "cost",
+            &format!("{code} per M tokens"),
+            Kind::Amount,
+            &|r| r.cost.as_ref().and_then(|c| c.cost_per_million_tokens),
+        ));
+    }
     let trains = |r: &Report| r.time.as_ref().and_then(|t| t.time_to_train_s);
-    if trains(a).is_some() || trains(b).is_some() {
+    if has(&trains) {
         out.push(row("train", "time to train", Kind::Seconds, &trains));
+    }
+    let to_train = |r: &Report| r.cost.as_ref().and_then(|c| c.gpu_hours_to_train);
+    if has(&to_train) {
+        out.push(row("train", "GPU-hours to train", Kind::Amount, &to_train));
+    }
+    let money_to_train = |r: &Report| r.cost.as_ref().and_then(|c| c.cost_to_train);
+    if let (Some(code), true) = (code, has(&money_to_train)) {
+        out.push(row(
+            "train",
+            &format!("{code} to train"),
+            Kind::Amount,
+            &money_to_train,
+        ));
     }
     out
 }

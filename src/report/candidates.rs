@@ -28,6 +28,8 @@ pub struct Row {
     pub memory: String,
     pub step: String,
     pub mfu: String,
+    /// Per million tokens: money with `cluster.price`, else GPU-hours (the heading says).
+    pub cost: String,
     pub limited_by: &'static str,
     pub pareto: bool,
     pub chosen: bool,
@@ -63,6 +65,7 @@ pub fn rows(s: &Solution, top: usize) -> Vec<Row> {
                     }
                 ),
                 mfu: format!("{:.1} %", c.estimate.mfu * 100.0),
+                cost: crate::solve::cost_cell(c),
                 limited_by: c.limiter.as_str(),
                 pareto: s.pareto.contains(&i),
                 chosen: i == 0,

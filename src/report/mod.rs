@@ -155,11 +155,50 @@ fn cards(checked: &Checked) -> Vec<Card> {
             ),
         ),
     ];
-    if let Some(tokens) = plan.train.tokens {
+    let bill = planc_compiler::pricing::bill(plan, e);
+    let amount = planc_lang::units::amount;
+    v.push(match &bill.money {
+        Some(m) => card(
+            "cost a step",
+            format!("{} {}", amount(m.per_step), m.currency),
+            format!(
+                "{} GPU-hours at {} {} a GPU; {} {} per million tokens",
+                amount(bill.gpu_hours_per_step),
+                amount(m.price_per_gpu_hour),
+                m.currency.per_hour(),
+                amount(m.per_million_tokens),
+                m.currency
+            ),
+        ),
+        None => card(
+            "GPU-hours a step",
+            amount(bill.gpu_hours_per_step),
+            format!(
+                "{} per million tokens (no cluster.price)",
+                amount(bill.gpu_hours_per_million_tokens)
+            ),
+        ),
+    });
+    if let (Some(run), Some(t), Some(h)) = (bill.run, bill.time_to_train_s, bill.gpu_hours_to_train)
+    {
+        let days = format!("{:.1} days", t / 86400.0);
+        let money = bill
+            .money
+            .as_ref()
+            .and_then(|m| {
+                m.to_train
+                    .map(|c| format!(", {} {}", amount(c), m.currency))
+            })
+            .unwrap_or_default();
         v.push(card(
             "training time",
-            format!("{:.1} days", tokens / e.tokens_per_s / 86400.0),
-            format!("{tokens:.3e} tokens (train.tokens)"),
+            days,
+            format!(
+                "{:.3e} tokens (train.{}): {} GPU-hours{money}",
+                run.tokens,
+                run.from,
+                amount(h)
+            ),
         ));
     }
     v
@@ -212,6 +251,7 @@ fn solver(file: &str, checked: &Checked) -> Value {
         drawn => s.ranked.len().min(candidates::MAX_POINTS),
         valid => s.ranked.len(),
         objective => objective,
+        cost_heading => crate::solve::cost_heading(s),
         file => file,
     }
 }

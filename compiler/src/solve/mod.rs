@@ -233,6 +233,10 @@ pub fn rank(spec: &PlanSpec, ranked: &mut [Candidate]) {
     let key = |c: &Candidate| match spec.search.objective {
         Objective::Throughput => (c.estimate.step_s, c.memory_fraction),
         Objective::Memory => (c.memory_fraction, c.estimate.step_s),
+        Objective::Cost => (
+            crate::pricing::cost_per_token(&c.plan, &c.estimate),
+            c.memory_fraction,
+        ),
     };
     ranked.sort_by(|a, b| {
         let (x, y) = (key(a), key(b));
