@@ -219,9 +219,10 @@ fn stage_layers_words(plan: &planc_compiler::plan::Plan) -> String {
 pub fn cost_lines(b: &planc_compiler::pricing::Bill) -> String {
     use planc_lang::units::amount;
     let mut s = format!(
-        "cost     {} GPU-hours a step ({} GPUs), {} GPU-hours per million tokens\n",
+        "cost     {} GPU-hours a step ({} GPU{}), {} GPU-hours per million tokens\n",
         amount(b.gpu_hours_per_step),
         b.gpus,
+        if b.gpus == 1 { "" } else { "s" },
         amount(b.gpu_hours_per_million_tokens)
     );
     if let Some(m) = &b.money {
@@ -252,14 +253,16 @@ pub fn cost_lines(b: &planc_compiler::pricing::Bill) -> String {
     s
 }
 
-/// A run's length as people plan one: days from two days on, else hours, else minutes.
+/// A run's length as people plan one: days from two days on, else hours, minutes, seconds.
 fn duration_words(seconds: f64) -> String {
     if seconds >= 2.0 * 86400.0 {
         format!("{:.1} days", seconds / 86400.0)
     } else if seconds >= 3600.0 {
         format!("{:.1} hours", seconds / 3600.0)
-    } else {
+    } else if seconds >= 60.0 {
         format!("{:.1} minutes", seconds / 60.0)
+    } else {
+        format!("{seconds:.1} s")
     }
 }
 
