@@ -364,7 +364,14 @@ pub fn megatron(
                 .into(),
         );
     }
-    if !p.grad_accumulation_fusion {
+    if plan.eager() && plan.framework() == Framework::Megatron {
+        // A site without Transformer Engine or apex (`job.kernels = eager` under megatron,
+        // as `cost::eager` prices it): the local layers, PyTorch's norms and softmax.
+        model.push(Arg::text("--transformer-impl", "local"));
+        model.push(Arg::switch("--no-persist-layer-norm"));
+        model.push(Arg::switch("--no-masked-softmax-fusion"));
+    }
+    if !planc_compiler::cost::eager::accumulates_in_products(plan) {
         parallel.push(Arg::switch("--no-gradient-accumulation-fusion"));
     }
     if p.dp > 1 && p.zero <= 1 && p.overlap_grad_reduce {
@@ -1031,6 +1038,22 @@ mod tests {
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_none());
         p.parallel.grad_accumulation_fusion = false;
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_some());
+    }
+
+    #[test]
+    fn an_eager_plan_runs_megatrons_local_layers() {
+        let mut p = plan("first_stage_layers = 7, last_stage_layers = 7");
+        assert!(has(&flags(&p), "--transformer-impl").is_none());
+        p.kernels = planc_compiler::plan::Kernels::Eager;
+        let f = flags(&p);
+        assert_eq!(has(&f, "--transformer-impl"), Some(Some(json!("local"))));
+        for switch in [
+            "--no-persist-layer-norm",
+            "--no-masked-softmax-fusion",
+            "--no-gradient-accumulation-fusion",
+        ] {
+            assert!(has(&f, switch).is_some(), "{switch}");
+        }
     }
 
     #[test]

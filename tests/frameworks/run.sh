@@ -77,6 +77,9 @@ megatron() {
     local name=$1 f
     [ -d /tmp/mlm/megatron ] || { mkdir -p /tmp/mlm && tar -xzf "$root/.fw/megatron-lm.tar.gz" -C /tmp/mlm; }
     f=$(plan_for "$name" "$2" megatron "${3:-}")
+    # The lent machines have no Transformer Engine or apex: the plan says so (job.kernels =
+    # eager), so planc prices Megatron-LM's local path and the launch runs it.
+    sed -i "s/^\( *\)framework = megatron/&\n\1kernels = eager/" "$f"
     "$planc" emit "$f" --target megatron -o "$out/emit-$name" --force >"$out/$name.emit.log" 2>&1 ||
         { note "$name: emit refused: $(tail -n 3 "$out/$name.emit.log")"; return; }
     local site="--transformer-impl local --no-gradient-accumulation-fusion --no-persist-layer-norm --no-masked-softmax-fusion --eval-iters 0"

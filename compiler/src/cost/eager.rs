@@ -742,9 +742,11 @@ pub fn optimizer_seconds(
             // DeepSpeed's bf16 optimizer: each 16-bit gradient cast and added into the fp32
             // gradient, the 16-bit one zeroed; the norm, the clip; `FusedAdam` (gradient
             // read, weights and moments read and written); the fp32 weights copied to the
-            // 16-bit module; the fp32 gradients zeroed.
+            // 16-bit module; the fp32 gradients zeroed. The gradients' cast and sum, their
+            // norms and the clip are launched a parameter at a time (`BF16_Optimizer`'s
+            // loops over its groups' tensors): four launches a tensor.
             let bytes = (e + 4.0) + 12.0 + e + 4.0 + 8.0 + 28.0 + (4.0 + e) + 4.0;
-            dev.memory(local * bytes)
+            dev.memory(local * bytes) + tensors * 4.0 * LAUNCH_S
         }
         Path::Autocast | Path::Module => {
             // DDP (zero < 2) copies every gradient into its bucket and back.

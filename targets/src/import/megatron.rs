@@ -44,12 +44,13 @@ pub const TABLE: &[Flag] = &[
     flag(&["--moe-token-dispatcher-type"], One, Special("dispatcher")),
     flag(&["--attention-backend"], One, Special("attention_backend")),
     flag(&["--use-flash-attn"], Switch, Set("train", "attention", "flash")),
+    flag(&["--transformer-impl"], One, Special("transformer_impl")),
     flag(&["--attention-dropout"], One, Special("dropout")),
     flag(&["--hidden-dropout"], One, Special("dropout")),
     flag(&["--cross-entropy-loss-fusion"], Switch, Skip("planc prices the fused loss Megatron-LM runs with it")),
     flag(&["--make-vocab-size-divisible-by"], One, Special("vocab_divisor")),
     flag(&["--norm-epsilon", "--layernorm-epsilon"], One, Skip("numerics, not the step's cost")),
-    flag(&["--init-method-std", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--apply-layernorm-1p", "--qk-layernorm", "--no-position-embedding", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--use-rope-scaling", "--rope-scaling-factor", "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-bias-gelu-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--squared-relu", "--openai-gelu", "--onnx-safe", "--bert-no-binary-head", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-score-function", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk", "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-token-drop-policy", "--transformer-impl", "--use-mcore-models", "--use-legacy-models", "--spec", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--no-gradient-accumulation-fusion-in-fp32"], Many, Skip(TUNING)),
+    flag(&["--init-method-std", "--rotary-percent", "--rotary-seq-len-interpolation-factor", "--apply-layernorm-1p", "--qk-layernorm", "--no-position-embedding", "--apply-query-key-layer-scaling", "--attention-softmax-in-fp32", "--use-rope-scaling", "--rope-scaling-factor", "--no-rope-fusion", "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-bias-gelu-fusion", "--no-masked-softmax-fusion", "--no-persist-layer-norm", "--squared-relu", "--openai-gelu", "--onnx-safe", "--bert-no-binary-head", "--moe-router-load-balancing-type", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-router-pre-softmax", "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-score-function", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk", "--moe-shared-expert-overlap", "--moe-input-jitter-eps", "--moe-token-drop-policy", "--use-mcore-models", "--use-legacy-models", "--spec", "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers", "--no-gradient-accumulation-fusion-in-fp32"], Many, Skip(TUNING)),
     // parallelism
     flag(&["--tensor-model-parallel-size"], One, Attr("parallel", "tp", Int)),
     flag(&["--pipeline-model-parallel-size"], One, Attr("parallel", "pp", Int)),
@@ -196,6 +197,13 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
             "unfused" | "local" => d.set("train", "attention", V::Ident("standard".into()), from),
             "flash" | "fused" | "auto" => d.set("train", "attention", V::Ident("flash".into()), from),
             _ => d.unplaced(from, Some(v), "not a Megatron-LM attention backend"),
+        },
+        // The local layers are Megatron-LM's unfused path (cost::eager); Transformer
+        // Engine's, its default, the fused one.
+        "transformer_impl" => match v.as_str() {
+            "local" => d.set("job", "kernels", V::Ident("eager".into()), from),
+            "transformer_engine" => d.set("job", "kernels", V::Ident("fused".into()), from),
+            _ => d.unplaced(from, Some(v), "not a Megatron-LM transformer implementation"),
         },
         "dropout" => match float {
             Some(x) => cx.pending.dropout.push((x, from)),
