@@ -182,6 +182,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("gpu", "host_link") => {
             "the device's link to its host, one direction (offloaded state crosses it); default 31.5 GB/s, PCIe Gen4 x16"
         }
+        ("gpu", "nvlink_domain") => {
+            "GPUs one NVLink fabric joins (8 on an HGX board, 72 in an NVL72 rack); a node should be one"
+        }
         ("gpu", "host_memory_bandwidth") => {
             "host memory bandwidth per GPU (an offloaded optimizer steps at it); default 51.2 GB/s, DGX A100's share"
         }

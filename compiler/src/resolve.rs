@@ -1038,14 +1038,16 @@ impl<'a> Resolver<'a> {
         let gpu = self.require(n, "gpu", |r| r.lookup_gpu(n, defined));
         let gpu = gpu?;
         let intra_node = self.lower_link(n, "intra_node", &gpu.intra_node.clone());
-        Some(NodeGroup {
+        let group = NodeGroup {
             name,
             nodes: nodes?,
             gpus_per_node: gpus_per_node?,
             gpu,
             intra_node,
             price: None,
-        })
+        };
+        self.node_against_domain(n, &group);
+        Some(group)
     }
 
     /// `price` of a cluster or group: money per GPU-hour, zero allowed (a cluster one owns).

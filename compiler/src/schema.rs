@@ -192,6 +192,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "memory_efficiency",
             "host_link",
             "host_memory_bandwidth",
+            "nvlink_domain",
         ],
         &["intra_node"],
     ),

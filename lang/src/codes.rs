@@ -138,6 +138,13 @@ codes! {
          sold as 80 GB reports 79.6 GiB). planc takes the value as written and warns; write \
          the GiB the device reports (nvidia-smi's MiB / 1024), which the help names when a \
          built-in GPU is sold as that size, or leave `memory` out under a `preset`.";
+    P0221 Warning "node and NVLink domain disagree"
+        "planc prices the GPUs of one node on `intra_node` and the nodes on `inter_node`, so a \
+         node should be one NVLink domain: the GPUs one NVLink fabric joins (the catalog's \
+         `nvlink_domain`: 8 on an HGX board, 72 in a GB200 NVL72 rack). A node of more GPUs \
+         prices traffic between domains at NVLink speed; nodes smaller than a domain that \
+         spans hosts (an NVL72 rack of 18 trays) price traffic inside it on the network. \
+         Write one node per domain, or give a `gpu` block its own `nvlink_domain`.";
     P0230 Error "`--set` names no attribute"
         "`--set PATH=VALUE` changes one attribute of the plan without editing it: PATH is the \
          block, its nested blocks and the attribute, separated by dots (`parallel.tp`, \

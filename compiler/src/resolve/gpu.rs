@@ -15,7 +15,7 @@ use planc_lang::Diagnostic;
 
 use super::Resolver;
 use crate::catalog::Catalog;
-use crate::plan::{FlashRates, Gpu, Link, LinkKind, Precision};
+use crate::plan::{FlashRates, Gpu, Link, LinkKind, NodeGroup, Precision};
 use crate::schema::did_you_mean;
 use crate::value::{fmt_num, Value};
 
@@ -96,6 +96,7 @@ impl<'a> Resolver<'a> {
         let intra_node = self.lower_link(n, "intra_node", &base_link);
         let host_link = self.quantity(n, "host_link", Dimension::Bandwidth);
         let host_memory_bandwidth = self.quantity(n, "host_memory_bandwidth", Dimension::Bandwidth);
+        let nvlink_domain = self.count(n, "nvlink_domain", 1);
         let gpu = Gpu {
             profile: None,
             name: name.to_string(),
@@ -112,7 +113,7 @@ impl<'a> Resolver<'a> {
             sustained_clock: 1.0,
             host_link,
             host_memory_bandwidth,
-            nvlink_domain: None,
+            nvlink_domain,
         };
         Some(match preset {
             Some(p) => inherit(gpu, &p),
@@ -241,6 +242,51 @@ impl<'a> Resolver<'a> {
         );
     }
 
+    /// A node of more GPUs than its GPU's NVLink domain, or of fewer where the domain spans
+    /// hosts (an NVL72 rack), is priced on the wrong link (P0221).
+    pub(super) fn node_against_domain(&mut self, n: usize, g: &NodeGroup) {
+        let Some(domain) = g.gpu.nvlink_domain else {
+            return;
+        };
+        let Some((file, attr)) = self.written(n, "gpus_per_node") else {
+            return;
+        };
+        let (per, gpu) = (g.gpus_per_node, &g.gpu.name);
+        if g.intra_node.kind != LinkKind::Nvlink {
+            return;
+        }
+        let d = if per > domain {
+            Diagnostic::new(
+                codes::P0221,
+                format!("a node of {per} {gpu} is more than one NVLink domain of {domain}"),
+            )
+            .at(file, attr.value.span, "priced as one NVLink domain")
+            .help(format!(
+                "planc prices all the GPUs of a node on `intra_node`: write the machine as \
+                 nodes of {domain} (`gpus_per_node = {domain}`, `nodes` as many as there are \
+                 domains), so that traffic between domains crosses `inter_node`"
+            ))
+        } else if per < domain && RACK_SCALE < domain && g.nodes > 1 {
+            Diagnostic::new(
+                codes::P0221,
+                format!(
+                    "{gpu}'s NVLink domain is {domain} GPUs: nodes of {per} price the traffic \
+                     inside it on `inter_node`"
+                ),
+            )
+            .at(file, attr.value.span, "part of one NVLink domain")
+            .help(format!(
+                "write each NVLink domain as one node: `gpus_per_node = {domain}`, `nodes` the \
+                 number of domains, `inter_node`'s `nics_per_node` the NICs of a whole domain; \
+                 for a part whose domain is {per} GPUs, say so: `gpu mine {{ preset = {gpu}, \
+                 nvlink_domain = {per} }}`"
+            ))
+        } else {
+            return;
+        };
+        self.diagnostics.push(d);
+    }
+
     pub(super) fn lookup_gpu(&mut self, n: usize, defined: &HashMap<String, Gpu>) -> Option<Gpu> {
         let (v, span) = self.get(n, "gpu")?;
         let name = match &v {
@@ -312,6 +358,10 @@ impl<'a> Resolver<'a> {
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// The GPUs of one HGX or DGX board: a larger NVLink domain spans several hosts, so nodes
+/// (hosts) smaller than it are still joined by NVLink.
+const RACK_SCALE: u64 = 8;
+
 /// Bytes as GiB the way a plan would write them: `79.6`, `95.58`, `80`.
 fn gib_text(bytes: f64) -> String {
     fmt_num((bytes / GIB * 100.0).round() / 100.0)
@@ -342,7 +392,9 @@ fn inherit(own: Gpu, preset: &Gpu) -> Gpu {
         sustained_clock: preset.sustained_clock,
         host_link: own.host_link.or(preset.host_link),
         host_memory_bandwidth: own.host_memory_bandwidth.or(preset.host_memory_bandwidth),
-        nvlink_domain: preset.nvlink_domain.filter(|_| nvlink),
+        nvlink_domain: own
+            .nvlink_domain
+            .or(preset.nvlink_domain.filter(|_| nvlink)),
         ..own
     }
 }
@@ -511,6 +563,67 @@ mod tests {
         assert!(check("gpu mine { preset = H100_SXM_80GB }")
             .diagnostics
             .is_empty());
+    }
+
+    fn on(gpu_block: &str, cluster: &str) -> Checked {
+        let text = format!(
+            "{gpu_block}
+             cluster c {{ {cluster}
+                 inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s }} }}
+             model m {{ layers = 4, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024 }}
+             train {{ global_batch = 144, precision = bf16 }}
+             parallel {{ tp = 4, micro_batch = 1 }}"
+        );
+        check_source("t.tp", &text)
+    }
+
+    #[test]
+    fn a_node_is_one_nvlink_domain() {
+        let warned = |c: &Checked| {
+            let d = c.diagnostics.iter().find(|d| d.code == "P0221")?;
+            let l = d.primary.as_ref().unwrap();
+            assert_eq!(
+                &c.sources.get(l.file).text[l.span.range()],
+                "4",
+                "at gpus_per_node"
+            );
+            Some(d.message.clone())
+        };
+        // An NVL72 rack written as its trays of 4.
+        let c = on("", "nodes = 36, gpus_per_node = 4, gpu = GB200");
+        assert_eq!(
+            warned(&c).as_deref(),
+            Some("GB200's NVLink domain is 72 GPUs: nodes of 4 price the traffic inside it on `inter_node`")
+        );
+        // The rack as one node; or a part that says its domain is 4 (GB200 NVL4).
+        assert!(warned(&on("", "nodes = 2, gpus_per_node = 72, gpu = GB200")).is_none());
+        let nvl4 = on(
+            "gpu mine { preset = GB200, nvlink_domain = 4 }",
+            "nodes = 36, gpus_per_node = 4, gpu = mine",
+        );
+        assert!(nvl4.ok(), "{:#?}", nvl4.diagnostics);
+        assert!(warned(&nvl4).is_none());
+        // A board's domain is one host: four GPUs of an H100 board are no warning.
+        assert!(warned(&on("", "nodes = 2, gpus_per_node = 4, gpu = H100_SXM_80GB")).is_none());
+        // A node of two H100 boards is two domains.
+        let c = on("", "nodes = 9, gpus_per_node = 16, gpu = H100_SXM_80GB");
+        assert_eq!(
+            c.diagnostics
+                .iter()
+                .find(|d| d.code == "P0221")
+                .map(|d| d.message.as_str()),
+            Some("a node of 16 H100_SXM_80GB is more than one NVLink domain of 8")
+        );
+        // Over PCIe, no NVLink domain to speak of.
+        let c = on(
+            "",
+            "nodes = 9, gpus_per_node = 16, gpu = H100_SXM_80GB, intra_node { kind = pcie }",
+        );
+        assert!(
+            c.diagnostics.iter().all(|d| d.code != "P0221"),
+            "{:#?}",
+            c.diagnostics
+        );
     }
 
     #[test]
