@@ -314,6 +314,15 @@ pub fn summary(checked: &Checked) -> Option<String> {
             String::new()
         }
     );
+    if !plan.train.method.is_full() {
+        // What trains, and which FLOPs the model FLOPs (and MFU) count.
+        s += &format!(
+            "method   {}: {:.3} B parameters train ({:.2} %); model FLOPs count no weight gradient of a frozen weight\n",
+            planc_compiler::cost::method::describe(plan),
+            e.trained_params / 1e9,
+            e.trained_params / e.params * 100.0
+        );
+    }
     s += "memory   stage  weights    grads      optimizer  activations  other      total      of\n";
     let show: Vec<usize> = if e.stages.len() <= 4 {
         (0..e.stages.len()).collect()

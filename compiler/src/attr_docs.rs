@@ -66,6 +66,18 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("train", "precision") => "fp32, fp16, bf16 or fp8",
         ("train", "optimizer") => "adam, adamw or sgd",
         ("train", "tokens") => "tokens to train on, for the time to train",
+        ("train", "method") => {
+            "what trains: full (default, every weight), lora (low-rank adapters beside frozen \
+             weights) or frozen (the first frozen_layers layers, the embedding and the output \
+             layer frozen)"
+        }
+        ("train", "lora_rank") => "LoRA's rank r: an adapter of r × (in + out) per matrix; default 8",
+        ("train", "lora_alpha") => "LoRA's scale numerator (alpha / r); default 2 × lora_rank",
+        ("train", "lora_targets") => {
+            "the matrices LoRA adapts in every layer: a list of q, k, v, o, gate, up, down, or \
+             all (default)"
+        }
+        ("train", "frozen_layers") => "method = frozen: the first layers whose weights do not train",
         ("train", "dropout") => {
             "attention and hidden dropout probability; default 0 (Megatron-LM's own default is 0.1)"
         }

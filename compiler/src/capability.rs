@@ -12,7 +12,7 @@
 //! values that only the launch meets (a GPT-2 layout under torchtitan, fp16) stay with the
 //! targets.
 
-use crate::plan::{Framework, Model, Offload, Parallel, PlanSpec, Schedule};
+use crate::plan::{Framework, Model, Offload, Parallel, PlanSpec, Schedule, Train};
 
 /// One limit a framework puts on the layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,7 +178,40 @@ pub struct ModelLimit {
 
 /// The first part of the plan's model or training method its framework does not run.
 pub fn model_limit(spec: &PlanSpec) -> Option<ModelLimit> {
-    framework_model_limit(framework_of(spec)?, &spec.model)
+    let framework = framework_of(spec)?;
+    framework_model_limit(framework, &spec.model).or_else(|| method_limit(framework, &spec.train))
+}
+
+/// The training method (`train.method`) when the launch planc writes for `framework`
+/// cannot carry it: none does. `planc run`, Megatron-LM (as planc emits it), torchtitan and
+/// the training script planc generates train every weight; a job's own script
+/// (`job.entrypoint`) takes a method in flags of its own (LLaMA-Factory's
+/// `--finetuning_type lora --lora_rank`), which planc does not write, so its launch would
+/// train every weight as silently as the others.
+pub fn method_limit(framework: Framework, train: &Train) -> Option<ModelLimit> {
+    if train.method.is_full() {
+        return None;
+    }
+    let method = train.method.method();
+    let who = match framework {
+        Framework::Planc => "`planc run` trains every weight (full training)",
+        Framework::Megatron => {
+            "Megatron-LM's pretrain_gpt.py, which planc emits, trains every weight: it has no \
+             LoRA adapters or frozen layers (NeMo's and Megatron-Bridge's PEFT add them)"
+        }
+        Framework::Torchtitan => "torchtitan trains every weight of its Llama 3",
+        Framework::Torch | Framework::Deepspeed => {
+            "planc's launch trains every weight: the script it generates has no adapters, and \
+             a job's own script takes the method in flags of its own (LLaMA-Factory's \
+             --finetuning_type lora), which planc does not write"
+        }
+    };
+    Some(ModelLimit {
+        framework: framework.as_str(),
+        reason: format!("method = {method}: {who}"),
+        block: "train",
+        attr: "method",
+    })
 }
 
 /// The first part of `model` that `framework` does not run.

@@ -252,19 +252,42 @@ fn framework_runs_model(spec: &PlanSpec) -> Option<Diagnostic> {
     Some(
         Diagnostic::new(
             codes::P0331,
-            format!("job.framework = {} does not run this model", l.framework),
+            format!(
+                "job.framework = {} does not run this {}",
+                l.framework,
+                if l.block == "train" {
+                    "training method"
+                } else {
+                    "model"
+                }
+            ),
         )
         .at(f, s, l.reason)
-        .help(format!(
-            "the plan is priced as written, but {} refuses it: change `{}.{}`, or the framework",
-            if l.framework == "planc" {
-                "`planc run`"
-            } else {
-                "`planc emit`"
-            },
-            l.block,
-            l.attr
-        )),
+        .help(if l.block == "train" {
+            // No launch planc writes carries a fine-tuning method (`capability::method_limit`).
+            format!(
+                "the plan is priced as written, but {} refuses it: launch the fine-tuning with \
+                 your own tooling, or train every weight (`{}.{} = full`)",
+                if l.framework == "planc" {
+                    "`planc run`"
+                } else {
+                    "`planc emit`"
+                },
+                l.block,
+                l.attr
+            )
+        } else {
+            format!(
+                "the plan is priced as written, but {} refuses it: change `{}.{}`, or the framework",
+                if l.framework == "planc" {
+                    "`planc run`"
+                } else {
+                    "`planc emit`"
+                },
+                l.block,
+                l.attr
+            )
+        }),
     )
 }
 

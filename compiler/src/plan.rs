@@ -337,8 +337,79 @@ pub struct Train {
     /// Attention and hidden dropout probability. Dropout keeps masks (and the dropped
     /// attention probabilities) for backward; without it those tensors do not exist.
     pub dropout: f64,
+    /// What the step trains (`train.method`): every weight, or adapters or later layers
+    /// beside frozen weights (`cost::method` prices it).
+    pub method: TrainMethod,
     /// What `planc run` needs beyond the cost model: data, seed, schedule, optimizer constants.
     pub run: RunSettings,
+}
+
+enumeration!(
+    /// `train.method`: `full` trains every weight; `lora` freezes every weight of the model
+    /// and trains low-rank adapters beside some of the layers' matrices (Hu et al. 2021,
+    /// arXiv 2106.09685); `frozen` freezes the embedding, the output layer and the first
+    /// `frozen_layers` layers and trains the rest (LLaMA-Factory's `freeze` tuning).
+    Method { Full = "full", Lora = "lora", Frozen = "frozen" }
+);
+
+enumeration!(
+    /// A layer's weight matrix a LoRA adapter can sit beside (`train.lora_targets`): the
+    /// attention's query, key, value and output projections, the MLP's gate, up and down
+    /// projections (a GELU MLP has `up` and `down` only). Hugging Face's Llama names them
+    /// `q_proj` … `down_proj`.
+    LoraTarget { Q = "q", K = "k", V = "v", O = "o", Gate = "gate", Up = "up", Down = "down" }
+);
+
+/// What a step trains, with the method's own settings.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "method", rename_all = "lowercase")]
+pub enum TrainMethod {
+    Full,
+    Lora(Lora),
+    Frozen {
+        /// The first layers (from the embedding on) whose weights do not train.
+        frozen_layers: u64,
+    },
+}
+
+/// LoRA's settings: every adapted `in × out` matrix `W` gains `B·A`, `A` of `rank × in`
+/// and `B` of `out × rank`, scaled by `alpha / rank`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Lora {
+    pub rank: u64,
+    /// The scale's numerator (`lora_alpha`); priced nowhere, kept for the launch.
+    pub alpha: f64,
+    /// The adapted matrices of every layer, in [`LoraTarget::ALL`]'s order.
+    pub targets: Vec<LoraTarget>,
+}
+
+impl TrainMethod {
+    pub fn method(&self) -> Method {
+        match self {
+            TrainMethod::Full => Method::Full,
+            TrainMethod::Lora(_) => Method::Lora,
+            TrainMethod::Frozen { .. } => Method::Frozen,
+        }
+    }
+
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrainMethod::Full)
+    }
+
+    pub fn lora(&self) -> Option<&Lora> {
+        match self {
+            TrainMethod::Lora(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// Whether the embedding (and the output layer, the final norm and every norm of a
+    /// frozen layer) train: under full training only. LoRA freezes all of them (PEFT adapts
+    /// the named matrices only); `frozen` trains its layers' norms but not the ends
+    /// (LLaMA-Factory's freeze tuning trains `freeze_extra_modules` only when named).
+    pub fn trains_ends(&self) -> bool {
+        self.is_full()
+    }
 }
 
 enumeration!(LrSchedule { Constant = "constant", Cosine = "cosine" });
@@ -824,21 +895,61 @@ impl Plan {
     /// MoE model (`model.first_dense_layers`): the model's first layers, which fill the
     /// virtual stages in order (chunk 0 of stages 0, 1, …, then chunk 1 of each).
     pub fn chunk_dense_layers(&self, stage: u64, chunk: u64) -> u64 {
-        let (m, p) = (&self.model, &self.parallel);
-        if !m.is_moe() {
+        if !self.model.is_moe() {
             return 0;
         }
+        self.chunk_prefix(stage, chunk, self.model.first_dense_layers)
+    }
+
+    /// The model's index of the first layer of chunk `chunk` of stage `stage`, and the
+    /// chunk's layer count: the chunks take the layers in order (chunk 0 of stages 0, 1, …,
+    /// then chunk 1 of each).
+    pub fn chunk_range(&self, stage: u64, chunk: u64) -> (u64, u64) {
+        let (m, p) = (&self.model, &self.parallel);
         let mut start = 0;
         for c in 0..p.vpp.max(1) {
             for s in 0..p.pp.max(1) {
                 let n = p.chunk_layers(m.layers, s, c);
                 if (s, c) == (stage, chunk) {
-                    return m.first_dense_layers.saturating_sub(start).min(n);
+                    return (start, n);
                 }
                 start += n;
             }
         }
-        0
+        (start, 0)
+    }
+
+    /// Of chunk `chunk` of stage `stage`, the layers among the model's first `prefix`.
+    pub fn chunk_prefix(&self, stage: u64, chunk: u64, prefix: u64) -> u64 {
+        let (start, n) = self.chunk_range(stage, chunk);
+        prefix.saturating_sub(start).min(n)
+    }
+
+    /// The first layers whose weights do not train (`train.method = frozen`); 0 otherwise.
+    pub fn frozen_prefix(&self) -> u64 {
+        match self.train.method {
+            TrainMethod::Frozen { frozen_layers } => frozen_layers.min(self.model.layers),
+            _ => 0,
+        }
+    }
+
+    /// Of chunk `chunk` of stage `stage`, the frozen prefix's layers, as (MoE, dense).
+    pub fn chunk_frozen_layers(&self, stage: u64, chunk: u64) -> (u64, u64) {
+        let frozen = self.chunk_prefix(stage, chunk, self.frozen_prefix());
+        let dense = if self.model.is_moe() {
+            let both = self.frozen_prefix().min(self.model.first_dense_layers);
+            self.chunk_prefix(stage, chunk, both)
+        } else {
+            frozen
+        };
+        (frozen - dense, dense)
+    }
+
+    /// Of stage `stage`'s layers, the frozen prefix's, as (MoE, dense).
+    pub fn stage_frozen_layers(&self, stage: u64) -> (u64, u64) {
+        (0..self.parallel.vpp.max(1))
+            .map(|c| self.chunk_frozen_layers(stage, c))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
     }
 
     /// Of stage `stage`'s layers, those with a dense MLP ([`Plan::chunk_dense_layers`]).

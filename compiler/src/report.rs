@@ -60,6 +60,44 @@ pub struct ModelSection {
     pub params: u64,
     pub flops_per_step: f64,
     pub hw_flops_per_step: f64,
+    /// Extension, present when the plan does not train every weight (`train.method`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<MethodSection>,
+}
+
+/// What trains, when not every weight does.
+#[derive(Serialize, Debug, Clone)]
+pub struct MethodSection {
+    /// `lora` or `frozen`.
+    pub name: &'static str,
+    /// Parameters with gradients and optimizer state (LoRA's adapters; the trained layers).
+    pub trained_params: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_rank: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_targets: Option<Vec<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen_layers: Option<u64>,
+}
+
+fn method_section(plan: &Plan, e: &Estimate) -> Option<MethodSection> {
+    use crate::plan::TrainMethod;
+    let (lora_rank, lora_targets, frozen_layers) = match &plan.train.method {
+        TrainMethod::Full => return None,
+        TrainMethod::Lora(l) => (
+            Some(l.rank),
+            Some(l.targets.iter().map(|t| t.as_str()).collect()),
+            None,
+        ),
+        TrainMethod::Frozen { frozen_layers } => (None, None, Some(*frozen_layers)),
+    };
+    Some(MethodSection {
+        name: plan.train.method.method().as_str(),
+        trained_params: e.trained_params.round() as u64,
+        lora_rank,
+        lora_targets,
+        frozen_layers,
+    })
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -274,6 +312,7 @@ pub fn build(
         params: e.params.round() as u64,
         flops_per_step: e.flops_per_step,
         hw_flops_per_step: e.hw_flops_per_step,
+        method: method_section(plan, e),
     });
     let stages: Vec<StageSection> = e
         .stages

@@ -916,7 +916,7 @@ impl<'a> Resolver<'a> {
             .top
             .get("train")
             .copied()
-            .and_then(|n| self.lower_train(n));
+            .and_then(|n| self.lower_train(n, model.as_ref()));
         let parallel = self
             .top
             .get("parallel")
@@ -1403,7 +1403,7 @@ impl<'a> Resolver<'a> {
         None
     }
 
-    fn lower_train(&mut self, n: usize) -> Option<Train> {
+    fn lower_train(&mut self, n: usize, model: Option<&Model>) -> Option<Train> {
         let global_batch = self.require(n, "global_batch", |r| r.count(n, "global_batch", 1));
         let precision = self
             .enumeration(n, "precision", Precision::NAMES, Precision::parse)
@@ -1417,6 +1417,7 @@ impl<'a> Resolver<'a> {
             .unwrap_or(Attention::Flash);
         let dropout = self.number(n, "dropout", 0.0, 0.99).unwrap_or(0.0);
         let run = self.lower_run_settings(n);
+        let method = self.lower_method(n, model);
         Some(Train {
             global_batch: global_batch?,
             precision,
@@ -1424,8 +1425,147 @@ impl<'a> Resolver<'a> {
             tokens,
             attention,
             dropout,
+            method: method?,
             run,
         })
+    }
+
+    /// `train.method` with its settings. `model`, where it lowered, bounds `frozen_layers`
+    /// (a layer must train) and says which matrices a layer has (`gate` is SwiGLU's).
+    fn lower_method(&mut self, n: usize, model: Option<&Model>) -> Option<TrainMethod> {
+        let method = if self.find_attr(n, "method").is_some() {
+            self.enumeration(n, "method", Method::NAMES, Method::parse)?
+        } else {
+            Method::Full
+        };
+        // A setting of another method changes nothing: said, not silently dropped.
+        for (attr, of) in [
+            ("lora_rank", Method::Lora),
+            ("lora_alpha", Method::Lora),
+            ("lora_targets", Method::Lora),
+            ("frozen_layers", Method::Frozen),
+        ] {
+            if of == method {
+                continue;
+            }
+            if let Some((file, a)) = self.written(n, attr) {
+                self.report(
+                    codes::P0226,
+                    format!("`{attr}` belongs to `method = {of}`, and the plan trains `method = {method}`"),
+                    file,
+                    a.name.span,
+                    format!("changes nothing under `method = {method}`"),
+                )
+                .with_help(format!("write `method = {of}`, or remove `{attr}`"));
+            }
+        }
+        Some(match method {
+            Method::Full => TrainMethod::Full,
+            Method::Lora => {
+                // LLaMA-Factory's defaults (`FinetuningArguments`): rank 8, alpha twice the
+                // rank, every linear layer (`lora_target: all`).
+                let rank = match self.find_attr(n, "lora_rank") {
+                    Some(_) => self.count(n, "lora_rank", 1),
+                    None => Some(8),
+                };
+                let alpha = match self.find_attr(n, "lora_alpha") {
+                    Some(_) => self.number(n, "lora_alpha", 0.0, 1e9),
+                    None => rank.map(|r| 2.0 * r as f64),
+                };
+                let targets = self.lora_targets(n, model);
+                TrainMethod::Lora(Lora {
+                    rank: rank?,
+                    alpha: alpha?,
+                    targets: targets?,
+                })
+            }
+            Method::Frozen => {
+                let frozen =
+                    self.require(n, "frozen_layers", |r| r.count(n, "frozen_layers", 0))?;
+                if let Some(m) = model.filter(|m| frozen >= m.layers) {
+                    let (file, a) = self.written(n, "frozen_layers")?;
+                    self.report(
+                        codes::P0212,
+                        format!(
+                            "frozen_layers = {frozen}, and the model has {} layers",
+                            m.layers
+                        ),
+                        file,
+                        a.value.span,
+                        "nothing would train",
+                    )
+                    .with_help(format!("freeze at most {} layers", m.layers - 1));
+                    return None;
+                }
+                TrainMethod::Frozen {
+                    frozen_layers: frozen,
+                }
+            }
+        })
+    }
+
+    /// `train.lora_targets`: `all` (the default), one matrix, or a list of them, in
+    /// [`LoraTarget::ALL`]'s order. A list here is the matrices adapted, not a hole.
+    fn lora_targets(&mut self, n: usize, model: Option<&Model>) -> Option<Vec<LoraTarget>> {
+        let swiglu = model.is_none_or(|m| m.mlp == Mlp::Swiglu);
+        let present = |t: &LoraTarget| swiglu || *t != LoraTarget::Gate;
+        let Some((file, attr)) = self.written(n, "lora_targets") else {
+            return Some(LoraTarget::ALL.iter().copied().filter(present).collect());
+        };
+        let path = self.nodes[n].path.clone();
+        self.origins
+            .insert(&path, "lora_targets", file, attr.value.span);
+        let v = self.eval_attr(n, "lora_targets")?;
+        let span = attr.value.span;
+        let items = match v {
+            Value::List(items) => items,
+            Value::Enum(ref s) if s == "all" => {
+                return Some(LoraTarget::ALL.iter().copied().filter(present).collect())
+            }
+            other => vec![other],
+        };
+        let mut names = LoraTarget::NAMES.to_vec();
+        names.push("all");
+        let mut out = Vec::new();
+        let mut ok = true;
+        for it in &items {
+            match self.read_enum(
+                n,
+                span,
+                "lora_targets",
+                it,
+                LoraTarget::NAMES,
+                LoraTarget::parse,
+            ) {
+                Some(t) if !present(&t) => {
+                    self.report(
+                        codes::P0209,
+                        "`gate` is a SwiGLU MLP's matrix, and the model's MLP is GELU",
+                        file,
+                        span,
+                        "a GELU MLP has `up` and `down`",
+                    )
+                    .with_help("adapt `up` and `down`, or write `lora_targets = all`");
+                    ok = false;
+                }
+                Some(t) => out.push(t),
+                None => ok = false,
+            }
+        }
+        if items.is_empty() {
+            self.report(
+                codes::P0212,
+                "`lora_targets` is empty: no adapter would train",
+                file,
+                span,
+                "no matrices",
+            )
+            .with_help(format!("name some of {}", names.join(", ")));
+            ok = false;
+        }
+        out.sort();
+        out.dedup();
+        ok.then_some(out)
     }
 
     fn lower_run_settings(&mut self, n: usize) -> RunSettings {

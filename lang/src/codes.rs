@@ -145,6 +145,11 @@ codes! {
          prices traffic between domains at NVLink speed; nodes smaller than a domain that \
          spans hosts (an NVL72 rack of 18 trays) price traffic inside it on the network. \
          Write one node per domain, or give a `gpu` block its own `nvlink_domain`.";
+    P0226 Warning "setting of another training method"
+        "`lora_rank`, `lora_alpha` and `lora_targets` belong to `train.method = lora`, \
+         `frozen_layers` to `train.method = frozen`. Under another method they change nothing: \
+         the plan is priced without them (`--set train.method=full` on a LoRA plan, say, prices \
+         full training). Write the method they belong to, or remove them.";
     P0230 Error "`--set` names no attribute"
         "`--set PATH=VALUE` changes one attribute of the plan without editing it: PATH is the \
          block, its nested blocks and the attribute, separated by dots (`parallel.tp`, \
@@ -249,7 +254,10 @@ codes! {
         "The plan's `job.framework` has no code for part of the model or of the training method \
          it describes: `planc run` (framework planc) trains heads of hidden / heads (no \
          `head_dim` of their own) and full training only; torchtitan's Llama 3 has no \
-         `head_dim` of its own either. No layout changes that, so `planc solve` does not search \
+         `head_dim` of its own either; no launch planc writes carries a fine-tuning method (`method = lora` or \
+         `frozen`): Megatron-LM, torchtitan and the script planc generates train every weight, \
+         and a job's own script takes the method in flags of its own (LLaMA-Factory's \
+         `--finetuning_type`), which planc does not write. No layout changes that, so `planc solve` does not search \
          around it; the plan is priced as written, and `planc emit` and `planc run` refuse it \
          (P0706, P0901). Use a framework that runs it, or change the attribute.";
     P0332 Warning "planc's runtime has one kernel path"

@@ -5,8 +5,9 @@
 
 use planc_compiler::cost::memory::{
     dense_layer_params_per_gpu, layer_expert_params_per_gpu, layer_params_per_gpu,
-    stage_expert_params, stage_layer_params, stage_params,
+    stage_layer_params, stage_params,
 };
+use planc_compiler::cost::method::{chunk_trained_params, stage_trained_params};
 use planc_compiler::cost::stage_group;
 use planc_compiler::cost::time::{
     dp_collectives, dp_contention, embedding_sync_time, optimizer_time, pieces, placement,
@@ -60,8 +61,9 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let pl = placement(plan, group);
         let pc = pieces(plan, &dev, &pl);
         let params = stage_params(plan, rank as u64);
-        let experts = stage_expert_params(plan, rank as u64);
-        costs.optimizer[rank as usize] = optimizer_time(plan, params, experts, &dev);
+        // The optimizer steps the trained weights only (`cost::method`).
+        let (trained, trained_experts) = stage_trained_params(plan, rank as u64);
+        costs.optimizer[rank as usize] = optimizer_time(plan, trained, trained_experts, &dev);
         if data_parallel && p.overlap_grad_reduce {
             costs.contention[rank as usize] = dp_contention(plan, rank as u64, &pl);
         }
@@ -88,11 +90,15 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
                 + dense_layer_params * dense
                 + if chunk == end_chunk { end_params } else { 0.0 };
             let chunk_experts = expert_layer_params * moe;
-            max_chunk_params = max_chunk_params.max(chunk_params);
+            // Only trained weights' gradients are reduced (`cost::method`), in buckets.
+            let ends = if chunk == end_chunk { end_params } else { 0.0 };
+            let trained = chunk_trained_params(plan, rank as u64, chunk as u64, ends);
+            max_chunk_params = max_chunk_params.max(trained.0);
             if v == 0 {
-                first_chunk_params = chunk_params;
+                first_chunk_params = trained.0;
             }
-            let (mut fwd, mut bwd, mut wgrad) = pc.layers(moe, dense);
+            // A frozen prefix's layers run forward only (`cost::method`).
+            let (mut fwd, mut bwd, mut wgrad) = pc.chunk_layers(plan, rank as u64, chunk as u64);
             if v == 0 {
                 fwd.add(pc.embedding_fwd);
                 bwd.add(pc.embedding_bwd);
@@ -100,13 +106,14 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
             if v == stages - 1 {
                 fwd.add(pc.head_fwd);
                 bwd.add(pc.head_bwd);
-                wgrad += pc.head_fwd.compute;
+                wgrad += pc.head_wgrad;
             }
             costs.forward[v] = (fwd.compute, fwd.comm);
             costs.backward[v] = (bwd.compute, bwd.comm);
             costs.weight_grad[v] = wgrad;
             if data_parallel {
-                let (reduce, gather) = dp_collectives(plan, chunk_params, chunk_experts, &pl);
+                let (reduce, gather) =
+                    dp_collectives(plan, (chunk_params, chunk_experts), trained, &pl);
                 costs.grad_reduce[v] = reduce;
                 costs.param_gather[v] = gather;
             }

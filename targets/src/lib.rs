@@ -585,6 +585,10 @@ fn context<'a>(
         Target::Torchtitan => Framework::Torchtitan,
         _ => job.framework,
     };
+    // LoRA and frozen layers need the training code to apply them (`train.method`).
+    if let Some(l) = planc_compiler::capability::method_limit(framework, &plan.train) {
+        return Err(unsupported(l.reason, Some(args::at(l.block, l.attr))));
+    }
     if job.entrypoint_args == EntrypointArgs::HfTrainer
         && !matches!(framework, Framework::Deepspeed | Framework::Torch)
     {

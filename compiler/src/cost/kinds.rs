@@ -92,38 +92,42 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
         Some(e) => e.1 += s,
         None => out.push((k, s)),
     };
-    let dense_params = if plan.model.is_moe() {
-        super::memory::dense_layer_params_per_gpu(plan)
+    let (frozen_moe, frozen_dense) = plan.stage_frozen_layers(stage);
+    // An MoE model's layers, and its first dense ones (every layer of a dense model); of
+    // each, a frozen prefix's run forward only (`cost::method`).
+    let dense_ops = if plan.model.is_moe() {
+        dense_layer_forward(plan)
     } else {
-        super::memory::layer_params_per_gpu(plan)
+        layer_forward(plan)
     };
-    // An MoE model's layers, and its first dense ones (every layer of a dense model).
-    for (ops, layers, params) in [
-        (
-            layer_forward(plan),
-            moe,
-            super::memory::layer_params_per_gpu(plan),
-        ),
-        (dense_layer_forward(plan), dense, dense_params),
+    for (ops, layers, frozen, is_moe) in [
+        (layer_forward(plan), moe, frozen_moe as f64, true),
+        (dense_ops, dense, frozen_dense as f64, false),
     ] {
         if layers == 0.0 {
             continue;
         }
+        let params = super::method::layer_held_params(plan, is_moe);
+        let trained = super::method::layer_trained_params(plan, is_moe).0;
+        let back = layers - frozen;
         let (mut layer_fwd, mut layer_bwd) = (PassTime::default(), PassTime::default());
         for (kind, fwd, bwd) in ops_by_kind(plan, &ops, &dev, &pl) {
-            add(kind, mb * layers * (fwd.compute + bwd.compute));
-            add(WorkKind::Communication, mb * layers * (fwd.comm + bwd.comm));
+            add(kind, mb * (layers * fwd.compute + back * bwd.compute));
+            add(
+                WorkKind::Communication,
+                mb * (layers * fwd.comm + back * bwd.comm),
+            );
             layer_fwd.add(fwd);
             layer_bwd.add(bwd);
         }
         // ZeRO-3's copies in and out of its collectives' buffers and the offloaded state's
         // host traffic: part of the layer passes (`pieces`), the data-parallel and host
         // traffic's work, not any of the layer's operations.
-        let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, &dev);
-        let (host_fwd, host_bwd) = host_exposed(plan, params, &dev, layer_fwd, layer_bwd);
+        let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, trained, &dev);
+        let (host_fwd, host_bwd) = host_exposed(plan, params, trained, &dev, layer_fwd, layer_bwd);
         add(
             WorkKind::Communication,
-            mb * layers * (copies_fwd + copies_bwd + host_fwd + host_bwd),
+            mb * (layers * (copies_fwd + host_fwd) + back * (copies_bwd + host_bwd)),
         );
     }
     let pc = pieces(plan, &dev, &pl);
@@ -152,10 +156,10 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     let (exposed, lost) = dp_exposed_parts(plan, stage, params, &st, &pl);
     add(WorkKind::Communication, exposed);
     add(WorkKind::Linear, lost);
-    let experts = super::memory::stage_expert_params(plan, stage);
+    let (trained, experts) = super::method::stage_trained_params(plan, stage);
     add(
         WorkKind::Optimizer,
-        optimizer_time(plan, params, experts, &dev),
+        optimizer_time(plan, trained, experts, &dev),
     );
     out.retain(|(_, s)| *s > 0.0);
     out

@@ -20,8 +20,12 @@ pub struct StageMemory {
     pub activations_bytes: f64,
     pub other_bytes: f64,
     pub total_bytes: f64,
-    /// Parameters held by one GPU of this stage (before ZeRO sharding).
+    /// Parameters held by one GPU of this stage (before ZeRO sharding), LoRA's adapters
+    /// included.
     pub params: f64,
+    /// Of `params`, those that train (`train.method`): with gradients, optimizer state and
+    /// a data-parallel reduction. All of them under full training.
+    pub trained_params: f64,
 }
 
 /// CUDA context, cuBLAS workspace and NCCL buffers: present on every GPU whatever the
@@ -169,15 +173,24 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
     } else {
         1.0
     };
-    // Sequence-parallel-shardable: norm inputs (4·sbh), QKV and FC1 inputs (4·sbh; an MoE
-    // layer's router input in the FC1 input's place), and with dropout its two 1-byte masks
-    // (2·sbh in Table 2's 2-byte units).
-    let replicated = (if dropout { 6.0 } else { 4.0 } + 4.0 * fp8) * sbh;
+    // A product's input is kept for its weight gradient: under LoRA, only where an adapter
+    // reads the same input (`A·x`); a frozen product's input gradient needs its weight,
+    // not its input (`cost::method`).
+    let keeps = Keeps::of(plan);
+    let (qkv_in, fc1_in, fc2_in) = (
+        f64::from(u8::from(keeps.qkv_in)),
+        f64::from(u8::from(keeps.fc1_in)),
+        f64::from(u8::from(keeps.fc2_in)),
+    );
+    // Sequence-parallel-shardable: norm inputs (4·sbh), QKV and FC1 inputs (2·sbh each; an
+    // MoE layer's router input in the FC1 input's place), and with dropout its two 1-byte
+    // masks (2·sbh in Table 2's 2-byte units).
+    let replicated = (if dropout { 6.0 } else { 4.0 } + 2.0 * fp8 * (qkv_in + fc1_in)) * sbh;
     // The MLP's intermediates: FC1's output (the activation's input) and the activation's
     // output, FC2's input.
     let mid = |f: f64| match m.mlp {
-        Mlp::Gelu => (2.0 + 2.0 * fp8) * s * b * f,
-        Mlp::Swiglu => (4.0 + 2.0 * fp8) * s * b * f,
+        Mlp::Gelu => (2.0 + 2.0 * fp8 * fc2_in) * s * b * f,
+        Mlp::Swiglu => (4.0 + 2.0 * fp8 * fc2_in) * s * b * f,
     };
     let replicated_div = if p.sequence_parallel { t } else { 1.0 };
     // Tensor-parallel-split: Q, K, V, attention output, MLP intermediates.
@@ -192,18 +205,19 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
         let rows = m.top_k as f64 * super::ops::expert_load_factor(plan);
         let shared = (m.shared_experts * m.expert_ffn_hidden) as f64;
         let shared_in = if m.shared_experts > 0 {
-            2.0 * fp8 * sbh
+            2.0 * fp8 * sbh * fc1_in
         } else {
             0.0
         };
         (
             mid(m.expert_ffn_hidden as f64 * rows) + mid(shared),
-            2.0 * fp8 * sbh * rows + (2.0 * sbh * rows + shared_in) / replicated_div,
+            2.0 * fp8 * sbh * rows * fc1_in + (2.0 * sbh * rows + shared_in) / replicated_div,
         )
     } else {
         (mid(m.ffn_hidden as f64), 0.0)
     };
-    let split = qkv + fp8 * attn_out + mlp_mid;
+    let attn_out = if keeps.attn_out { attn_out } else { 0.0 };
+    let split = qkv + fp8 * attn_out + mlp_mid + keeps.adapter_rows(plan, moe) * s * b * 2.0;
     // The s×s attention matrix: the softmax output (2), and with dropout its mask (1) and
     // the dropped probabilities (2); gone with flash attention or selective recompute.
     let a = m.heads as f64;
@@ -214,6 +228,65 @@ fn activation_bytes_of(plan: &Plan, moe: bool) -> f64 {
         0.0
     };
     (replicated / replicated_div + split / t + core / t + whole) * elem
+}
+
+/// Which of a layer's product inputs its backward keeps (Korthikanti's Table 2 keeps them
+/// all, for the weight gradients), and the adapters' own.
+struct Keeps {
+    qkv_in: bool,
+    fc1_in: bool,
+    fc2_in: bool,
+    /// The attention's output, the output projection's input: also what the fused
+    /// attention's backward reads (FlashAttention keeps `O` with its log-sum-exp).
+    attn_out: bool,
+}
+
+impl Keeps {
+    fn of(plan: &Plan) -> Keeps {
+        use crate::plan::LoraTarget as T;
+        let Some(l) = plan.train.method.lora() else {
+            return Keeps {
+                qkv_in: true,
+                fc1_in: true,
+                fc2_in: true,
+                attn_out: true,
+            };
+        };
+        let has = |t: &[T]| l.targets.iter().any(|x| t.contains(x));
+        Keeps {
+            qkv_in: has(&[T::Q, T::K, T::V]),
+            fc1_in: has(&[T::Gate, T::Up]),
+            fc2_in: has(&[T::Down]),
+            attn_out: has(&[T::O]) || plan.train.attention == Attention::Flash,
+        }
+    }
+
+    /// The adapters' intermediates `A·x` (rank wide, kept for `B`'s gradient) of one token
+    /// of a layer (an MoE layer's routed rows at their load), in 2-byte units' elements.
+    fn adapter_rows(&self, plan: &Plan, moe: bool) -> f64 {
+        let Some(l) = plan.train.method.lora() else {
+            return 0.0;
+        };
+        let m = &plan.model;
+        let rows = if moe && m.is_moe() {
+            m.top_k as f64 * super::ops::expert_load_factor(plan)
+                + f64::from(u8::from(m.shared_experts > 0))
+        } else {
+            1.0
+        };
+        l.targets
+            .iter()
+            .map(|t| {
+                let mlp = matches!(
+                    t,
+                    crate::plan::LoraTarget::Gate
+                        | crate::plan::LoraTarget::Up
+                        | crate::plan::LoraTarget::Down
+                );
+                l.rank as f64 * if mlp { rows } else { 1.0 }
+            })
+            .sum()
+    }
 }
 
 /// Micro-batches whose activations stage `stage` holds at its peak, in units of the
@@ -258,7 +331,14 @@ pub fn in_flight_layers(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
 pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory {
     let p = &plan.parallel;
     let m = &plan.model;
-    let params = stage_params(plan, stage);
+    // Held: the model's weights and LoRA's adapters, in the training precision. Trained
+    // (`cost::method`): what has a gradient and optimizer state; a frozen weight has
+    // neither, nor an fp32 master copy (the optimizer's state, `Plan::optimizer_state_bytes`,
+    // covers trained weights only).
+    let (adapters, adapter_experts) = super::method::stage_adapter_params(plan, stage);
+    let params = stage_params(plan, stage) + adapters;
+    let experts = stage_expert_params(plan, stage) + adapter_experts;
+    let (trained, trained_experts) = super::method::stage_trained_params(plan, stage);
     let w = plan.train.precision.bytes();
     // The optimizer's state as the framework holds it (`parallel.optimizer_dtype`).
     let (master, moments) = plan.optimizer_state_bytes();
@@ -266,18 +346,18 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     // The buffer as the framework holds it (`parallel.grad_dtype`).
     let g = plan.grad_bytes();
     // The routed experts' state is sharded over their own (smaller) data-parallel group.
-    let experts = stage_expert_params(plan, stage);
     let (shard, expert_shard) = shard_groups(plan);
-    let sharded = |bytes: f64, on: bool| {
+    let sharded = |(all, experts): (f64, f64), bytes: f64, on: bool| {
         if on {
-            (params - experts) * bytes / shard + experts * bytes / expert_shard
+            (all - experts) * bytes / shard + experts * bytes / expert_shard
         } else {
-            params * bytes
+            all * bytes
         }
     };
-    let weights = sharded(w, p.zero >= 3);
-    let gradients = sharded(g, p.zero >= 2);
-    let mut optimizer = sharded(o, p.zero >= 1);
+    // ZeRO-3 (DeepSpeed's, FSDP's) shards frozen weights as it shards the rest.
+    let weights = sharded((params, experts), w, p.zero >= 3);
+    let gradients = sharded((trained, trained_experts), g, p.zero >= 2);
+    let mut optimizer = sharded((trained, trained_experts), o, p.zero >= 1);
     let mut weights_on_gpu = weights;
     if p.offload != Offload::None {
         optimizer = 0.0;
@@ -286,20 +366,31 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
         weights_on_gpu = 0.0;
     }
     let per_layer = stage_layer_activation_bytes(plan, stage);
-    let mut activations = per_layer * in_flight_layers(plan, stage, micro_batches);
+    // A frozen prefix's layers keep nothing (no gradient flows there): the stage keeps its
+    // trained layers' share of what it holds in flight (exact for 1F1B; under interleaving
+    // the frozen layers sit in particular chunks, which the share averages over).
+    let layers = plan.stage_layers(stage);
+    let (frozen_moe, frozen_dense) = plan.stage_frozen_layers(stage);
+    let trained_share = if layers == 0 {
+        0.0
+    } else {
+        (layers - frozen_moe - frozen_dense) as f64 / layers as f64
+    };
+    let mut activations = per_layer * in_flight_layers(plan, stage, micro_batches) * trained_share;
     let elem = plan.train.precision.bytes();
     // In 128 bits: three counts of up to 2^24 overflow 64.
     let sbh =
         (u128::from(m.seq_len / p.cp) * u128::from(p.micro_batch) * u128::from(m.hidden)) as f64;
-    if p.recompute == Recompute::Full {
+    if p.recompute == Recompute::Full && trained_share > 0.0 {
         // One layer's full activations exist while it is recomputed.
         let mut full = plan.clone();
         full.parallel.recompute = Recompute::Selective;
         activations += layer_activation_bytes(&full);
     }
-    if stage == 0 && plan.train.dropout > 0.0 {
+    if stage == 0 && plan.train.dropout > 0.0 && plan.train.method.trains_ends() {
         // The embedding's dropout output and mask, per micro-batch in flight (without
-        // dropout the embedding output is the first layer's input, counted there).
+        // dropout the embedding output is the first layer's input, counted there). A frozen
+        // embedding needs no gradient through its dropout.
         let shard = if p.sequence_parallel {
             p.tp as f64
         } else {
@@ -349,6 +440,7 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
         other_bytes: other,
         total_bytes: total,
         params,
+        trained_params: trained,
     }
 }
 

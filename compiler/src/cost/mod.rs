@@ -8,6 +8,7 @@ pub mod eager;
 pub mod fp8;
 pub mod kinds;
 pub mod memory;
+pub mod method;
 pub mod offload;
 pub mod ops;
 pub mod params;
@@ -54,6 +55,8 @@ impl StageEstimate {
 #[derive(Clone, Debug, Serialize)]
 pub struct Estimate {
     pub params: f64,
+    /// Of the model's parameters and any adapters, those that train (`train.method`).
+    pub trained_params: f64,
     pub flops_per_step: f64,
     pub hw_flops_per_step: f64,
     pub micro_batches: u64,
@@ -167,8 +170,9 @@ pub fn estimate(plan: &Plan) -> Estimate {
         let mem = stage_memory(plan, s, micro_batches);
         let t = stage_time(plan, s, &dev, &pl);
         let (exposed, contention) = dp_exposed_parts(plan, s, mem.params, &t, &pl);
-        let experts = memory::stage_expert_params(plan, s);
-        let opt = optimizer_time(plan, mem.params, experts, &dev);
+        // The optimizer steps the trained weights only (`cost::method`).
+        let (trained, experts) = method::stage_trained_params(plan, s);
+        let opt = optimizer_time(plan, trained, experts, &dev);
         stages.push(StageEstimate {
             capacity_bytes: group.gpu.memory,
             gpu: group.gpu.name.clone(),
@@ -235,7 +239,9 @@ pub fn estimate(plan: &Plan) -> Estimate {
         s.wait_s = (step_s - s.busy_s - s.comm_s).max(0.0);
     }
 
-    let flops_per_step = params::flops_per_step(m, plan.train.global_batch);
+    // The FLOPs the training method needs (`cost::method::model_flops_per_step`: 6 per
+    // parameter and token for full training, fewer where weights are frozen).
+    let flops_per_step = method::model_flops_per_step(plan);
     let recompute_flops: f64 = {
         // Executed FLOPs beyond the model's: summed over all GPUs from the stage passes.
         let executed: f64 = stages
@@ -279,6 +285,7 @@ pub fn estimate(plan: &Plan) -> Estimate {
     let samples_per_s = plan.train.global_batch as f64 / step_s;
     Estimate {
         params: params::total_params(m),
+        trained_params: method::trained_params(plan),
         flops_per_step,
         hw_flops_per_step,
         micro_batches,

@@ -90,15 +90,17 @@ pub fn optimizer_tail(plan: &Plan, local: f64, gpu: &Gpu) -> f64 {
 }
 
 /// Seconds of one layer's host traffic per micro-batch, as (forward, backward), for a layer
-/// of `params` parameters on this GPU before sharding: its weight shard up before each
-/// gather (parameter offload) and its gradient shard down after its backward (ZeRO-2/3 with
-/// an offloaded optimizer). Both directions run at once.
-pub fn layer_traffic(plan: &Plan, params: f64, gpu: &Gpu) -> (f64, f64) {
+/// of `params` parameters on this GPU before sharding, `trained` of them trained: its
+/// weight shard up before each gather (parameter offload) and its trained gradients' shard
+/// down after its backward (ZeRO-2/3 with an offloaded optimizer). Both directions run at
+/// once.
+pub fn layer_traffic(plan: &Plan, params: f64, trained: f64, gpu: &Gpu) -> (f64, f64) {
     let p = &plan.parallel;
     if p.offload == Offload::None {
         return (0.0, 0.0);
     }
-    let shard = params / (p.dp * p.cp).max(1) as f64;
+    let ranks = (p.dp * p.cp).max(1) as f64;
+    let shard = params / ranks;
     let link = host_link_rate(gpu);
     let up = if p.offload == Offload::Params {
         shard * plan.train.precision.bytes() / link
@@ -106,7 +108,7 @@ pub fn layer_traffic(plan: &Plan, params: f64, gpu: &Gpu) -> (f64, f64) {
         0.0
     };
     let down = if p.zero >= 2 {
-        shard * plan.grad_bytes() / link
+        trained / ranks * plan.grad_bytes() / link
     } else {
         0.0
     };
@@ -116,8 +118,15 @@ pub fn layer_traffic(plan: &Plan, params: f64, gpu: &Gpu) -> (f64, f64) {
 /// What one layer's host traffic leaves exposed, as (forward, backward) seconds per
 /// micro-batch: prefetched one layer ahead, it hides behind a layer's compute (`fwd`,
 /// `bwd`: one layer's passes) and waits only where the link is slower.
-pub fn layer_exposed(plan: &Plan, params: f64, gpu: &Gpu, fwd: f64, bwd: f64) -> (f64, f64) {
-    let (up, both) = layer_traffic(plan, params, gpu);
+pub fn layer_exposed(
+    plan: &Plan,
+    params: f64,
+    trained: f64,
+    gpu: &Gpu,
+    fwd: f64,
+    bwd: f64,
+) -> (f64, f64) {
+    let (up, both) = layer_traffic(plan, params, trained, gpu);
     ((up - fwd).max(0.0), (both - bwd).max(0.0))
 }
 
@@ -177,16 +186,19 @@ mod tests {
         let p = plan("params", 3);
         let gpu = &p.cluster.groups[0].gpu;
         let params = 12.0 * 5120.0 * 5120.0;
-        let (up, both) = layer_traffic(&p, params, gpu);
+        let (up, both) = layer_traffic(&p, params, params, gpu);
         let link = host_link_rate(gpu);
         assert!((up - params / 8.0 * 2.0 / link).abs() < 1e-12);
         // Backward: weights up and fp32 gradients down at once, the longer counts.
         assert!((both - params / 8.0 * 4.0 / link).abs() < 1e-12);
-        assert_eq!(layer_exposed(&p, params, gpu, 1.0, 1.0), (0.0, 0.0));
-        let (f, b) = layer_exposed(&p, params, gpu, up / 2.0, 0.0);
+        assert_eq!(layer_exposed(&p, params, params, gpu, 1.0, 1.0), (0.0, 0.0));
+        let (f, b) = layer_exposed(&p, params, params, gpu, up / 2.0, 0.0);
         assert!((f - up / 2.0).abs() < 1e-12 && (b - both).abs() < 1e-12);
         // Optimizer offload alone moves no weights in the passes.
-        assert_eq!(layer_traffic(&plan("optimizer", 3), params, gpu).0, 0.0);
+        assert_eq!(
+            layer_traffic(&plan("optimizer", 3), params, params, gpu).0,
+            0.0
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use super::comm::Collective;
 use super::standard_attention::Core;
-use crate::plan::{Attention, Framework, Mlp, Plan, Position, Recompute};
+use crate::plan::{Attention, Framework, LoraTarget, Mlp, Plan, Position, Recompute};
 
 /// Which parallel group a collective runs over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +193,9 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             k: h,
         },
     ));
+    for target in [LoraTarget::Q, LoraTarget::K, LoraTarget::V] {
+        adapter(&mut ops, plan, target, tokens, 1.0, m.ffn_hidden as f64);
+    }
     if planc_kernel {
         // planc's split reads the fused projection and writes q, k and v [B, H, T, D]
         // (keys and values repeated for each query head of a group, rope applied on the
@@ -277,6 +280,14 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             k: q / t,
         },
     ));
+    adapter(
+        &mut ops,
+        plan,
+        LoraTarget::O,
+        tokens,
+        1.0,
+        m.ffn_hidden as f64,
+    );
     tp_comm(&mut ops, "attention_reduce", scatter);
     ops.push(op(
         "attention_residual",
@@ -346,6 +357,9 @@ fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, prefix: &str, rows: f64, f: f64,
             k: h,
         },
     ));
+    for target in [LoraTarget::Gate, LoraTarget::Up] {
+        adapter(ops, plan, target, rows, 1.0, f);
+    }
     ops.push(op(
         act_name,
         OpKind::Activation {
@@ -361,6 +375,46 @@ fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, prefix: &str, rows: f64, f: f64,
             m: rows,
             n: h,
             k: f / t,
+        },
+    ));
+    adapter(ops, plan, LoraTarget::Down, rows, 1.0, f);
+}
+
+/// LoRA's adapter beside the product of `target` over `rows` tokens (`count` products of
+/// them, each over its own rows, for an MoE layer's local experts), in an MLP of width `f`,
+/// where the plan adapts that matrix (`cost::method`): `A·x` (rank wide), `B·(A·x)`, and
+/// the scaled addition to the product's output (`method::ADAPTER_ADD_PASSES`). One GPU's
+/// share: a column-parallel product's adapter reads its whole input and writes its 1/tp of
+/// the output, a row-parallel one's (`o`, `down`) reads its 1/tp of the input; the
+/// rank-wide partial sums' exchange is not priced. The adapters' products are thin
+/// (rank-wide): the roofline prices them near the memory bound.
+fn adapter(ops: &mut Vec<Op>, plan: &Plan, target: LoraTarget, rows: f64, count: f64, f: f64) {
+    let Some(l) = plan.train.method.lora() else {
+        return;
+    };
+    if !l.targets.contains(&target) || (target == LoraTarget::Gate && plan.model.mlp != Mlp::Swiglu)
+    {
+        return;
+    }
+    let t = plan.parallel.tp as f64;
+    let e = plan.train.precision.bytes();
+    let r = l.rank as f64;
+    let (input, output) = super::method::target_shape(&plan.model, target, f);
+    let row_parallel = matches!(target, LoraTarget::O | LoraTarget::Down);
+    let k = if row_parallel { input / t } else { input };
+    let product = |m: f64, n: f64, k: f64| {
+        if count > 1.0 {
+            OpKind::GroupedGemm { count, m, n, k }
+        } else {
+            OpKind::Gemm { m, n, k }
+        }
+    };
+    ops.push(op("lora_a", product(rows, r, k)));
+    ops.push(op("lora_b", product(rows, output / t, r)));
+    ops.push(op(
+        "lora_add",
+        OpKind::Memory {
+            bytes: super::method::ADAPTER_ADD_PASSES * count * rows * output / t * e,
         },
     ));
 }
@@ -472,6 +526,9 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
             k: h,
         },
     ));
+    for target in [LoraTarget::Gate, LoraTarget::Up] {
+        adapter(ops, plan, target, per_expert, experts_here, f);
+    }
     ops.push(op(
         "expert_activation",
         OpKind::Activation {
@@ -490,6 +547,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
             k: f / t,
         },
     ));
+    adapter(ops, plan, LoraTarget::Down, per_expert, experts_here, f);
     tp_rows(ops, "moe_tp_reduce_scatter", Collective::ReduceScatter);
     a2a(ops, "moe_combine");
     // The top_k rows of each token read, weighted and summed into it.
@@ -610,7 +668,8 @@ pub fn head_backward(plan: &Plan) -> Vec<Op> {
 /// the bias into the forward product, not its gradient into the backward ones). A
 /// row-parallel product's bias sums this rank's tokens under sequence parallelism.
 pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {
-    if !plan.model.bias {
+    // LoRA freezes the biases with the weights (`cost::method`).
+    if !plan.model.bias || plan.train.method.lora().is_some() {
         return Vec::new();
     }
     let p = &plan.parallel;

@@ -11,10 +11,8 @@ use serde::Serialize;
 
 use super::comm::{collective_time, p2p_time, Collective, Fabric, GroupShape};
 use super::eager::Passes;
-use super::memory::{
-    dense_layer_params_per_gpu, layer_params_per_gpu, shard_groups, stage_expert_params,
-    stage_layer_params, stage_params,
-};
+use super::memory::{shard_groups, stage_expert_params, stage_layer_params, stage_params};
+use super::method::{layer_held_params, layer_trained_params, trains_weight};
 use super::ops::{
     dense_layer_forward, embedding_forward, head_backward, head_forward, layer_bias_gradients,
     layer_forward, Group, Op, OpKind,
@@ -520,6 +518,8 @@ pub struct Pieces {
     pub embedding_bwd: PassTime,
     pub head_fwd: PassTime,
     pub head_bwd: PassTime,
+    /// The output layer's weight-gradient work inside `head_bwd` (zero when it is frozen).
+    pub head_wgrad: f64,
     /// One micro-batch's activation (or its gradient) crossing a pipeline boundary.
     pub p2p: f64,
 }
@@ -533,6 +533,35 @@ impl Pieces {
         let mut bwd = self.layer_bwd.scale(moe);
         bwd.add(self.dense_bwd.scale(dense));
         (fwd, bwd, self.layer_wgrad * moe + self.dense_wgrad * dense)
+    }
+
+    /// [`Pieces::layers`] of chunk `chunk` of stage `stage`: a frozen prefix's layers
+    /// (`train.method = frozen`) run forward only, since no gradient flows before the
+    /// first trained layer.
+    pub fn chunk_layers(&self, plan: &Plan, stage: u64, chunk: u64) -> (PassTime, PassTime, f64) {
+        let (_, n) = plan.chunk_range(stage, chunk);
+        let dense = if plan.model.is_moe() {
+            plan.chunk_dense_layers(stage, chunk)
+        } else {
+            n
+        };
+        let (moe, dense) = ((n - dense) as f64, dense as f64);
+        let (fwd, mut bwd, wgrad) = self.layers(moe, dense);
+        let (frozen_moe, frozen_dense) = plan.chunk_frozen_layers(stage, chunk);
+        let (_, frozen_bwd, frozen_wgrad) = self.layers(frozen_moe as f64, frozen_dense as f64);
+        bwd.add(frozen_bwd.scale(-1.0));
+        (fwd, bwd, wgrad - frozen_wgrad)
+    }
+
+    /// [`Pieces::chunk_layers`] over every chunk of stage `stage`.
+    pub fn stage_layers(&self, plan: &Plan, stage: u64) -> (PassTime, PassTime, f64) {
+        let moe = plan.stage_moe_layers(stage) as f64;
+        let dense = plan.stage_layers(stage) as f64 - moe;
+        let (fwd, mut bwd, wgrad) = self.layers(moe, dense);
+        let (frozen_moe, frozen_dense) = plan.stage_frozen_layers(stage);
+        let (_, frozen_bwd, frozen_wgrad) = self.layers(frozen_moe as f64, frozen_dense as f64);
+        bwd.add(frozen_bwd.scale(-1.0));
+        (fwd, bwd, wgrad - frozen_wgrad)
     }
 }
 
@@ -554,6 +583,16 @@ pub(crate) fn layer_backward(
         flops: 2.0 * fwd.flops,
     };
     bwd.add(own_backwards(ops, dev));
+    // A frozen weight's product computes its input gradient only (`cost::method`): once
+    // its forward, not twice.
+    let frozen: Vec<Op> = ops
+        .iter()
+        .filter(|o| super::method::is_weight_product(o) && !trains_weight(plan, o))
+        .cloned()
+        .collect();
+    if !frozen.is_empty() {
+        bwd.add(time_ops(&frozen, dev, pl).scale(-1.0));
+    }
     for bytes in layer_bias_gradients(plan, ops) {
         bwd.compute += dev.memory(bytes);
     }
@@ -576,7 +615,8 @@ pub(crate) fn layer_backward(
 /// What the backwards of `ops` that are not twice their forward add to twice it: the
 /// fused attention's (2.5× the work, or what the profile measured), the standard
 /// attention core's (its own passes, `cost::standard_attention`), the norms' and the MLP
-/// activation's where a profile measured them, and the layout changes' own.
+/// activation's where a profile measured them, the layout changes' own, and LoRA's scaled
+/// additions' (`cost::method`).
 fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
     let mut extra = PassTime::default();
     // None of them is an fp8 product.
@@ -636,6 +676,12 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                     - 2.0 * super::eager::total(dev, &p.forward);
                 extra.flops += Passes::flops(&p.backward) - 2.0 * Passes::flops(&p.forward);
             }
+            // LoRA's scaled addition: its backward scales one copy of the output gradient.
+            OpKind::Memory { bytes } if o.name == "lora_add" => {
+                let backward = bytes * super::method::ADAPTER_ADD_BACKWARD_PASSES
+                    / super::method::ADAPTER_ADD_PASSES;
+                extra.compute += dev.memory(backward) - 2.0 * dev.memory(bytes);
+            }
             _ => {}
         }
     }
@@ -681,7 +727,7 @@ fn grad_accumulation(plan: &Plan, params: f64, dev: &Device) -> f64 {
 /// computed, where the products accumulate themselves.
 fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
     let p = &plan.parallel;
-    if super::eager::accumulates_in_products(plan) {
+    if super::eager::accumulates_in_products(plan) || !plan.train.method.trains_ends() {
         return (0.0, 0.0);
     }
     let first_extra = stage_params(plan, 0) - stage_layer_params(plan, 0);
@@ -717,7 +763,10 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
 /// bytes (the gathered partitions into the parameters' storage, each gradient into its
 /// reduction bucket, `__add_grad_to_ipg_bucket`). Megatron-LM and planc's runtime have no
 /// ZeRO-3 path here: nothing to price.
-pub fn sharded_param_copies(plan: &Plan, params: f64, dev: &Device) -> (f64, f64) {
+///
+/// `params` are the layer's held weights (gathered, frozen ones too), `trained` those whose
+/// gradients are reduced.
+pub fn sharded_param_copies(plan: &Plan, params: f64, trained: f64, dev: &Device) -> (f64, f64) {
     let p = &plan.parallel;
     if p.zero < 3 || p.dp * p.cp <= 1 {
         return (0.0, 0.0);
@@ -730,48 +779,52 @@ pub fn sharded_param_copies(plan: &Plan, params: f64, dev: &Device) -> (f64, f64
     }
     let weight = plan.train.precision.bytes();
     let copy_out = dev.memory(2.0 * params * weight);
-    let copy_in = dev.memory(params * (weight + plan.reduce_bytes()));
+    let copy_in = dev.memory(trained * (weight + plan.reduce_bytes()));
     (copy_out, copy_out + copy_in)
 }
 
 /// What one layer's offloaded state leaves exposed on the host link per micro-batch, as
-/// (forward, backward) seconds, behind passes of `fwd` and `bwd` (`cost::offload`).
+/// (forward, backward) seconds, behind passes of `fwd` and `bwd` (`cost::offload`), for a
+/// layer of `params` held and `trained` trained parameters on this GPU.
 pub fn host_exposed(
     plan: &Plan,
     params: f64,
+    trained: f64,
     dev: &Device,
     fwd: PassTime,
     bwd: PassTime,
 ) -> (f64, f64) {
-    super::offload::layer_exposed(plan, params, dev.gpu, fwd.compute, bwd.compute)
+    super::offload::layer_exposed(plan, params, trained, dev.gpu, fwd.compute, bwd.compute)
 }
 
 /// One layer's forward, backward and weight-gradient work from its forward operations
-/// `ops`, whose parameters on this GPU are `params`.
+/// `ops`, of an MoE layer when `moe` (its parameters on this GPU, held and trained, from
+/// `cost::method`).
 fn layer_passes(
     plan: &Plan,
     ops: &[Op],
-    params: f64,
+    moe: bool,
     dev: &Device,
     pl: &Placement,
 ) -> (PassTime, PassTime, f64) {
+    let params = layer_held_params(plan, moe);
+    let trained = layer_trained_params(plan, moe).0;
     let mut fwd = time_ops(ops, dev, pl);
     let mut bwd = layer_backward(plan, ops, fwd, dev, pl);
-    let (host_fwd, host_bwd) = host_exposed(plan, params, dev, fwd, bwd);
-    let accumulation = grad_accumulation(plan, params, dev);
+    let (host_fwd, host_bwd) = host_exposed(plan, params, trained, dev, fwd, bwd);
+    let accumulation = grad_accumulation(plan, trained, dev);
     bwd.compute += accumulation;
     // After the backward is priced from the forward: recomputation gathers nothing twice.
-    let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, dev);
+    let (copies_fwd, copies_bwd) = sharded_param_copies(plan, params, trained, dev);
     fwd.compute += copies_fwd;
     bwd.compute += copies_bwd;
     fwd.comm += host_fwd;
     bwd.comm += host_bwd;
-    // A weight gradient is one product of the same size as the forward product.
+    // A weight gradient is one product of the same size as the forward product; a frozen
+    // weight has none.
     let weight_products: Vec<Op> = ops
         .iter()
-        .filter(|o| {
-            matches!(o.kind, OpKind::Gemm { .. } | OpKind::GroupedGemm { .. }) && !is_core(o)
-        })
+        .filter(|o| trains_weight(plan, o) && !is_core(o))
         .cloned()
         .collect();
     // The accumulation follows the weight gradients it adds.
@@ -782,16 +835,21 @@ fn layer_passes(
 pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     let p = &plan.parallel;
     let layer_ops = layer_forward(plan);
-    let (layer_fwd, layer_bwd, layer_wgrad) =
-        layer_passes(plan, &layer_ops, layer_params_per_gpu(plan), dev, pl);
+    let (layer_fwd, layer_bwd, layer_wgrad) = layer_passes(plan, &layer_ops, true, dev, pl);
     let (dense_fwd, dense_bwd, dense_wgrad) = if plan.model.is_moe() {
         let ops = dense_layer_forward(plan);
-        layer_passes(plan, &ops, dense_layer_params_per_gpu(plan), dev, pl)
+        layer_passes(plan, &ops, false, dev, pl)
     } else {
         (layer_fwd, layer_bwd, layer_wgrad)
     };
     let embedding_fwd = time_ops(&embedding_forward(plan), dev, pl);
-    let mut embedding_bwd = embedding_fwd;
+    let trains_ends = plan.train.method.trains_ends();
+    // A frozen embedding needs no gradient: nothing runs backward there.
+    let mut embedding_bwd = if trains_ends {
+        embedding_fwd
+    } else {
+        PassTime::default()
+    };
     let (embedding_accumulation, head_accumulation) = ends_accumulation(plan, dev);
     embedding_bwd.compute += embedding_accumulation;
     let head_fwd = time_ops(&head_forward(plan), dev, pl);
@@ -805,6 +863,19 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     };
     head_bwd.add(own_backwards(&head_bwd_ops, dev));
     head_bwd.compute += head_accumulation;
+    // A frozen output layer's product computes the input gradient only (the layers before
+    // it still need it), and nothing is left for a deferred weight-gradient pass.
+    let head_wgrad = if trains_ends {
+        head_fwd.compute
+    } else {
+        let products: Vec<Op> = head_bwd_ops
+            .iter()
+            .filter(|o| super::method::is_weight_product(o))
+            .cloned()
+            .collect();
+        head_bwd.add(time_ops(&products, dev, pl).scale(-1.0));
+        0.0
+    };
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         // In 128 bits: three counts of up to 2^24 overflow 64.
@@ -841,6 +912,7 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         embedding_bwd,
         head_fwd,
         head_bwd,
+        head_wgrad,
         p2p,
     }
 }
@@ -850,10 +922,8 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
 /// by the slowest.
 pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> StageTime {
     let p = &plan.parallel;
-    let moe = plan.stage_moe_layers(stage) as f64;
-    let dense = plan.stage_layers(stage) as f64 - moe;
     let pc = pieces(plan, dev, pl);
-    let (mut forward, mut backward, mut weight_grad) = pc.layers(moe, dense);
+    let (mut forward, mut backward, mut weight_grad) = pc.stage_layers(plan, stage);
     if stage == 0 {
         forward.add(pc.embedding_fwd);
         backward.add(pc.embedding_bwd);
@@ -870,7 +940,7 @@ pub fn stage_time(plan: &Plan, stage: u64, dev: &Device, pl: &Placement) -> Stag
         2.0 * p.vpp as f64 * pc.p2p
     };
     if stage == p.pp - 1 {
-        weight_grad += pc.head_fwd.compute;
+        weight_grad += pc.head_wgrad;
     }
     StageTime {
         forward,
@@ -898,7 +968,10 @@ pub fn embedding_sync_time(plan: &Plan, pl: &Placement) -> f64 {
 /// outside the layers (it reduces each layer's gradients as backward goes, the rest after).
 pub fn reduction_tail(plan: &Plan, stage: u64) -> f64 {
     let m = &plan.model;
-    if plan.framework() == Framework::Planc {
+    if !plan.train.method.trains_ends() {
+        // Frozen ends have no gradients; the layers' reduce as their backward goes.
+        0.0
+    } else if plan.framework() == Framework::Planc {
         stage_params(plan, stage) - stage_layer_params(plan, stage)
     } else if stage == 0 {
         embedding_params(m) - (m.vocab * m.hidden) as f64 * (1.0 - 1.0 / plan.parallel.tp as f64)
@@ -936,11 +1009,18 @@ pub fn dp_exposed_parts(
     if pl.dp.size <= 1 {
         return (0.0, 0.0);
     }
-    let buckets = (params / BUCKET_PARAMS).max(1.0);
-    // Of which the last, exposed after backward, is never smaller than the tail.
-    let n_pieces = reduction_pieces(plan, stage, params);
     let experts = stage_expert_params(plan, stage).min(params);
-    let (reduce, gather) = dp_collectives(plan, params, experts, pl);
+    // Only trained weights' gradients are reduced and their updates gathered; ZeRO-3
+    // gathers every weight a pass computes with (`cost::method`).
+    let trained = if plan.train.method.is_full() {
+        (params, experts)
+    } else {
+        super::method::stage_trained_params(plan, stage)
+    };
+    let buckets = (trained.0 / BUCKET_PARAMS).max(1.0);
+    // Of which the last, exposed after backward, is never smaller than the tail.
+    let n_pieces = reduction_pieces(plan, stage, trained.0);
+    let (reduce, gather) = dp_collectives(plan, (params, experts), trained, pl);
     let gather = if p.zero >= 1 { gather } else { 0.0 };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
     if !p.overlap_grad_reduce {
@@ -992,26 +1072,40 @@ pub fn dp_exposed_parts(
 }
 
 /// Seconds of the data-parallel gradient reduction (all-reduce, or reduce-scatter under
-/// ZeRO) and parameter all-gather of `params` parameters, of which `experts` are routed
-/// experts': those are reduced and gathered over the expert data-parallel group
-/// (Megatron-Core's expert-parallel gradient buffers), the rest over the data-parallel
-/// group. Gradients travel in the reduction's type ([`Plan::reduce_bytes`]).
-pub fn dp_collectives(plan: &Plan, params: f64, experts: f64, pl: &Placement) -> (f64, f64) {
+/// ZeRO) and parameter all-gather of `held` parameters as (all, routed experts'), of which
+/// `trained` train: routed experts' are reduced and gathered over the expert data-parallel
+/// group (Megatron-Core's expert-parallel gradient buffers), the rest over the
+/// data-parallel group. Gradients travel in the reduction's type ([`Plan::reduce_bytes`]).
+/// The reduction covers the trained weights only, as does the gather of ZeRO-1 and -2's
+/// updated shards; ZeRO-3 gathers every held weight (frozen ones too) for its passes.
+pub fn dp_collectives(
+    plan: &Plan,
+    held: (f64, f64),
+    trained: (f64, f64),
+    pl: &Placement,
+) -> (f64, f64) {
     let e = plan.train.precision.bytes();
-    let parts = [(params - experts, pl.dp), (experts, pl.edp)];
+    let c = if plan.parallel.zero >= 1 {
+        Collective::ReduceScatter
+    } else {
+        Collective::AllReduce
+    };
+    let gathered = if plan.parallel.zero >= 3 {
+        held
+    } else {
+        trained
+    };
     let mut reduce = 0.0;
     let mut gather = 0.0;
-    for (n, group) in parts {
-        if n <= 0.0 {
-            continue;
+    for (n, group) in [(trained.0 - trained.1, pl.dp), (trained.1, pl.edp)] {
+        if n > 0.0 {
+            reduce += collective_time(c, n * plan.reduce_bytes(), group, &pl.fabric);
         }
-        let c = if plan.parallel.zero >= 1 {
-            Collective::ReduceScatter
-        } else {
-            Collective::AllReduce
-        };
-        reduce += collective_time(c, n * plan.reduce_bytes(), group, &pl.fabric);
-        gather += collective_time(Collective::AllGather, n * e, group, &pl.fabric);
+    }
+    for (n, group) in [(gathered.0 - gathered.1, pl.dp), (gathered.1, pl.edp)] {
+        if n > 0.0 {
+            gather += collective_time(Collective::AllGather, n * e, group, &pl.fabric);
+        }
     }
     (reduce, gather)
 }
@@ -1175,6 +1269,7 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::memory::layer_params_per_gpu;
 
     /// Both parts of [`dp_exposed_parts`]: what the stage's step pays in all.
     fn dp_exposed(plan: &Plan, stage: u64, params: f64, st: &StageTime, pl: &Placement) -> f64 {
@@ -1903,7 +1998,7 @@ mod tests {
             precision: plan.train.precision,
         };
         let params = layer_params_per_gpu(&plan);
-        let (fwd, bwd) = sharded_param_copies(&plan, params, &dev);
+        let (fwd, bwd) = sharded_param_copies(&plan, params, params, &dev);
         // Copy-out: read and write the bf16 layer; copy-in: read bf16, write fp32.
         assert_eq!(fwd, dev.memory(4.0 * params));
         assert_eq!(bwd, fwd + dev.memory(6.0 * params));
@@ -1912,14 +2007,17 @@ mod tests {
         let with = pieces(&plan, &dev, &pl);
         let mut megatron = plan.clone();
         megatron.framework = Framework::Megatron;
-        assert_eq!(sharded_param_copies(&megatron, params, &dev), (0.0, 0.0));
+        assert_eq!(
+            sharded_param_copies(&megatron, params, params, &dev),
+            (0.0, 0.0)
+        );
         let without = pieces(&megatron, &dev, &pl);
         assert!((with.layer_fwd.compute - without.layer_fwd.compute - fwd).abs() < 1e-12);
         assert!((with.layer_bwd.compute - without.layer_bwd.compute - bwd).abs() < 1e-12);
         // A bf16 reduction writes half the bytes into its buffer.
         let bf16 = fsdp_plan("torch", "bf16");
         assert_eq!(
-            sharded_param_copies(&bf16, params, &dev).1,
+            sharded_param_copies(&bf16, params, params, &dev).1,
             fwd + dev.memory(4.0 * params)
         );
     }

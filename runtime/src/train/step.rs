@@ -61,6 +61,12 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
             l.reason, l.block, l.attr
         )));
     }
+    if let Some(l) = planc_compiler::capability::method_limit(Framework::Planc, &plan.train) {
+        return Err(RunError::NotRunYet(format!(
+            "{} (`{}.{}` in the plan)",
+            l.reason, l.block, l.attr
+        )));
+    }
     if plan.train.dropout > 0.0 {
         return Err(RunError::NotRunYet(format!(
             "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
