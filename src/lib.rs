@@ -7,6 +7,7 @@ mod calibrate;
 mod diff;
 mod emit;
 mod fmt;
+mod gpus;
 mod import;
 mod launch;
 mod load;
@@ -462,6 +463,25 @@ enum Command {
     /// (`planc fmt`). Point your editor's LSP client at `planc lsp` for `*.tp` files.
     #[command(verbatim_doc_comment)]
     Lsp,
+    /// List the built-in GPUs, or show where each figure of one comes from.
+    ///
+    /// Without NAME, a line per GPU of the catalog (compiler/catalog/gpus.toml): the memory
+    /// it reports, what it is sold as, its dense peaks, HBM, GPU link and NVLink domain. With
+    /// a NAME (or alias), every figure of that GPU under its source (a datasheet, the device's
+    /// own report, a published measurement) or under why no source gives it. A `gpu` block
+    /// may start from any of them: `gpu mine { preset = H100_SXM_80GB ... }`.
+    ///
+    /// Examples:
+    ///   planc gpus
+    ///   planc gpus H800_SXM_80GB
+    ///   planc gpus GB200 --format json
+    #[command(verbatim_doc_comment)]
+    Gpus {
+        /// A built-in GPU's name or alias.
+        name: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+    },
     /// Explain a diagnostic code, e.g. `planc explain P0301`.
     Explain {
         /// The code (P0001...).
@@ -679,6 +699,7 @@ where
             color: color_choice(color),
         }),
         Command::Lsp => lsp::run(),
+        Command::Gpus { name, format } => gpus::run(name.as_deref(), format),
         Command::Explain { code } => explain(code),
     }
 }

@@ -71,6 +71,57 @@ fn explain_knows_every_code_it_lists() {
 }
 
 #[test]
+fn gpus_lists_the_catalog_and_where_each_figure_comes_from() {
+    let run = planc(&["gpus"]);
+    assert_eq!(run.code, 0, "{}", run.transcript());
+    for name in [
+        "H100_SXM_80GB",
+        "H800_SXM_80GB",
+        "H20_96GB",
+        "B200",
+        "GB200",
+        "MI300X",
+    ] {
+        assert!(run.stdout.contains(name), "{name}: {}", run.stdout);
+    }
+    assert!(run.stdout.contains("448 Infinity Fabric"), "{}", run.stdout);
+    // One GPU, by alias: its figures under their sources, and those without one.
+    let run = planc(&["gpus", "h800_80gb"]);
+    assert_eq!(run.code, 0, "{}", run.transcript());
+    assert!(
+        run.stdout.starts_with("H800_SXM_80GB (also "),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("intra_node_bandwidth_gbs = 200.0"),
+        "{}",
+        run.stdout
+    );
+    let unsourced = run.stdout.split("\nno source: ").nth(1).unwrap_or_default();
+    assert!(unsourced.contains("memory_gib = 79.6"), "{}", run.stdout);
+    // JSON: the catalog's entries as written, provenance included.
+    let run = planc(&["gpus", "--format", "json"]);
+    let all: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let gb200 = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "GB200")
+        .unwrap();
+    assert_eq!(gb200["nvlink_domain"], 72);
+    assert!(gb200["source"][0]["cite"].is_string(), "{gb200}");
+    // A name the catalog lacks is a usage error with the closest one.
+    let run = planc(&["gpus", "H20"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr.contains("did you mean `H20_96GB`?"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn simulate_writes_a_trace_and_a_timeline_and_never_overwrites() {
     let dir = std::env::temp_dir().join(format!("planc-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

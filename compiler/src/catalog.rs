@@ -36,6 +36,9 @@ struct GpuEntry {
     gemm_efficiency: f64,
     memory_efficiency: f64,
     intra_node_kind: String,
+    /// What the vendor calls the link where planc prices it as another kind (MI300X:
+    /// Infinity Fabric, priced as NVLink).
+    intra_node_name: Option<String>,
     intra_node_bandwidth_gbs: f64,
     intra_node_latency_us: f64,
     /// CUDA's; absent for a device CUDA does not run (MI300X).
@@ -78,6 +81,10 @@ pub struct GpuInfo {
     pub datasheet_memory_gb: f64,
     pub sources: Vec<Source>,
     pub unsourced: Vec<Unsourced>,
+    /// The GPU-to-GPU link's own name ("NVLink", "PCIe", "Infinity Fabric").
+    pub link_name: String,
+    /// The entry as `catalog/gpus.toml` writes it, figures in their units (`memory_gib`).
+    pub entry: toml::Table,
 }
 
 /// A model preset: every field optional except the name, as in a `model` block.
@@ -125,7 +132,17 @@ impl Catalog {
             let gpus: GpuFile = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
             let models: ModelFile =
                 toml::from_str(MODELS_TOML).expect("catalog/models.toml is valid");
-            let (gpus, gpu_info) = gpus.gpu.into_iter().map(gpu_from_entry).unzip();
+            let raw: toml::Table = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
+            let raw = raw["gpu"].as_array().expect("[[gpu]] entries").clone();
+            let (gpus, gpu_info) = gpus
+                .gpu
+                .into_iter()
+                .zip(raw)
+                .map(|(e, raw)| {
+                    let table = raw.as_table().cloned().unwrap_or_default();
+                    gpu_from_entry(e, table)
+                })
+                .unzip();
             Catalog {
                 gpus,
                 gpu_info,
@@ -161,7 +178,7 @@ impl Catalog {
     }
 }
 
-fn gpu_from_entry(e: GpuEntry) -> ((Vec<String>, Gpu), GpuInfo) {
+fn gpu_from_entry(e: GpuEntry, entry: toml::Table) -> ((Vec<String>, Gpu), GpuInfo) {
     const T: f64 = 1e12;
     let mut peak = vec![(Precision::Fp32, e.fp32_tflops * T)];
     for (p, v) in [
@@ -207,6 +224,14 @@ fn gpu_from_entry(e: GpuEntry) -> ((Vec<String>, Gpu), GpuInfo) {
         datasheet_memory_gb: e.datasheet_memory_gb,
         sources: e.source,
         unsourced: e.unsourced,
+        link_name: e.intra_node_name.unwrap_or_else(|| {
+            match e.intra_node_kind.as_str() {
+                "pcie" => "PCIe",
+                _ => "NVLink",
+            }
+            .to_string()
+        }),
+        entry,
     };
     ((names, gpu), info)
 }
@@ -287,7 +312,14 @@ mod tests {
     #[test]
     fn every_catalog_figure_has_its_provenance() {
         let raw: toml::Value = toml::from_str(GPUS_TOML).unwrap();
-        let not_figures = ["name", "aliases", "intra_node_kind", "source", "unsourced"];
+        let not_figures = [
+            "name",
+            "aliases",
+            "intra_node_kind",
+            "intra_node_name",
+            "source",
+            "unsourced",
+        ];
         for entry in raw["gpu"].as_array().unwrap() {
             let name = entry["name"].as_str().unwrap();
             let table = entry.as_table().unwrap();

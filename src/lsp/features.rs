@@ -226,10 +226,13 @@ fn gpu_summary(g: &planc_compiler::plan::Gpu) -> String {
         .peak(Precision::Bf16)
         .or(g.peak(Precision::Fp16))
         .unwrap_or(0.0);
-    let link = match g.intra_node.kind {
-        LinkKind::Pcie => "PCIe",
-        _ => "NVLink",
-    };
+    let link = Catalog::builtin().gpu_info(&g.name).map_or(
+        match g.intra_node.kind {
+            LinkKind::Pcie => "PCIe",
+            _ => "NVLink",
+        },
+        |i| i.link_name.as_str(),
+    );
     let domain = g
         .nvlink_domain
         .map_or(String::new(), |n| format!(", {n} GPUs a domain"));
