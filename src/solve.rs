@@ -237,8 +237,21 @@ pub fn run(
         eprintln!("{}: no valid layout (see {code} above)", file.display());
         return ExitCode::from(1);
     }
+    // With `cluster.nodes` a list, each layout's cluster size leads its row.
+    let sized = checked
+        .spec
+        .as_ref()
+        .is_some_and(|s| !s.node_candidates.is_empty());
+    let size = |c: &Candidate| {
+        if sized {
+            format!("{:>5} ", c.plan.cluster.world_size())
+        } else {
+            String::new()
+        }
+    };
     println!(
-        "\nrank  {:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}  {:>18}  {:>10}  {:>6}  {:>10}  limited by",
+        "\nrank  {}{:>3} {:>3} {:>4} {:>3} {:>3} {:>4} {:>3}  {:<12} {:>4}  {:<10} {:<5}  {:>18}  {:>10}  {:>6}  {:>10}  limited by",
+        if sized { " GPUs " } else { "" },
         "tp", "pp", "dp", "cp", "ep", "vpp", "mb", "schedule", "zero", "recompute", "sp", "memory", "step", "MFU",
         cost_heading(solution)
     );
@@ -247,8 +260,9 @@ pub fn run(
         let simulated = c.estimate.method == TimeMethod::Simulated;
         any_closed |= !simulated;
         println!(
-            "{:<5} {}  {:>9.1} GiB {:>3.0} %  {:>8.3} s{}  {:>5.1} %  {:>10}  {}",
+            "{:<5} {}{}  {:>9.1} GiB {:>3.0} %  {:>8.3} s{}  {:>5.1} %  {:>10}  {}",
             i + 1,
+            size(c),
             layout(c),
             gib(peak_bytes(c)),
             c.memory_fraction * 100.0,
@@ -266,8 +280,9 @@ pub fn run(
     for &i in &solution.pareto {
         let c = &solution.ranked[i];
         println!(
-            "  #{:<4} {}  {:>7.1} GiB {:>3.0} %  {:>8.3} s",
+            "  #{:<4} {}{}  {:>7.1} GiB {:>3.0} %  {:>8.3} s",
             i + 1,
+            size(c),
             layout(c),
             gib(peak_bytes(c)),
             c.memory_fraction * 100.0,

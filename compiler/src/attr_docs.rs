@@ -3,7 +3,10 @@
 
 pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
     Some(match (block, attr) {
-        ("cluster" | "group", "nodes") => "number of nodes",
+        ("cluster", "nodes") => {
+            "number of nodes; a list (`[1, 2, 4]`) leaves the cluster's size to `solve` (planc extension)"
+        }
+        ("group", "nodes") => "number of nodes",
         ("cluster" | "group", "gpus_per_node") => "GPUs in each node",
         ("cluster" | "group", "gpu") => {
             "the GPU: a catalog name (`H100_SXM_80GB`, `A100_SXM_80GB`, ...) or a `gpu` block of this plan"

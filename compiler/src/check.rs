@@ -35,6 +35,9 @@ impl Checked {
     /// chosen after simulation) and redoes what depends on it: validation, cost, memory
     /// checks and the note that says what the holes were filled with.
     pub fn adopt(&mut self, parallel: Parallel) {
+        if let Some(spec) = &mut self.spec {
+            spec.cluster = spec.cluster_for(&parallel);
+        }
         let Some(spec) = &self.spec else { return };
         self.diagnostics.retain(|d| {
             !(d.code.starts_with("P03") || d.code.starts_with("P04") || d.code == codes::P0502.id)
@@ -134,6 +137,7 @@ pub fn check_file_with(
         &mut checked.solution,
         progress,
     ) {
+        spec.cluster = spec.cluster_for(&parallel);
         let layout_diags = validate(&spec, &parallel);
         let layout_ok = !layout_diags.iter().any(Diagnostic::is_error);
         checked.diagnostics.extend(layout_diags);
@@ -392,11 +396,12 @@ fn fill_holes(
     best
 }
 
-/// The `parallel` attributes the plan leaves open (`auto` or candidates; `dp = auto`
-/// alone is derived, not searched).
+/// The attributes the plan leaves open: `cluster.nodes` as a list, and the `parallel`
+/// ones (`auto` or candidates; `dp = auto` alone is derived, not searched).
 pub fn holes(spec: &PlanSpec) -> Vec<&'static str> {
     let ps = &spec.parallel;
     let mut out: Vec<&'static str> = [
+        ("nodes", !spec.node_candidates.is_empty()),
         ("tp", ps.tp.is_hole()),
         ("pp", ps.pp.is_hole()),
         ("cp", ps.cp.is_hole()),
@@ -419,7 +424,7 @@ pub fn holes(spec: &PlanSpec) -> Vec<&'static str> {
     if !out.is_empty() && ps.dp == Hole::Auto && !out.contains(&"dp") {
         let after = out
             .iter()
-            .take_while(|h| **h == "tp" || **h == "pp")
+            .take_while(|h| matches!(**h, "nodes" | "tp" | "pp"))
             .count();
         out.insert(after, "dp");
     }
@@ -445,6 +450,7 @@ pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -
             "last_stage_layers" => p
                 .stage_layers(spec.model.layers, p.pp.saturating_sub(1))
                 .to_string(),
+            "nodes" => spec.cluster_for(p).nodes().to_string(),
             _ => p.offload.to_string(),
         }
     };
@@ -452,7 +458,11 @@ pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -
         .iter()
         .map(|h| format!("{h} = {}", value(h)))
         .collect();
-    let (f, s) = spec.origins.of("parallel", holes[0]).unwrap_or_default();
+    let place = |h: &str| {
+        let block = if h == "nodes" { "cluster" } else { "parallel" };
+        spec.origins.of(block, h).unwrap_or_default()
+    };
+    let (f, s) = place(holes[0]);
     let mut d = Diagnostic::new(
         codes::P0502,
         format!("holes filled by planc solve: {}", filled.join(", ")),
@@ -463,7 +473,7 @@ pub fn holes_note(spec: &PlanSpec, holes: &[&str], p: &Parallel, valid: usize) -
         "the best of {valid} valid layouts; `planc solve` ranks the alternatives"
     ));
     for h in &holes[1..] {
-        let (f, s) = spec.origins.of("parallel", h).unwrap_or_default();
+        let (f, s) = place(h);
         d = d.also(f, s, format!("{h} = {}", value(h)));
     }
     d

@@ -821,9 +821,40 @@ pub struct PlanSpec {
     pub job: Option<Job>,
     pub search: Search,
     pub origins: Origins,
+    /// `cluster.nodes = [2, 4, 8]`: the cluster sizes `solve` chooses among, smallest first
+    /// (empty: the cluster is as written). Until a layout is chosen `cluster` has the
+    /// largest.
+    pub node_candidates: Vec<u64>,
 }
 
 impl PlanSpec {
+    /// The same plan on `nodes` nodes, its size no longer a hole.
+    pub fn with_nodes(&self, nodes: u64) -> PlanSpec {
+        let mut s = self.clone();
+        if let Some(g) = s.cluster.groups.first_mut() {
+            g.nodes = nodes;
+        }
+        s.node_candidates.clear();
+        s
+    }
+
+    /// The cluster a layout runs on: with `nodes` a list, as many nodes as its
+    /// tp × pp × cp × dp GPUs fill; else the cluster as written.
+    pub fn cluster_for(&self, p: &Parallel) -> Cluster {
+        let mut c = self.cluster.clone();
+        if let (false, Some(g)) = (self.node_candidates.is_empty(), c.groups.first_mut()) {
+            let world =
+                p.tp.saturating_mul(p.pp)
+                    .saturating_mul(p.cp)
+                    .saturating_mul(p.dp);
+            let gpn = g.gpus_per_node.max(1);
+            if world.is_multiple_of(gpn) && self.node_candidates.contains(&(world / gpn)) {
+                g.nodes = world / gpn;
+            }
+        }
+        c
+    }
+
     /// `job.framework`, Megatron-LM without a job block.
     pub fn framework(&self) -> Framework {
         self.job

@@ -66,6 +66,8 @@ pub struct Resolver<'a> {
     too_deep: bool,
     pub diagnostics: Capped,
     pub origins: Origins,
+    /// `cluster.nodes` written as a list: the sizes `solve` chooses among.
+    node_candidates: Vec<u64>,
 }
 
 /// Resolves the blocks of the given files (in merge order) into a plan spec. Returns
@@ -93,6 +95,7 @@ pub fn resolve_rooted(
         model_node: None,
         depth: 0,
         too_deep: false,
+        node_candidates: Vec::new(),
         diagnostics: Capped::new(MAX_DIAGNOSTICS),
         origins: Origins::default(),
     };
@@ -637,13 +640,16 @@ impl<'a> Resolver<'a> {
         let path = self.nodes[node].path.clone();
         self.origins.insert(&path, name, file, attr.value.span);
         let v = self.eval_attr(node, name)?;
-        if !path.starts_with("parallel") && matches!(v, Value::Auto | Value::List(_)) {
+        // A list of node counts is how many nodes to rent, for `solve` to choose.
+        let nodes_list = path == "cluster" && name == "nodes" && matches!(v, Value::List(_));
+        if !path.starts_with("parallel") && !nodes_list && matches!(v, Value::Auto | Value::List(_))
+        {
             self.report(
                 codes::P0213,
                 format!("`{name}` cannot be a hole"),
                 file,
                 attr.value.span,
-                "only `parallel` attributes may be `auto` or a list",
+                "only `parallel` attributes (and a list of `cluster.nodes`) may be holes",
             )
             .with_help("give a single value");
             return None;
@@ -938,6 +944,7 @@ impl<'a> Resolver<'a> {
             job: job.flatten(),
             search,
             origins: std::mem::take(&mut self.origins),
+            node_candidates: std::mem::take(&mut self.node_candidates),
         })
     }
 
@@ -1033,7 +1040,7 @@ impl<'a> Resolver<'a> {
         name: String,
         defined: &HashMap<String, Gpu>,
     ) -> Option<NodeGroup> {
-        let nodes = self.require(n, "nodes", |r| r.count(n, "nodes", 1));
+        let nodes = self.require(n, "nodes", |r| r.nodes(n));
         let gpus_per_node = self.require(n, "gpus_per_node", |r| r.count(n, "gpus_per_node", 1));
         let gpu = self.require(n, "gpu", |r| r.lookup_gpu(n, defined));
         let gpu = gpu?;
@@ -1048,6 +1055,25 @@ impl<'a> Resolver<'a> {
         };
         self.node_against_domain(n, &group);
         Some(group)
+    }
+
+    /// `nodes`: a count, or in a cluster of one kind of node a list of counts, the sizes
+    /// `solve` chooses among (the largest stands for the cluster until it has).
+    fn nodes(&mut self, n: usize) -> Option<u64> {
+        let (v, span) = self.get(n, "nodes")?;
+        let Value::List(items) = v else {
+            return self.read_count(n, span, "nodes", &v, 1);
+        };
+        let mut counts = Vec::new();
+        for item in &items {
+            counts.push(self.read_count(n, span, "nodes", item, 1)?);
+        }
+        counts.sort_unstable();
+        counts.dedup();
+        if counts.len() > 1 {
+            self.node_candidates = counts.clone();
+        }
+        counts.last().copied()
     }
 
     /// `price` of a cluster or group: money per GPU-hour, zero allowed (a cluster one owns).

@@ -237,6 +237,91 @@ fn the_cost_objective_ranks_by_money_per_token() {
     );
 }
 
+/// Llama 3 8B with the cluster's size a hole: one, two or four nodes of eight H100s.
+fn sized(objective: &str) -> String {
+    let cluster = "cluster c { nodes = [4, 1, 2], gpus_per_node = 8, gpu = H100_SXM_80GB, price = 2.49 USD/h
+        inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us } }";
+    format!(
+        "{}\nsearch {{ objective = {objective} }}",
+        plan_text(
+            cluster,
+            "model m { preset = \"llama3-8b\" }",
+            "tp = auto, pp = auto, dp = auto, micro_batch = auto, zero = auto, recompute = auto",
+        )
+    )
+}
+
+#[test]
+fn with_the_cluster_size_open_cost_rents_fewer_gpus_than_throughput() {
+    let fast = solve::search(&spec(&sized("throughput")), &|_, _| {});
+    let cheap = solve::search(&spec(&sized("cost")), &|_, _| {});
+    let gpus = |c: &solve::Candidate| c.plan.cluster.world_size();
+    let sizes: std::collections::BTreeSet<u64> = fast.ranked.iter().map(gpus).collect();
+    assert_eq!(sizes.into_iter().collect::<Vec<_>>(), vec![8, 16, 32]);
+    let money =
+        |c: &solve::Candidate| planc_compiler::pricing::cost_per_token(&c.plan, &c.estimate);
+    let (f, c) = (&fast.ranked[0], &cheap.ranked[0]);
+    // More GPUs finish a step sooner; each GPU-hour buys fewer tokens (more of the step
+    // is communication and pipeline), so the cheapest run rents fewer.
+    assert_eq!(gpus(f), 32);
+    assert!(gpus(c) < gpus(f), "cost chose {} GPUs", gpus(c));
+    assert!(f.estimate.step_s < c.estimate.step_s);
+    assert!(money(c) < money(f));
+    for other in &cheap.ranked {
+        assert!(money(other) >= money(c));
+    }
+    // A layout's dp is the size's: every candidate tiles its own cluster.
+    for x in &cheap.ranked {
+        let p = &x.plan.parallel;
+        assert_eq!(p.tp * p.pp * p.cp * p.dp, gpus(x));
+    }
+}
+
+#[test]
+fn check_fills_the_cluster_size_and_says_so() {
+    let checked = check_source("s.tp", &sized("cost"));
+    let plan = checked
+        .plan
+        .as_ref()
+        .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics));
+    let spec = checked.spec.as_ref().unwrap();
+    assert_eq!(spec.cluster.world_size(), plan.cluster.world_size());
+    assert_eq!(
+        checked.solution.as_ref().unwrap().ranked[0].plan.parallel,
+        plan.parallel
+    );
+    let note = checked
+        .diagnostics
+        .iter()
+        .find(|d| d.code == "P0502")
+        .expect("the holes note");
+    let nodes = plan.cluster.nodes();
+    assert!(
+        note.message.contains(&format!("nodes = {nodes},")),
+        "{}",
+        note.message
+    );
+    let report = checked.report();
+    assert_eq!(report.plan.unwrap().world_size, nodes * 8);
+    assert_eq!(report.cost.unwrap().gpus, nodes * 8);
+}
+
+#[test]
+fn a_list_of_nodes_is_a_hole_only_for_a_cluster_of_one_kind() {
+    let text = "cluster c {
+            group a { nodes = [1, 2], gpus_per_node = 8, gpu = H100_SXM_80GB }
+            inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s } }
+        model m { preset = \"llama3-8b\" }
+        train { global_batch = 64 }
+        parallel { tp = 8, pp = 1, dp = auto, micro_batch = 1 }";
+    let codes: Vec<&str> = check_source("s.tp", text)
+        .diagnostics
+        .iter()
+        .map(|d| d.code)
+        .collect();
+    assert!(codes.contains(&"P0213"), "{codes:?}");
+}
+
 fn explanation(text: &str) -> Vec<String> {
     let s = spec(text);
     let found = solve::solve(&s, &|_, _| {});

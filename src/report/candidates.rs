@@ -43,13 +43,20 @@ pub fn rows(s: &Solution, top: usize) -> Vec<Row> {
         }
     }
     shown.sort();
+    // With the cluster's size a hole, a layout is named with its GPUs.
+    let world = |c: &Candidate| c.plan.cluster.world_size();
+    let sized = s.ranked.iter().any(|c| world(c) != world(&s.ranked[0]));
     shown
         .into_iter()
         .map(|i| {
             let c = &s.ranked[i];
             Row {
                 rank: i + 1,
-                layout: layout_words(c),
+                layout: if sized {
+                    format!("{} GPUs: {}", world(c), layout_words(c))
+                } else {
+                    layout_words(c)
+                },
                 memory: format!(
                     "{:.1} GiB ({:.0} %)",
                     peak_bytes(c) / GIB,

@@ -133,8 +133,55 @@ pub fn broken_rule(spec: &PlanSpec, p: &Parallel) -> Option<Rule> {
     rules::ALL.iter().copied().find(|r| !r.holds(spec, p))
 }
 
-/// Solves without explaining failure (used by `explain` to try changes).
+/// Solves without explaining failure (used by `explain` to try changes). With
+/// `cluster.nodes` a list, every size is searched and the candidates ranked together.
 pub fn search(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solution {
+    if spec.node_candidates.is_empty() {
+        return search_cluster(spec, progress);
+    }
+    let started = Instant::now();
+    let mut all = Solution::default();
+    let mut left_outs = Vec::new();
+    for &n in &spec.node_candidates {
+        let s = search_cluster(&spec.with_nodes(n), progress);
+        all.space_size = all.space_size.saturating_add(s.space_size);
+        all.layouts += s.layouts;
+        for (r, k) in s.rejected {
+            match all.rejected.iter_mut().find(|(x, _)| *x == r) {
+                Some((_, m)) => *m += k,
+                None => all.rejected.push((r, k)),
+            }
+        }
+        all.over_memory += s.over_memory;
+        all.refused |= s.refused;
+        all.ranked.extend(s.ranked);
+        left_outs.extend(s.left_out);
+    }
+    rank(spec, &mut all.ranked);
+    all.pareto = pareto_front(&all.ranked);
+    // The best layout a framework kept out, of any size, where it beats the best it runs.
+    let mut blocked: Vec<Candidate> = left_outs.iter().map(|l| l.candidate.clone()).collect();
+    rank(spec, &mut blocked);
+    all.left_out = blocked.first().and_then(|best| {
+        let beats = match all.ranked.first() {
+            Some(runs) => {
+                let mut pair = vec![runs.clone(), best.clone()];
+                rank(spec, &mut pair);
+                pair[0].plan.parallel == best.plan.parallel
+            }
+            None => true,
+        };
+        let l = left_outs
+            .iter()
+            .find(|l| l.candidate.plan.parallel == best.plan.parallel)?;
+        beats.then(|| l.clone())
+    });
+    all.elapsed = started.elapsed();
+    all
+}
+
+/// [`search`] on the cluster as written.
+fn search_cluster(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> Solution {
     let started = Instant::now();
     let space = Space::of(spec);
     if space.size() > MAX_SPACE {
