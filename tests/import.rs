@@ -42,10 +42,11 @@ fn out_is_not_overwritten_without_force() {
     let mut forced = args.to_vec();
     forced.push("--force");
     let r = common::planc(&forced);
-    // Llama 3 8B priced as full training (LoRA has no plan attribute yet) does not fit
-    // one node of H100s without ZeRO: written all the same, and said.
-    assert_eq!(r.code, 1, "{}", r.transcript());
-    assert!(r.stderr.contains("does not check"), "{}", r.stderr);
+    // Llama 3 8B with rank-8 LoRA adapters (train.method = lora) fits without ZeRO; the
+    // check says that no launch planc writes carries the method.
+    assert_eq!(r.code, 0, "{}", r.transcript());
+    assert!(r.stderr.contains("the plan checks"), "{}", r.stderr);
+    assert!(r.stderr.contains("P0331"), "{}", r.stderr);
     assert!(std::fs::read_to_string(&out)
         .unwrap()
         .contains("preset = \"llama3-8b\""));

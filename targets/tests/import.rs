@@ -209,11 +209,37 @@ fn seed_003s_llama_factory_launch_reads_its_hostfile_and_deepspeed_config() {
         "{:#?}",
         i.unplaced
     );
-    // LoRA is priced as full training until the plan has a fine-tuning method; said so.
-    assert!(i
-        .unplaced
-        .iter()
-        .any(|u| u.from.key == "--finetuning_type" && u.reason.contains("train.method")));
+    // The job's LoRA: rank 64 (alpha 128) on every linear layer of Llama's, named as
+    // PEFT names them; its dropout is listed, not priced.
+    for line in [
+        "method = lora",
+        "lora_rank = 64",
+        "lora_alpha = 128",
+        "lora_targets = [q, k, v, o, gate, up, down]",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "--lora_dropout" && u.reason.contains("not priced")),
+        "{:#?}",
+        i.unplaced
+    );
+    // Priced as the job trains: the adapters' gradients and optimizer state only, and its
+    // ZeRO-2 keeps the frozen bf16 weights whole: 137.8 GiB a GPU where full training
+    // would need 168, still more than an 80 GB A100 holds.
+    let c = check_source("p.tp", &i.plan);
+    let plan = c.plan.as_ref().expect("a plan");
+    let e = c.estimate.as_ref().expect("an estimate");
+    assert_eq!(
+        plan.train.method.lora().map(|l| (l.rank, l.targets.len())),
+        Some((64, 7))
+    );
+    assert_eq!(e.trained_params, 828_375_040.0);
+    let gib = e.stages[0].memory.total_bytes / (1u64 << 30) as f64;
+    assert!((gib - 137.76).abs() < 0.01, "{gib}");
+    assert!(c.diagnostics.iter().any(|d| d.code == "P0401"));
     let keys =
         json_keys(&std::fs::read_to_string(dir().join("ds_config_multi_machine.json")).unwrap());
     assert_all_accounted(&i, &keys, "ds_config_multi_machine.json");
@@ -393,6 +419,91 @@ fn a_torchtitan_job_emits_again_with_the_same_values() {
         let (s, key) = k.split_once('.').unwrap();
         assert_eq!(before[s].get(key), after[s].get(key), "{k}");
     }
+}
+
+#[test]
+fn a_llama_factory_yaml_with_finetuning_type_lora_imports_to_train_method_lora() {
+    let i = run(
+        &["llama3_lora_sft.yaml"],
+        &Options {
+            nodes: Some(1),
+            gpus_per_node: Some(8),
+            gpu: Some("A100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    for line in ["method = lora", "lora_rank = 8", "lora_targets = all"] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // Llama 3 8B with rank-8 adapters on its 7 × 32 matrices: 21 M parameters train, and
+    // the plan fits one A100 without ZeRO (full training of the same needs 18 bytes a
+    // parameter: 134 GiB).
+    let c = check_source("p.tp", &i.plan);
+    assert!(c.ok(), "{:#?}", c.diagnostics);
+    let e = c.estimate.as_ref().unwrap();
+    // q and o 4096 + 4096, k and v 4096 + 1024, gate, up and down 4096 + 14336 (PEFT's
+    // 20,971,520 trainable parameters for this model).
+    let per_layer = 8.0 * (2.0 * 8192.0 + 2.0 * 5120.0 + 3.0 * 18432.0);
+    assert_eq!(e.trained_params, 32.0 * per_layer);
+    assert!(e.stages[0].memory.gradients_bytes < 0.1 * (1u64 << 30) as f64);
+    // No finetuning_type: LLaMA-Factory's default, LoRA, said so.
+    let yaml = std::fs::read_to_string(dir().join("llama3_lora_sft.yaml"))
+        .unwrap()
+        .replace("finetuning_type: lora\n", "");
+    let i = import(
+        &[Input {
+            name: "no_type.yaml".into(),
+            path: dir().join("no_type.yaml"),
+            text: yaml,
+        }],
+        &Options::default(),
+        &|_: &Path| None,
+    )
+    .unwrap();
+    assert!(i.plan.contains("method = lora"), "{}", i.plan);
+    assert!(
+        i.assumed
+            .iter()
+            .any(|a| a.contains("default finetuning_type")),
+        "{:?}",
+        i.assumed
+    );
+}
+
+#[test]
+fn freeze_tuning_imports_to_a_frozen_prefix_of_the_models_layers() {
+    let i = run(&["llama3_freeze_sft.yaml"], &gpus(1, "H100_SXM_80GB"));
+    // Llama 3 8B's 32 layers, the last 8 training: the first 24 frozen.
+    for line in ["method = frozen", "frozen_layers = 24"] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // A LoRA setting under freeze tuning changes nothing in LLaMA-Factory: listed.
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "lora_rank" && u.reason.contains("finetuning_type lora")),
+        "{:#?}",
+        i.unplaced
+    );
+    let c = check_source("p.tp", &i.plan);
+    let e = c.estimate.as_ref().expect("an estimate");
+    let plan = c.plan.as_ref().unwrap();
+    let layer = planc_compiler::cost::params::layer_params(&plan.model).dense_total();
+    assert_eq!(e.trained_params, 8.0 * layer);
+    // transformers' own script (`--model_name_or_path` alone) keeps full training.
+    let i = import(
+        &[Input {
+            name: "run_clm.sh".into(),
+            path: dir().join("run_clm.sh"),
+            text: "torchrun --nproc_per_node 8 run_clm.py --model_name_or_path \
+                   meta-llama/Meta-Llama-3-8B --per_device_train_batch_size 2 --bf16\n"
+                .into(),
+        }],
+        &Options::default(),
+        &|_: &Path| None,
+    )
+    .unwrap();
+    assert!(!i.plan.contains("method ="), "{}", i.plan);
 }
 
 #[test]

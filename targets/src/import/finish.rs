@@ -39,6 +39,9 @@ pub struct Pending {
     pub context: Option<(u64, Origin)>,
     /// GPUs of the cluster, once known.
     pub world: Option<u64>,
+    /// LLaMA-Factory's `freeze` tuning: the last layers that train, which become
+    /// `train.frozen_layers` once the model's layers are known.
+    pub freeze_trainable: Option<(i64, Origin)>,
     /// DeepSpeed configs a command names (`--deepspeed_config`), read after it.
     pub deepspeed_files: Vec<(String, Origin)>,
     /// Megatron-LM's `--make-vocab-size-divisible-by`.
@@ -78,6 +81,7 @@ pub fn finish(cx: &mut Ctx) {
     super::deepspeed::defaults(cx);
     super::torchtitan::finish(cx);
     model(cx);
+    frozen_layers(cx);
     dropout(cx);
     schedule(cx);
     batch(cx);
@@ -152,6 +156,40 @@ fn model(cx: &mut Ctx) {
         match width {
             Some(w) if w > 0 && size % w == 0 => d.set("model", "shared_experts", V::Int(size / w), o),
             _ => d.unplaced(o, Some(size.to_string()), "shared experts are counted in experts of expert_ffn_hidden; this size is not a multiple of it"),
+        }
+    }
+}
+
+/// `train.frozen_layers` from the layers that train (LLaMA-Factory's
+/// `freeze_trainable_layers`): the model's layers less them, where the model says how many
+/// it has (its `config.json`, or the preset it was named by).
+fn frozen_layers(cx: &mut Ctx) {
+    let Some((trainable, from)) = cx.pending.freeze_trainable.take() else {
+        return;
+    };
+    let d = &mut cx.draft;
+    let layers = d
+        .u64("model", "layers")
+        .or_else(|| match d.get("model", "preset") {
+            Some(V::Str(p)) => planc_compiler::catalog::Catalog::builtin()
+                .model(p)
+                .map(|m| m.layers),
+            _ => None,
+        });
+    match layers {
+        Some(l) if (trainable as u64) < l => {
+            d.set("train", "frozen_layers", V::Int(l - trainable as u64), from);
+            d.note(format!(
+                "train.frozen_layers = {}: the model's {l} layers less the {trainable} that train",
+                l - trainable as u64
+            ));
+        }
+        _ => {
+            // Without the layers nothing says how many are frozen: full training, said so.
+            d.unplaced(from, Some(trainable.to_string()), "the layers that train, of a model whose layers no input gives: the plan prices full training");
+            if let Some((_, o)) = d.remove("train", "method") {
+                d.unplaced(o, Some("freeze".into()), "freeze tuning, whose frozen layers are not known without the model's layers: the plan prices full training");
+            }
         }
     }
 }

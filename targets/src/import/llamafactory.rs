@@ -2,7 +2,9 @@
 //! arguments, and transformers' `Seq2SeqTrainingArguments`), from its YAML file
 //! (`llamafactory-cli train x.yaml`) or as command-line flags (`src/train.py`, the older
 //! `src/train_bash.py`). A `deepspeed:` file is read too. Hugging Face's defaults (linear
-//! decay, β2 0.999, no weight decay, fp32) apply where the arguments are silent.
+//! decay, β2 0.999, no weight decay, fp32) apply where the arguments are silent, and
+//! LLaMA-Factory's own (`FinetuningArguments`: LoRA of rank 8 on every linear layer) for the
+//! fine-tuning method, which becomes `train.method`.
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -13,13 +15,15 @@ use super::{Ctx, Format, ImportError, Input};
 const DATA: &str = "the dataset and its preprocessing: planc prices the step, whatever the data";
 const EVAL: &str = "evaluation: planc plans no evaluation";
 const LOGGING: &str = "logging, saving and run control: planc's launch derives them";
-/// `train.method` does not exist yet: LoRA and freezing are priced as full training.
-const METHOD: &str = "planc has no fine-tuning method yet (train.method): the plan prices full training, whose gradients and optimizer state cover every weight";
+/// LLaMA-Factory's `finetuning_type` when the arguments do not say (`FinetuningArguments`).
+const DEFAULT_METHOD: &str = "lora";
+/// `freeze_trainable_layers`' default: the last two layers train.
+const DEFAULT_TRAINABLE_LAYERS: i64 = 2;
 
 const TABLE: &[(&str, To)] = &[
     ("model_name_or_path", To::Special("model")),
     ("stage", To::Special("stage")),
-    ("finetuning_type", To::Special("finetuning")),
+    ("finetuning_type", To::Special("method")),
     ("per_device_train_batch_size", To::Attr("parallel", "micro_batch", Kind::Int)),
     ("gradient_accumulation_steps", To::Special("accum")),
     ("cutoff_len", To::Attr("model", "seq_len", Kind::Int)),
@@ -44,16 +48,16 @@ const TABLE: &[(&str, To)] = &[
     ("disable_gradient_checkpointing", To::Special("no_checkpointing")),
     ("gradient_checkpointing", To::Special("checkpointing")),
     ("num_train_epochs", To::Skip("epochs: planc counts steps (train.steps), and an epoch's steps depend on the dataset's size")),
-    ("lora_rank", To::Skip(METHOD)),
-    ("lora_alpha", To::Skip(METHOD)),
-    ("lora_dropout", To::Skip(METHOD)),
-    ("lora_target", To::Skip(METHOD)),
-    ("additional_target", To::Skip(METHOD)),
-    ("use_rslora", To::Skip(METHOD)),
-    ("use_dora", To::Skip(METHOD)),
-    ("freeze_trainable_layers", To::Skip(METHOD)),
-    ("freeze_trainable_modules", To::Skip(METHOD)),
-    ("freeze_extra_modules", To::Skip(METHOD)),
+    ("lora_rank", To::Special("method")),
+    ("lora_alpha", To::Special("method")),
+    ("lora_target", To::Special("method")),
+    ("lora_dropout", To::Special("method")),
+    ("additional_target", To::Special("method")),
+    ("use_rslora", To::Special("method")),
+    ("use_dora", To::Special("method")),
+    ("freeze_trainable_layers", To::Special("method")),
+    ("freeze_trainable_modules", To::Special("method")),
+    ("freeze_extra_modules", To::Special("method")),
     ("quantization_bit", To::Skip("quantised weights (QLoRA): planc prices weights in the training precision")),
     ("do_train", To::Skip("the run trains: what planc prices")),
     ("template", To::Skip(DATA)),
@@ -117,7 +121,7 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
             "a YAML file with none of LLaMA-Factory's arguments".into(),
         ));
     }
-    apply(cx, entries, input);
+    apply(cx, entries, input, true);
     Ok(())
 }
 
@@ -167,12 +171,22 @@ pub fn read_flags(cx: &mut Ctx, args: &[super::shell::Word], input: &Input) {
             );
         }
     }
-    apply(cx, entries, input);
+    apply(cx, entries, input, false);
 }
 
-fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &Input) {
+/// `yaml`: the arguments are a LLaMA-Factory YAML file (command-line flags are
+/// LLaMA-Factory's only where one of its own arguments says so, not only transformers').
+fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &Input, yaml: bool) {
+    let llamafactory = yaml
+        || entries.iter().any(|(k, _, _)| {
+            matches!(k.as_str(), "stage" | "finetuning_type" | "template")
+                || k.starts_with("lora_")
+                || k.starts_with("freeze_")
+        });
     let mut checkpointing = true;
     let mut lr_schedule_seen = false;
+    // The fine-tuning method's arguments, read once all are known (`method`).
+    let mut method_args: Vec<(String, String, Origin)> = Vec::new();
     for (k, v, from) in entries {
         let Some((_, to)) = TABLE.iter().find(|t| t.0 == k) else {
             cx.draft
@@ -203,10 +217,7 @@ fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &I
                 "pt" | "sft" => d.unplaced(from, v, "pre-training or supervised fine-tuning: one language-model step, as planc prices it"),
                 _ => d.unplaced(from, v, "planc prices one language-model step; this stage runs more models (a reward or reference model)"),
             },
-            To::Special("finetuning") => match text.as_str() {
-                "full" => d.unplaced(from, v, "full training, as planc prices it"),
-                _ => d.unplaced(from, v, METHOD),
-            },
+            To::Special("method") => method_args.push((k.clone(), text, from)),
             To::Special("accum") => match super::flags::int(&text) {
                 Some(n) => super::finish::set_accum(cx, n, from),
                 None => d.unplaced(from, v, "not a count"),
@@ -255,7 +266,146 @@ fn apply(cx: &mut Ctx, entries: Vec<(String, Option<String>, Origin)>, input: &I
             To::Special(_) => d.unplaced(from, v, "planc has no attribute for it"),
         }
     }
+    method(cx, method_args, input, llamafactory);
     hf_defaults(cx, input, checkpointing, lr_schedule_seen);
+}
+
+/// LLaMA-Factory's module names (`lora_target`) as the matrices `train.lora_targets` names:
+/// Llama's (and Qwen's, Mistral's), Mixtral's experts (`w1` gate, `w3` up, `w2` down).
+fn lora_target(module: &str) -> Option<&'static str> {
+    Some(match module {
+        "q_proj" => "q",
+        "k_proj" => "k",
+        "v_proj" => "v",
+        "o_proj" => "o",
+        "gate_proj" | "w1" => "gate",
+        "up_proj" | "w3" => "up",
+        "down_proj" | "w2" => "down",
+        _ => return None,
+    })
+}
+
+/// `finetuning_type` (LoRA unless the arguments say otherwise) and its settings into
+/// `train.method`, `lora_rank`, `lora_alpha`, `lora_targets`; `freeze` tuning's trained
+/// layers into `frozen_layers` once the model's layers are known (`finish`).
+fn method(cx: &mut Ctx, args: Vec<(String, String, Origin)>, input: &Input, llamafactory: bool) {
+    let d = &mut cx.draft;
+    let read = match (d.get("train", "method"), d.origin("train", "method")) {
+        (Some(V::Ident(m)), Some(o)) => Some((m.replace("frozen", "freeze"), o.clone())),
+        _ => None,
+    };
+    let (kind, kind_from) = match (args.iter().find(|a| a.0 == "finetuning_type"), read) {
+        (Some((_, v, o)), _) => (v.clone(), o.clone()),
+        // A file these arguments came with (a YAML the command line names) said it.
+        (None, Some(r)) => r,
+        // transformers' own scripts (`--model_name_or_path` alone) train every weight.
+        (None, None) if !llamafactory => return,
+        (None, None) => {
+            let o = Origin::new(
+                &input.name,
+                None,
+                "LLaMA-Factory's default without finetuning_type",
+            );
+            d.note(format!(
+                "train.method = lora: LLaMA-Factory's default finetuning_type ({DEFAULT_METHOD})"
+            ));
+            (DEFAULT_METHOD.to_string(), o)
+        }
+    };
+    let method = match kind.as_str() {
+        "full" => "full",
+        "lora" => "lora",
+        "freeze" => "frozen",
+        _ => {
+            for (_, v, o) in args {
+                d.unplaced(o, Some(v), format!("finetuning_type {kind}: not one of LLaMA-Factory's (lora, freeze, full); the plan prices full training"));
+            }
+            return;
+        }
+    };
+    d.set(
+        "train",
+        "method",
+        V::Ident(method.into()),
+        kind_from.clone(),
+    );
+    let belongs = |key: &str| match key {
+        "lora_rank" | "lora_alpha" | "lora_target" | "lora_dropout" | "additional_target"
+        | "use_rslora" | "use_dora" => "lora",
+        _ => "frozen",
+    };
+    let mut trainable: Option<(i64, Origin)> = None;
+    for (key, v, from) in args {
+        if key == "finetuning_type" {
+            continue;
+        }
+        if belongs(&key) != method {
+            d.unplaced(from, Some(v), format!("a setting of finetuning_type {}, and the job's is {kind}: LLaMA-Factory ignores it", if belongs(&key) == "lora" { "lora" } else { "freeze" }));
+            continue;
+        }
+        match key.as_str() {
+            "lora_rank" => match super::flags::int(&v) {
+                Some(r) if r >= 1 => d.set("train", "lora_rank", V::Int(r), from),
+                _ => d.unplaced(from, Some(v), "not a rank"),
+            },
+            "lora_alpha" => match v.parse::<f64>() {
+                Ok(a) if a >= 0.0 && a.fract() == 0.0 && a < 1e9 => {
+                    d.set("train", "lora_alpha", V::Int(a as u64), from)
+                }
+                Ok(a) if a >= 0.0 => d.set("train", "lora_alpha", V::Float(a), from),
+                _ => d.unplaced(from, Some(v), "not a number"),
+            },
+            "lora_target" => {
+                let modules: Vec<&str> = v.split(',').map(str::trim).filter(|m| !m.is_empty()).collect();
+                if modules.contains(&"all") {
+                    d.set("train", "lora_targets", V::Ident("all".into()), from);
+                    continue;
+                }
+                let mut known: Vec<&str> = modules.iter().filter_map(|m| lora_target(m)).collect();
+                let unknown: Vec<&str> = modules.iter().copied().filter(|m| lora_target(m).is_none()).collect();
+                // `train.lora_targets`' order, as `check` keeps it.
+                let order = ["q", "k", "v", "o", "gate", "up", "down"];
+                known.sort_by_key(|t| order.iter().position(|o| o == t));
+                known.dedup();
+                if known.is_empty() {
+                    d.unplaced(from, Some(v), "modules planc does not name (it adapts q, k, v, o, gate, up, down): the plan adapts every linear layer (lora_targets = all)");
+                    continue;
+                }
+                if !unknown.is_empty() {
+                    d.unplaced(
+                        from.clone(),
+                        Some(unknown.join(",")),
+                        "modules planc does not name (it adapts q, k, v, o, gate, up, down): priced without their adapters",
+                    );
+                }
+                d.set("train", "lora_targets", V::Raw(format!("[{}]", known.join(", "))), from);
+            }
+            "lora_dropout" => d.unplaced(from, Some(v), "LoRA's dropout: not priced (each adapted input is kept once more)"),
+            "use_rslora" => d.unplaced(from, Some(v), "rank-stabilised scaling (alpha / √rank): the same products and memory"),
+            "use_dora" => d.unplaced(from, Some(v), "DoRA's weight decomposition: priced as LoRA, without its norms of the weights"),
+            "additional_target" => d.unplaced(from, Some(v), "modules trained whole beside the adapters: planc's LoRA trains the adapters only"),
+            "freeze_trainable_layers" => match v.parse::<i64>() {
+                Ok(n) if n > 0 => trainable = Some((n, from)),
+                _ => d.unplaced(from, Some(v), "the first layers train and the rest are frozen: planc freezes a prefix (frozen_layers), the plan keeps LLaMA-Factory's default of the last 2 training"),
+            },
+            "freeze_trainable_modules" if v == "all" => d.unplaced(from, Some(v), "every module of the trained layers, as planc's frozen method trains them"),
+            "freeze_trainable_modules" => d.unplaced(from, Some(v), "planc's frozen method trains whole layers: priced with all their modules training"),
+            "freeze_extra_modules" => d.unplaced(from, Some(v), "modules trained beside the layers: planc's frozen method keeps the embedding and the output layer frozen"),
+            _ => d.unplaced(from, Some(v), "planc has no attribute for it"),
+        }
+    }
+    if method == "frozen" {
+        cx.pending.freeze_trainable = Some(trainable.unwrap_or_else(|| {
+            (
+                DEFAULT_TRAINABLE_LAYERS,
+                Origin::new(
+                    &input.name,
+                    None,
+                    "LLaMA-Factory's default without freeze_trainable_layers",
+                ),
+            )
+        }));
+    }
 }
 
 /// transformers' and LLaMA-Factory's defaults where the arguments are silent.
