@@ -530,3 +530,78 @@ fn an_unknown_target_is_refused_before_the_plan_is_read() {
     );
     assert!(!run.stderr.contains("cannot read"), "{}", run.stderr);
 }
+
+/// Llama 3 8B on one, two or four nodes of H100s at a price, the size left to `solve`.
+const RENT: &str = "cluster c {
+    nodes = [1, 2, 4]
+    gpus_per_node = 8
+    gpu = H100_SXM_80GB
+    price = 2.49 USD/h
+    inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us }
+}
+model m { preset = \"llama3-8b\" }
+train { global_batch = 64, precision = bf16, optimizer = adamw, tokens = 1e9 }
+parallel { tp = auto, pp = auto, dp = auto, micro_batch = auto, zero = auto, recompute = auto }
+search { objective = cost }
+";
+
+#[test]
+fn solve_rents_the_cheapest_cluster_size_and_prices_it_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("rent.tp");
+    std::fs::write(&plan, RENT).unwrap();
+    let plan = plan.to_str().unwrap();
+
+    let run = planc(&["solve", plan]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let header = run.stdout.lines().find(|l| l.starts_with("rank")).unwrap();
+    assert!(
+        header.contains(" GPUs ") && header.contains("USD/Mtok"),
+        "{header}"
+    );
+    assert!(run.stdout.contains("at 2.49 USD/h a GPU"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("train    1.000e9 tokens (train.tokens)"),
+        "{}",
+        run.stdout
+    );
+
+    let json = |sets: &[&str]| -> serde_json::Value {
+        let mut args = vec!["solve", plan, "--format", "json"];
+        args.extend_from_slice(sets);
+        serde_json::from_str(&planc(&args).stdout).unwrap()
+    };
+    let cheap = json(&[]);
+    let fast = json(&["--set", "search.objective=throughput"]);
+    let gpus = |v: &serde_json::Value| v["best"]["plan"]["world_size"].as_u64().unwrap();
+    assert_eq!(gpus(&fast), 32);
+    assert!(gpus(&cheap) < 32, "cost rents {} GPUs", gpus(&cheap));
+    assert_eq!(cheap["candidates"][0]["gpus"].as_u64(), Some(gpus(&cheap)));
+    let per_m = |v: &serde_json::Value| {
+        v["best"]["cost"]["cost_per_million_tokens"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(per_m(&cheap) < per_m(&fast));
+    assert_eq!(cheap["best"]["cost"]["currency"], "USD");
+    assert_eq!(cheap["best"]["cost"]["gpus"].as_u64(), Some(gpus(&cheap)));
+
+    // The launch asks for the size chosen.
+    let out = dir.path().join("slurm");
+    let run = planc(&[
+        "emit",
+        plan,
+        "--target",
+        "slurm",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let sbatch = std::fs::read_to_string(out.join("job.sbatch")).unwrap();
+    let nodes = gpus(&cheap) / 8;
+    assert!(
+        sbatch.contains(&format!("#SBATCH --nodes={nodes}\n")),
+        "{sbatch}"
+    );
+}

@@ -79,6 +79,26 @@ fn a_plan_with_holes_shows_the_candidates_and_the_chosen_one() {
     assert!(html.matches(r#"class="candidate""#).count() > 100);
     assert!(html.contains("searched "));
     assert!(html.contains("<td>1</td>"));
+    // No price: the candidates' cost is in GPU-hours, and so is the step's.
+    assert!(html.contains("<th>GPU-h&#x2f;Mtok</th>"), "the escaped heading");
+    assert!(html.contains("GPU-hours a step"));
+}
+
+#[test]
+fn a_priced_plan_shows_its_cost_and_the_cost_to_train() {
+    let dir = tempfile::tempdir().unwrap();
+    let (run, html) = report("examples/llama3-70b-64xh100.tp", &dir.path().join("p.html"));
+    assert_eq!(run.code, 0, "{}", run.transcript());
+    assert!(html.contains("cost a step"), "the cost card");
+    assert!(html.contains("at 2.49 USD&#x2f;h a GPU"));
+    assert!(
+        html.contains("(train.tokens):"),
+        "the training run's GPU-hours"
+    );
+    assert!(
+        html.contains(" GPU-hours, ") && html.contains(" USD</div>"),
+        "money to train"
+    );
 }
 
 #[test]
