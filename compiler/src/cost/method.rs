@@ -596,6 +596,27 @@ mod tests {
     }
 
     #[test]
+    fn auto_ends_give_a_frozen_prefix_more_layers() {
+        // Llama 2 70B over 4 stages, its first 40 layers frozen: the even split leaves the
+        // first two stages forward-only and waiting; the balanced split gives the first
+        // stage more of the cheap frozen layers.
+        let text = "cluster c { nodes = 4, gpus_per_node = 8, gpu = H100_SXM_80GB
+                inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 400 Gb/s, latency = 5 us } }
+             model m { preset = \"llama2-70b\" }
+             train { global_batch = 256, precision = bf16, optimizer = adamw, method = frozen, frozen_layers = 40 }
+             parallel { tp = 8, pp = 4, dp = auto, micro_batch = 1, zero = 1, recompute = selective,
+                        sequence_parallel = true, first_stage_layers = auto, last_stage_layers = auto }";
+        let c = check_source("t.tp", text);
+        let plan = c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics));
+        let first = plan.stage_layers(0);
+        assert!(
+            first > 30,
+            "{first}: {:?}",
+            (0..4).map(|s| plan.stage_layers(s)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
     fn mfu_counts_the_flops_lora_needs() {
         let full = seed003("", SEED);
         let lora = seed003(LORA, SEED);

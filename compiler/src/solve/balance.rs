@@ -169,9 +169,8 @@ fn slowest_stage(plan: &Plan, stage_pieces: &[Pieces]) -> f64 {
     (0..plan.parallel.pp)
         .map(|s| {
             let pc = &stage_pieces[s as usize];
-            let moe = plan.stage_moe_layers(s) as f64;
-            let dense = plan.stage_layers(s) as f64 - moe;
-            let (mut fwd, mut bwd, _) = pc.layers(moe, dense);
+            // A frozen prefix's layers run forward only (`cost::method`).
+            let (mut fwd, mut bwd, _) = pc.stage_layers(plan, s);
             if s == 0 {
                 fwd.add(pc.embedding_fwd);
                 bwd.add(pc.embedding_bwd);
