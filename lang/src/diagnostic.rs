@@ -162,6 +162,12 @@ impl Capped {
         }
     }
 
+    /// The first kept diagnostic that `pred` picks, to finish it with what a later phase
+    /// knows (the parser's context for a character the lexer refused).
+    pub fn find_mut(&mut self, pred: impl Fn(&Diagnostic) -> bool) -> Option<&mut Diagnostic> {
+        self.kept.iter_mut().find(|d| pred(d))
+    }
+
     /// Whether the next push will be dropped: the caller may skip the work of finishing it
     /// (a did-you-mean over thousands of names).
     pub fn is_full(&self) -> bool {

@@ -376,6 +376,9 @@ impl Parser {
             TokenKind::Ident(_) => self.ident(),
             _ => None,
         };
+        let base = name
+            .as_ref()
+            .and_then(|name| self.base_after_colon(&kind, name));
         if !self.at(&TokenKind::LBrace) {
             let d = self.expected(&format!("`{{` to open the `{}` block", kind.text));
             if matches!(d.message.as_str(), m if m.contains("`=`")) {
@@ -391,7 +394,8 @@ impl Parser {
         }
         let open = self.bump().span;
         self.depth += 1;
-        let entries = self.entries(open, &kind.text);
+        let mut entries = self.entries(open, &kind.text);
+        entries.splice(0..0, base.map(Entry::Attr));
         self.depth -= 1;
         let end = self.prev_span();
         Some(Block {
@@ -399,6 +403,61 @@ impl Parser {
             kind,
             name,
             entries,
+        })
+    }
+
+    /// `gpu mine : H100_SXM_80GB {`: a block naming what it starts from after a colon, as
+    /// other languages write inheritance. The lexer refused the `:` (P0001); its help says
+    /// where the base goes in this language, and the block is read on as the help writes it
+    /// (`preset = H100_SXM_80GB` for a `gpu` or `model`), so that what follows is checked
+    /// against the base rather than reported missing.
+    fn base_after_colon(&mut self, kind: &Ident, name: &Ident) -> Option<Attr> {
+        let (TokenKind::Error, TokenKind::Ident(base), TokenKind::LBrace) =
+            (self.peek(), self.peek_at(1), self.peek_at(2))
+        else {
+            return None;
+        };
+        let base = base.clone();
+        let colon = self.span();
+        let base_span = self.tokens[self.pos + 1].span;
+        let (kind, name) = (kind.text.as_str(), name.text.as_str());
+        let help = match kind {
+            "gpu" => format!(
+                "a `gpu` block starts from a built-in GPU with `preset` inside it: \
+                 `gpu {name} {{ preset = {base} ... }}`, then only what differs"
+            ),
+            "model" => format!(
+                "a `model` block starts from a built-in model with `preset` inside it: \
+                 `model {name} {{ preset = \"{base}\" ... }}`"
+            ),
+            _ => format!("blocks are `{kind} {name} {{ ... }}`; remove `: {base}`"),
+        };
+        let file = self.file;
+        if let Some(d) = self.diagnostics.find_mut(|d| {
+            d.code == codes::P0001.id
+                && d.primary
+                    .as_ref()
+                    .is_some_and(|l| l.file == file && l.span == colon)
+        }) {
+            d.help = Some(help);
+        }
+        self.bump();
+        self.bump();
+        let value = match kind {
+            "gpu" => ExprKind::Ident(base),
+            "model" => ExprKind::Str(base),
+            _ => return None,
+        };
+        Some(Attr {
+            name: Ident {
+                text: "preset".into(),
+                span: colon,
+            },
+            value: Expr {
+                kind: value,
+                span: base_span,
+            },
+            span: colon.to(base_span),
         })
     }
 
@@ -789,6 +848,50 @@ mod tests {
             panic!()
         };
         assert_eq!(train.attrs().next().unwrap().name.text, "precision");
+    }
+
+    #[test]
+    fn a_base_after_a_colon_is_one_error_saying_where_it_goes_and_the_block_is_read() {
+        let p = parse(
+            "gpu mine : H100_SXM_80GB {\n    memory = 70 GiB\n}\nmodel m : llama3 { layers = 2 }\n",
+            FileId(0),
+        );
+        assert_eq!(codes(&p), ["P0001", "P0001"], "{:#?}", p.diagnostics);
+        assert_eq!(
+            p.diagnostics[0].help.as_deref(),
+            Some(
+                "a `gpu` block starts from a built-in GPU with `preset` inside it: \
+                 `gpu mine { preset = H100_SXM_80GB ... }`, then only what differs"
+            )
+        );
+        assert!(p.diagnostics[1]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("preset = \"llama3\""));
+        // Both blocks are read as the help writes them, so what follows is checked against
+        // the base.
+        assert_eq!(p.file.items.len(), 2);
+        let Item::Block(gpu) = &p.file.items[0] else {
+            panic!()
+        };
+        assert_eq!(gpu.name.as_ref().unwrap().text, "mine");
+        let attrs: Vec<(&str, &ExprKind)> = gpu
+            .attrs()
+            .map(|a| (a.name.text.as_str(), &a.value.kind))
+            .collect();
+        assert_eq!(
+            attrs[0],
+            ("preset", &ExprKind::Ident("H100_SXM_80GB".into()))
+        );
+        assert_eq!(attrs[1].0, "memory");
+        // A colon elsewhere keeps the lexer's own help.
+        let p = parse("train { global_batch: 8 }\n", FileId(0));
+        assert!(p.diagnostics[0]
+            .help
+            .as_deref()
+            .unwrap()
+            .contains("`name = value`"));
     }
 
     #[test]
