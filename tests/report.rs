@@ -80,7 +80,10 @@ fn a_plan_with_holes_shows_the_candidates_and_the_chosen_one() {
     assert!(html.contains("searched "));
     assert!(html.contains("<td>1</td>"));
     // No price: the candidates' cost is in GPU-hours, and so is the step's.
-    assert!(html.contains("<th>GPU-h&#x2f;Mtok</th>"), "the escaped heading");
+    assert!(
+        html.contains("<th>GPU-h&#x2f;Mtok</th>"),
+        "the escaped heading"
+    );
     assert!(html.contains("GPU-hours a step"));
 }
 
