@@ -179,17 +179,24 @@ mod tests {
         assert_eq!(b.run.unwrap().from, "tokens");
     }
 
+    /// An H100 group and an A100 group over one pipeline, the cluster at `cluster_price`
+    /// and the H100 group at its own `a_price`.
+    fn two_groups(cluster_price: &str, a_price: &str) -> String {
+        format!(
+            "cluster c {{
+                price = {cluster_price}
+                group a {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB, price = {a_price} }}
+                group b {{ nodes = 1, gpus_per_node = 8, gpu = A100_SXM_80GB }}
+                inter_node {{ kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s }} }}
+             model m {{ preset = \"llama3-8b\", seq_len = 4096 }}
+             train {{ global_batch = 64 }}
+             parallel {{ tp = 8, pp = 2, dp = 1, micro_batch = 1 }}"
+        )
+    }
+
     #[test]
     fn groups_are_billed_at_their_own_price_else_the_clusters() {
-        let text = "cluster c {
-                price = 2 EUR/h
-                group a { nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB, price = 3 EUR/h }
-                group b { nodes = 1, gpus_per_node = 8, gpu = A100_SXM_80GB }
-                inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s } }
-             model m { preset = \"llama3-8b\", seq_len = 4096 }
-             train { global_batch = 64 }
-             parallel { tp = 8, pp = 2, dp = 1, micro_batch = 1 }";
-        let checked = check_source("p.tp", text);
+        let checked = check_source("p.tp", &two_groups("2 EUR/h", "3 EUR/h"));
         let plan = checked
             .plan
             .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics));
@@ -201,15 +208,7 @@ mod tests {
 
     #[test]
     fn prices_in_two_currencies_and_negative_prices_are_refused() {
-        let text = "cluster c {
-                price = 2 USD/h
-                group a { nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB, price = 3 EUR/h }
-                group b { nodes = 1, gpus_per_node = 8, gpu = A100_SXM_80GB }
-                inter_node { kind = infiniband, nics_per_node = 8, bandwidth = 200 Gb/s } }
-             model m { preset = \"llama3-8b\", seq_len = 4096 }
-             train { global_batch = 64 }
-             parallel { tp = 8, pp = 2, dp = 1, micro_batch = 1 }";
-        let codes: Vec<&str> = check_source("p.tp", text)
+        let codes: Vec<&str> = check_source("p.tp", &two_groups("2 USD/h", "3 EUR/h"))
             .diagnostics
             .iter()
             .map(|d| d.code)
