@@ -24,7 +24,7 @@ use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::error::RunError;
 use crate::train::engine::{softmax_causal_fwd, standard_core_bwd, StandardGrads};
 use planc_compiler::cost::comm::Collective;
-use planc_compiler::profile::SEND_RECV;
+use planc_compiler::profile::{OverlapPoint, SEND_RECV};
 
 pub use planc_compiler::profile::{
     ActivationPoint, AttentionPoint, CollectivePoint, GemmPoint, MemoryPoint, NormPoint,
@@ -106,226 +106,30 @@ pub fn calibrate(
     let catalog = crate::train::predict::catalog_gpu_for(&runner.device_name, &fallback_gpu());
     let peak = catalog.peak(precision).unwrap_or(f64::NAN);
     let n_gpus = gpus.unwrap_or(runner.gpu_count).min(runner.gpu_count);
-    let grid = gemm_grid();
-    let sizes = memory_sizes();
-    let attn = standard_shapes();
-    // The fused kernel's rate depends on head size and sequence (diagonal tiles, per-tile
-    // fixed work): each head size the tensor-core kernels take, over 1K-8K tokens; and on
-    // how many blocks fill the GPU: each at a micro-batch's worth of heads and a quarter of
-    // it (training runs 128 heads of 2048 for Llama 3.2 1B, 192 of 1024 for GPT-2).
-    let flash_shapes: Vec<(usize, usize, usize)> = [64usize, 128]
-        .iter()
-        .flat_map(|&d| {
-            [1024usize, 2048, 4096, 8192]
-                .into_iter()
-                .flat_map(move |t| {
-                    let bh = flash_batch_heads(t, d);
-                    let fewer = (bh / 4).max(16);
-                    let mut v = vec![(bh, t, d)];
-                    if fewer < bh {
-                        v.push((fewer, t, d));
-                    }
-                    v
-                })
-        })
-        .collect();
-    let coll_sizes: Vec<usize> = (16..=30).step_by(2).map(|p| 1usize << p).collect();
-    let coll_ops = [
-        Collective::AllReduce,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-    ];
-    let groups: Vec<usize> = (2..=n_gpus).filter(|g| g.is_power_of_two()).collect();
-    let norm_shapes = norm_grid();
-    let activation_shapes = activation_grid();
-    let mlps = [Mlp::Gelu, Mlp::Swiglu];
-    let total = grid.len()
-        + sizes.len()
-        + 1
-        + norm_shapes.len()
-        + activation_shapes.len() * mlps.len()
-        + attn.len()
-        + flash_shapes.len()
-        + groups.len()
-            * ((coll_ops.len() + 1) * coll_sizes.len() + coll_ops.len() * OVERLAP_SHAPES.len());
-    let mut done = 0;
+    let grids = Grids::new(n_gpus);
+    let mut progress = Progress {
+        done: 0,
+        total: grids.total(),
+        report: progress,
+    };
 
-    let mut gemm = Vec::new();
-    for &(m, n, k) in &grid {
-        progress(done, total, &format!("product {m}×{n}×{k}"));
-        let s = runner.gemm(m, n, k, 10)?;
-        let tflops = 2.0 * (m * n * k) as f64 / s / 1e12;
-        gemm.push(GemmPoint {
-            m,
-            n,
-            k,
-            seconds: s,
-            tflops,
-            efficiency: tflops * 1e12 / peak,
-        });
-        done += 1;
-    }
-    for i in slower_than_smaller_siblings(&gemm) {
-        // A product with more rows has at least the parallelism of one with fewer: a rate
-        // far under its smaller sibling's is a disturbed timing (a clock change, another
-        // process), not the product's. Timed again, the faster median kept.
-        let GemmPoint { m, n, k, .. } = gemm[i];
-        progress(done, total, &format!("product {m}×{n}×{k}, again"));
-        for _ in 0..2 {
-            let s = runner.gemm(m, n, k, 20)?;
-            if s < gemm[i].seconds {
-                let tflops = 2.0 * (m * n * k) as f64 / s / 1e12;
-                gemm[i] = GemmPoint {
-                    m,
-                    n,
-                    k,
-                    seconds: s,
-                    tflops,
-                    efficiency: tflops * 1e12 / peak,
-                };
-            }
-        }
-    }
+    let gemm = measure_gemms(&mut runner, &grids.gemm, peak, &mut progress)?;
     drop(runner);
 
     let mut gpu = Gpu::open(0, precision)?;
-    let xsz = precision.bytes() as usize;
-    let largest = *sizes.last().expect("sizes");
-    let elems = largest / (3 * xsz) + 1;
-    let (a, b, c) = (
-        gpu.alloc(elems * xsz)?,
-        gpu.alloc(elems * xsz)?,
-        gpu.alloc(elems * xsz)?,
-    );
-    let mut memory = Vec::new();
-    for &bytes in &sizes {
-        progress(done, total, &format!("memory-bound kernel, {bytes} bytes"));
-        // `add_x` reads two tensors and writes one: 3 elements of traffic each. Launched
-        // as training launches it (16 bytes a thread): a thread per element measured the
-        // idle threads, not the kernel.
-        let n = (bytes / (3 * xsz)).max(1);
-        let s = time(&gpu, 20, || {
-            gpu.launch_v(
-                "add_x",
-                n,
-                &[Arg::P(c), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
-            )
-        })?;
-        let moved = n * 3 * xsz;
-        memory.push(MemoryPoint {
-            bytes: moved,
-            seconds: s,
-            gb_per_s: moved as f64 / s / 1e9,
-            efficiency: moved as f64 / s / catalog.hbm_bandwidth,
-        });
-        done += 1;
-    }
-
-    for b in [a, b, c] {
-        gpu.free(b)?;
-    }
-    progress(done, total, "optimizer update");
+    let memory = measure_memory(&mut gpu, precision, &grids.memory, &catalog, &mut progress)?;
+    progress.before("optimizer update");
     let optimizer = vec![optimizer_point(&mut gpu, catalog.hbm_bandwidth)?];
-    done += 1;
-    let mut norms = Vec::new();
-    for &(rows, width) in &norm_shapes {
-        progress(done, total, &format!("norm {rows}×{width}"));
-        norms.extend(norm_points(&mut gpu, precision, rows, width)?);
-        done += 1;
-    }
-
-    let probe = ActivationProbe::new(&mut gpu, precision, ACTIVATION_ELEMENTS)?;
-    let mut activations = Vec::new();
-    for &(rows, width) in &activation_shapes {
-        for mlp in mlps {
-            progress(done, total, &format!("activation {mlp} {rows}×{width}"));
-            activations.extend(probe.points(&gpu, mlp, rows, width)?);
-            done += 1;
-        }
-    }
-    probe.free(&mut gpu)?;
-
-    let blas = Blas::new(&gpu, precision)?;
-    let mut attention = Vec::new();
-    for &(bh, t, d) in &attn {
-        progress(done, total, &format!("attention {bh}×{t}×{d}"));
-        attention.extend(standard_points(&mut gpu, &blas, precision, bh, t, d)?);
-        done += 1;
-    }
-    drop(blas);
-    let mut fused_attention = None;
-    for &(bh, t, d) in &flash_shapes {
-        progress(done, total, &format!("fused attention {bh}×{t}×{d}"));
-        let (points, by) = flash_points(&mut gpu, precision, bh, t, d)?;
-        attention.extend(points);
-        fused_attention = Some(by);
-        done += 1;
-    }
+    progress.done();
+    let norms = measure_norms(&mut gpu, precision, &grids.norm, &mut progress)?;
+    let activations = measure_activations(&mut gpu, precision, &grids.activation, &mut progress)?;
+    let (attention, fused_attention) =
+        measure_attention(&mut gpu, precision, &grids, &mut progress)?;
     drop(gpu);
 
-    let mut collectives = Vec::new();
-    for &g in &groups {
-        let Some(comm) = Collectives::open(g)? else {
-            break;
-        };
-        for op in coll_ops {
-            for &bytes in &coll_sizes {
-                progress(done, total, &format!("{op:?} over {g} GPUs, {bytes} bytes"));
-                let s = comm.time(op, bytes as f64, 10)?;
-                let factor = match op {
-                    Collective::AllReduce => 2.0 * (g - 1) as f64 / g as f64,
-                    _ => (g - 1) as f64 / g as f64,
-                };
-                collectives.push(CollectivePoint {
-                    op: format!("{op:?}"),
-                    gpus: g,
-                    bytes,
-                    seconds: s,
-                    bus_gb_per_s: bytes as f64 / s * factor / 1e9,
-                });
-                done += 1;
-            }
-        }
-        // Pipeline transfers: each GPU sends to the next and receives from the one before,
-        // as nccl-tests' sendrecv; the bus bandwidth is what one transfer moves a second.
-        for &bytes in &coll_sizes {
-            progress(
-                done,
-                total,
-                &format!("send/receive over {g} GPUs, {bytes} bytes"),
-            );
-            let s = comm.time_send_recv(bytes as f64, 10)?;
-            collectives.push(CollectivePoint {
-                op: SEND_RECV.into(),
-                gpus: g,
-                bytes,
-                seconds: s,
-                bus_gb_per_s: bytes as f64 / s / 1e9,
-            });
-            done += 1;
-        }
-    }
-    // Products beside collectives, per group size: what an overlapped data-parallel
-    // reduction costs the passes it hides behind.
-    let mut overlap = Vec::new();
-    for &g in &groups {
-        let Some(comm) = Collectives::open(g)? else {
-            break;
-        };
-        for op in coll_ops {
-            for &shape in &OVERLAP_SHAPES {
-                let (m, n, k) = shape;
-                progress(
-                    done,
-                    total,
-                    &format!("products {m}×{n}×{k} beside {op:?} over {g} GPUs"),
-                );
-                overlap.push(comm.time_beside_products(op, OVERLAP_BYTES as f64, shape, 5)?);
-                done += 1;
-            }
-        }
-    }
-    progress(total, total, "done");
+    let collectives = measure_collectives(&grids, &mut progress)?;
+    let overlap = measure_overlap(&grids, &mut progress)?;
+    (progress.report)(progress.total, progress.total, "done");
     Ok(Profile {
         provenance: Provenance {
             device,
@@ -351,6 +155,317 @@ pub fn calibrate(
         overlap,
         optimizer,
     })
+}
+
+/// Where calibration stands: measurements done of the total, told to the caller before
+/// each one.
+struct Progress<'a> {
+    done: usize,
+    total: usize,
+    report: &'a dyn Fn(usize, usize, &str),
+}
+
+impl Progress<'_> {
+    /// Says what is measured next.
+    fn before(&self, what: &str) {
+        (self.report)(self.done, self.total, what)
+    }
+
+    /// One measurement done.
+    fn done(&mut self) {
+        self.done += 1;
+    }
+}
+
+/// Every shape and size calibration measures.
+struct Grids {
+    gemm: Vec<(usize, usize, usize)>,
+    memory: Vec<usize>,
+    norm: Vec<(usize, usize)>,
+    activation: Vec<(usize, usize)>,
+    standard: Vec<(usize, usize, usize)>,
+    flash: Vec<(usize, usize, usize)>,
+    /// Collectives' message sizes.
+    collective: Vec<usize>,
+    /// Collectives' group sizes.
+    groups: Vec<usize>,
+}
+
+const COLLECTIVES: [Collective; 3] = [
+    Collective::AllReduce,
+    Collective::AllGather,
+    Collective::ReduceScatter,
+];
+
+const MLPS: [Mlp; 2] = [Mlp::Gelu, Mlp::Swiglu];
+
+impl Grids {
+    fn new(n_gpus: usize) -> Grids {
+        Grids {
+            gemm: gemm_grid(),
+            memory: memory_sizes(),
+            norm: norm_grid(),
+            activation: activation_grid(),
+            standard: standard_shapes(),
+            flash: flash_grid(),
+            collective: (16..=30).step_by(2).map(|p| 1usize << p).collect(),
+            groups: (2..=n_gpus).filter(|g| g.is_power_of_two()).collect(),
+        }
+    }
+
+    /// How many measurements calibration makes (the optimizer's one included).
+    fn total(&self) -> usize {
+        self.gemm.len()
+            + self.memory.len()
+            + 1
+            + self.norm.len()
+            + self.activation.len() * MLPS.len()
+            + self.standard.len()
+            + self.flash.len()
+            + self.groups.len()
+                * ((COLLECTIVES.len() + 1) * self.collective.len()
+                    + COLLECTIVES.len() * OVERLAP_SHAPES.len())
+    }
+}
+
+/// The fused kernel's rate depends on head size and sequence (diagonal tiles, per-tile
+/// fixed work): each head size the tensor-core kernels take, over 1K-8K tokens; and on
+/// how many blocks fill the GPU: each at a micro-batch's worth of heads and a quarter of
+/// it (training runs 128 heads of 2048 for Llama 3.2 1B, 192 of 1024 for GPT-2).
+fn flash_grid() -> Vec<(usize, usize, usize)> {
+    [64usize, 128]
+        .iter()
+        .flat_map(|&d| {
+            [1024usize, 2048, 4096, 8192]
+                .into_iter()
+                .flat_map(move |t| {
+                    let bh = flash_batch_heads(t, d);
+                    let fewer = (bh / 4).max(16);
+                    let mut v = vec![(bh, t, d)];
+                    if fewer < bh {
+                        v.push((fewer, t, d));
+                    }
+                    v
+                })
+        })
+        .collect()
+}
+
+/// A product's point from its median time.
+fn gemm_point(m: usize, n: usize, k: usize, seconds: f64, peak: f64) -> GemmPoint {
+    let tflops = 2.0 * (m * n * k) as f64 / seconds / 1e12;
+    GemmPoint {
+        m,
+        n,
+        k,
+        seconds,
+        tflops,
+        efficiency: tflops * 1e12 / peak,
+    }
+}
+
+/// The products of the grid through cuBLAS, a disturbed timing timed again.
+fn measure_gemms(
+    runner: &mut Runner,
+    grid: &[(usize, usize, usize)],
+    peak: f64,
+    progress: &mut Progress,
+) -> Result<Vec<GemmPoint>, RunError> {
+    let mut gemm = Vec::new();
+    for &(m, n, k) in grid {
+        progress.before(&format!("product {m}×{n}×{k}"));
+        let s = runner.gemm(m, n, k, 10)?;
+        gemm.push(gemm_point(m, n, k, s, peak));
+        progress.done();
+    }
+    for i in slower_than_smaller_siblings(&gemm) {
+        // A product with more rows has at least the parallelism of one with fewer: a rate
+        // far under its smaller sibling's is a disturbed timing (a clock change, another
+        // process), not the product's. Timed again, the faster median kept.
+        let GemmPoint { m, n, k, .. } = gemm[i];
+        progress.before(&format!("product {m}×{n}×{k}, again"));
+        for _ in 0..2 {
+            let s = runner.gemm(m, n, k, 20)?;
+            if s < gemm[i].seconds {
+                gemm[i] = gemm_point(m, n, k, s, peak);
+            }
+        }
+    }
+    Ok(gemm)
+}
+
+/// The memory-bound training kernel `add_x` by size.
+fn measure_memory(
+    gpu: &mut Gpu,
+    precision: Precision,
+    sizes: &[usize],
+    catalog: &CatalogGpu,
+    progress: &mut Progress,
+) -> Result<Vec<MemoryPoint>, RunError> {
+    let xsz = precision.bytes() as usize;
+    let largest = *sizes.last().expect("sizes");
+    let elems = largest / (3 * xsz) + 1;
+    let (a, b, c) = (
+        gpu.alloc(elems * xsz)?,
+        gpu.alloc(elems * xsz)?,
+        gpu.alloc(elems * xsz)?,
+    );
+    let mut memory = Vec::new();
+    for &bytes in sizes {
+        progress.before(&format!("memory-bound kernel, {bytes} bytes"));
+        // `add_x` reads two tensors and writes one: 3 elements of traffic each. Launched
+        // as training launches it (16 bytes a thread): a thread per element measured the
+        // idle threads, not the kernel.
+        let n = (bytes / (3 * xsz)).max(1);
+        let s = time(gpu, 20, || {
+            gpu.launch_v(
+                "add_x",
+                n,
+                &[Arg::P(c), Arg::P(a), Arg::P(b), Arg::L(n as i64)],
+            )
+        })?;
+        let moved = n * 3 * xsz;
+        memory.push(MemoryPoint {
+            bytes: moved,
+            seconds: s,
+            gb_per_s: moved as f64 / s / 1e9,
+            efficiency: moved as f64 / s / catalog.hbm_bandwidth,
+        });
+        progress.done();
+    }
+    for b in [a, b, c] {
+        gpu.free(b)?;
+    }
+    Ok(memory)
+}
+
+/// The norms by rows and width.
+fn measure_norms(
+    gpu: &mut Gpu,
+    precision: Precision,
+    shapes: &[(usize, usize)],
+    progress: &mut Progress,
+) -> Result<Vec<NormPoint>, RunError> {
+    let mut norms = Vec::new();
+    for &(rows, width) in shapes {
+        progress.before(&format!("norm {rows}×{width}"));
+        norms.extend(norm_points(gpu, precision, rows, width)?);
+        progress.done();
+    }
+    Ok(norms)
+}
+
+/// The MLP activations, each of [`MLPS`], by rows and width.
+fn measure_activations(
+    gpu: &mut Gpu,
+    precision: Precision,
+    shapes: &[(usize, usize)],
+    progress: &mut Progress,
+) -> Result<Vec<ActivationPoint>, RunError> {
+    let probe = ActivationProbe::new(gpu, precision, ACTIVATION_ELEMENTS)?;
+    let mut activations = Vec::new();
+    for &(rows, width) in shapes {
+        for mlp in MLPS {
+            progress.before(&format!("activation {mlp} {rows}×{width}"));
+            activations.extend(probe.points(gpu, mlp, rows, width)?);
+            progress.done();
+        }
+    }
+    probe.free(gpu)?;
+    Ok(activations)
+}
+
+/// The standard attention core's points, then the fused attention's as a run launches it,
+/// with which kernels ran it.
+fn measure_attention(
+    gpu: &mut Gpu,
+    precision: Precision,
+    grids: &Grids,
+    progress: &mut Progress,
+) -> Result<(Vec<AttentionPoint>, Option<String>), RunError> {
+    let blas = Blas::new(gpu, precision)?;
+    let mut attention = Vec::new();
+    for &(bh, t, d) in &grids.standard {
+        progress.before(&format!("attention {bh}×{t}×{d}"));
+        attention.extend(standard_points(gpu, &blas, precision, bh, t, d)?);
+        progress.done();
+    }
+    drop(blas);
+    let mut fused_attention = None;
+    for &(bh, t, d) in &grids.flash {
+        progress.before(&format!("fused attention {bh}×{t}×{d}"));
+        let (points, by) = flash_points(gpu, precision, bh, t, d)?;
+        attention.extend(points);
+        fused_attention = Some(by);
+        progress.done();
+    }
+    Ok((attention, fused_attention))
+}
+
+/// The collectives by group and message size, and the pipeline's send/receive.
+fn measure_collectives(
+    grids: &Grids,
+    progress: &mut Progress,
+) -> Result<Vec<CollectivePoint>, RunError> {
+    let mut collectives = Vec::new();
+    for &g in &grids.groups {
+        let Some(comm) = Collectives::open(g)? else {
+            break;
+        };
+        for op in COLLECTIVES {
+            for &bytes in &grids.collective {
+                progress.before(&format!("{op:?} over {g} GPUs, {bytes} bytes"));
+                let s = comm.time(op, bytes as f64, 10)?;
+                let factor = match op {
+                    Collective::AllReduce => 2.0 * (g - 1) as f64 / g as f64,
+                    _ => (g - 1) as f64 / g as f64,
+                };
+                collectives.push(CollectivePoint {
+                    op: format!("{op:?}"),
+                    gpus: g,
+                    bytes,
+                    seconds: s,
+                    bus_gb_per_s: bytes as f64 / s * factor / 1e9,
+                });
+                progress.done();
+            }
+        }
+        // Pipeline transfers: each GPU sends to the next and receives from the one before,
+        // as nccl-tests' sendrecv; the bus bandwidth is what one transfer moves a second.
+        for &bytes in &grids.collective {
+            progress.before(&format!("send/receive over {g} GPUs, {bytes} bytes"));
+            let s = comm.time_send_recv(bytes as f64, 10)?;
+            collectives.push(CollectivePoint {
+                op: SEND_RECV.into(),
+                gpus: g,
+                bytes,
+                seconds: s,
+                bus_gb_per_s: bytes as f64 / s / 1e9,
+            });
+            progress.done();
+        }
+    }
+    Ok(collectives)
+}
+
+/// Products beside collectives, per group size: what an overlapped data-parallel
+/// reduction costs the passes it hides behind.
+fn measure_overlap(grids: &Grids, progress: &mut Progress) -> Result<Vec<OverlapPoint>, RunError> {
+    let mut overlap = Vec::new();
+    for &g in &grids.groups {
+        let Some(comm) = Collectives::open(g)? else {
+            break;
+        };
+        for op in COLLECTIVES {
+            for &shape in &OVERLAP_SHAPES {
+                let (m, n, k) = shape;
+                progress.before(&format!("products {m}×{n}×{k} beside {op:?} over {g} GPUs"));
+                overlap.push(comm.time_beside_products(op, OVERLAP_BYTES as f64, shape, 5)?);
+                progress.done();
+            }
+        }
+    }
+    Ok(overlap)
 }
 
 /// Products timed beside a collective: a small-hidden model's MLP product (many waves)

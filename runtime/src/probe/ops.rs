@@ -13,10 +13,11 @@
 //! CUDA is loaded when a run starts (cudarc's dynamic loading), so planc builds and runs
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
-use planc_compiler::cost::ops::{layer_forward, OpKind};
+use planc_compiler::cost::comm::Collective;
+use planc_compiler::cost::ops::{layer_forward, Group, OpKind};
 use planc_compiler::cost::standard_attention::Core;
 use planc_compiler::cost::time::Device;
-use planc_compiler::plan::{Attention, Plan, Precision};
+use planc_compiler::plan::{Attention, Gpu, Mlp, Plan, Precision};
 use serde::Serialize;
 
 use super::{calibrate, collectives, gpu};
@@ -101,33 +102,107 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     }
     let mut runner = gpu::Runner::open(precision)?;
     let catalog = catalog_gpu_for(&runner.device_name, &plan.cluster.groups[0].gpu);
-    let dev = Device {
-        gpu: &catalog,
-        precision,
-    };
-    let profiled = catalog.profile.is_some();
     let mut bare = catalog.clone();
     bare.profile = None;
-    let constants = Device {
-        gpu: &bare,
-        precision,
+    let prices = Prices {
+        dev: Device {
+            gpu: &catalog,
+            precision,
+        },
+        constants: Device {
+            gpu: &bare,
+            precision,
+        },
+        profiled: catalog.profile.is_some(),
     };
-    let before = |t: f64| profiled.then_some(t);
     let repeats = repeats.max(3);
-    let local_gpus = runner.gpu_count;
-    let mut nccl: std::collections::HashMap<usize, Option<collectives::Collectives>> =
-        std::collections::HashMap::new();
-    let mut ops = Vec::new();
-    let mut attention_at = None;
-    let mut attention_backward = None;
-    let mut norms_at = Vec::new();
-    let mut activation_at = None;
+    let mut nccl = Communicators::new();
+    let mut layer = Layer::default();
     for op in layer_forward(plan) {
         let m = match op.kind {
+            OpKind::Collective {
+                op: c,
+                bytes,
+                group,
+            } => {
+                let local_gpus = runner.gpu_count;
+                time_collective(
+                    plan,
+                    op.name,
+                    (c, bytes, group),
+                    local_gpus,
+                    &mut nccl,
+                    repeats,
+                )?
+            }
+            kind => layer.list(op.name, kind, &prices, &mut runner, repeats)?,
+        };
+        layer.ops.push(m);
+    }
+    let device = runner.device_name.clone();
+    // The attention core's, the norms' and the activation's forwards at the plan's
+    // per-GPU shape, as training launches them (their own context: the products' runner
+    // and the communicators go first).
+    drop(nccl);
+    drop(runner);
+    layer.time_on_training_kernels(plan, precision)?;
+    Ok(report(
+        device,
+        &catalog,
+        repeats,
+        layer.ops,
+        prices.profiled,
+    ))
+}
+
+/// What an operation is predicted to take: by the plan's device (with its profile where
+/// it has one) and by the catalog's constants alone.
+struct Prices<'a> {
+    dev: Device<'a>,
+    constants: Device<'a>,
+    profiled: bool,
+}
+
+impl Prices<'_> {
+    /// The constants' prediction, shown only beside a profile's.
+    fn before(&self, t: f64) -> Option<f64> {
+        self.profiled.then_some(t)
+    }
+}
+
+/// NCCL's communicators by group size, opened when a collective first needs one (None:
+/// NCCL is not installed).
+type Communicators = std::collections::HashMap<usize, Option<collectives::Collectives>>;
+
+/// The layer's operations as listed, and where those timed later on the training kernels
+/// sit in the list.
+#[derive(Default)]
+struct Layer {
+    ops: Vec<Measured>,
+    attention_at: Option<usize>,
+    attention_backward: Option<Measured>,
+    norms_at: Vec<usize>,
+    activation_at: Option<(usize, Mlp)>,
+}
+
+impl Layer {
+    /// One operation of the layer other than a collective: products and copies timed
+    /// now, the training kernels' operations noted to be timed later.
+    fn list(
+        &mut self,
+        name: &'static str,
+        kind: OpKind,
+        prices: &Prices,
+        runner: &mut gpu::Runner,
+        repeats: usize,
+    ) -> Result<Measured, RunError> {
+        let (dev, constants) = (&prices.dev, &prices.constants);
+        let before = |t: f64| prices.before(t);
+        Ok(match kind {
             OpKind::Gemm { m, n, k } => {
                 let (mi, ni, ki) = (m.round() as usize, n.round() as usize, k.round() as usize);
                 Measured {
-                    name: op.name,
+                    name,
                     kind: "gemm",
                     shape: format!("{mi}×{ni}×{ki}"),
                     predicted_s: Some(dev.gemm(m, n, k)),
@@ -140,7 +215,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 let (mi, ni, ki) = (m.round() as usize, n.round() as usize, k.round() as usize);
                 // One expert's product timed, as many times as there are local experts.
                 Measured {
-                    name: op.name,
+                    name,
                     kind: "gemm",
                     shape: format!("{count}×({mi}×{ni}×{ki})"),
                     predicted_s: Some(count * dev.gemm(m, n, k)),
@@ -152,7 +227,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             OpKind::Memory { bytes }
             | OpKind::Layout { bytes, .. }
             | OpKind::Cast { bytes, .. } => Measured {
-                name: op.name,
+                name,
                 kind: "memory",
                 shape: format!("{:.0} B", bytes),
                 predicted_s: Some(dev.memory(bytes)),
@@ -161,10 +236,10 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 note: Some("timed as a device-to-device copy of the same bytes".into()),
             },
             OpKind::Norm { bytes, width, .. } => {
-                // Timed below, on the training kernels' own context.
-                norms_at.push(ops.len());
+                // Timed later, on the training kernels' own context.
+                self.norms_at.push(self.ops.len());
                 Measured {
-                    name: op.name,
+                    name,
                     kind: "norm",
                     shape: format!("{:.0} B", bytes),
                     // What runs here is planc's kernel, whatever the plan's framework.
@@ -177,10 +252,10 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             OpKind::Activation {
                 bytes, width, mlp, ..
             } => {
-                // Timed below, on the training kernels' own context.
-                activation_at = Some((ops.len(), mlp));
+                // Timed later, on the training kernels' own context.
+                self.activation_at = Some((self.ops.len(), mlp));
                 Measured {
-                    name: op.name,
+                    name,
                     kind: "activation",
                     shape: format!("{:.0} B", bytes),
                     // What runs here is planc's kernel, whatever the plan's framework.
@@ -190,47 +265,17 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 }
             }
-            OpKind::StandardAttention(core) => {
-                // Timed below, on the training kernels' own context, with its backward
-                // (four products and the softmax's backward: not twice the forward) from
-                // kept probabilities. What runs here is planc's kernels, whatever the
-                // plan's framework.
-                let core = Core {
-                    planc: true,
-                    recomputes_probs: false,
-                    ..core
-                };
-                attention_at = Some(ops.len());
-                let shape = format!("{:.3e} FLOP", core.causal_flops());
-                attention_backward = Some(Measured {
-                    name: "attention_core_backward",
-                    kind: "attention",
-                    shape: shape.clone(),
-                    predicted_s: Some(dev.standard_attention_backward(&core)),
-                    predicted_constants_s: before(constants.standard_attention_backward(&core)),
-                    measured_s: None,
-                    note: None,
-                });
-                Measured {
-                    name: op.name,
-                    kind: "attention",
-                    shape,
-                    predicted_s: Some(dev.standard_attention(&core)),
-                    predicted_constants_s: before(constants.standard_attention(&core)),
-                    measured_s: None,
-                    note: None,
-                }
-            }
+            OpKind::StandardAttention(core) => self.list_standard_attention(name, core, prices),
             OpKind::FlashAttention {
                 flops,
                 seq,
                 head_dim,
                 ..
             } => {
-                // Timed below, on the training kernels' own context, with its backward
+                // Timed later, on the training kernels' own context, with its backward
                 // (the larger share of the attention's step, priced by its own points).
-                attention_at = Some(ops.len());
-                attention_backward = Some(Measured {
+                self.attention_at = Some(self.ops.len());
+                self.attention_backward = Some(Measured {
                     name: "attention_backward",
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
@@ -242,7 +287,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 });
                 Measured {
-                    name: op.name,
+                    name,
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
                     // What runs here is planc's kernel, whatever the plan's framework.
@@ -252,52 +297,9 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                     note: None,
                 }
             }
-            OpKind::Collective {
-                op: c,
-                bytes,
-                group,
-            } => {
-                let g = collectives::group_size(plan, group) as usize;
-                let k = g.min(local_gpus);
-                let shape = format!("{bytes:.0} B");
-                if k < 2 {
-                    not_run(
-                        op.name,
-                        "collective",
-                        shape,
-                        None,
-                        format!(
-                            "not run: a group of {g} needs {g} GPUs, this machine has {local_gpus}"
-                        ),
-                    )
-                } else {
-                    if let std::collections::hash_map::Entry::Vacant(e) = nccl.entry(k) {
-                        e.insert(collectives::Collectives::open(k)?);
-                    }
-                    match &nccl[&k] {
-                        None => not_run(
-                            op.name,
-                            "collective",
-                            shape,
-                            None,
-                            "not run: NCCL (libnccl.so) not found",
-                        ),
-                        Some(comm) => Measured {
-                            name: op.name,
-                            kind: "collective",
-                            shape,
-                            predicted_s: Some(collectives::predict(plan, c, bytes, k)),
-                            predicted_constants_s: None,
-                            measured_s: Some(comm.time(c, bytes, repeats)?),
-                            note: (k < g).then(|| {
-                                format!("over {k} of the group's {g} GPUs, predicted for {k}")
-                            }),
-                        },
-                    }
-                }
-            }
+            OpKind::Collective { .. } => unreachable!("collectives are timed by time_collective"),
             OpKind::RingExchange { bytes, .. } => not_run(
-                op.name,
+                name,
                 "collective",
                 format!("{bytes:.0} B"),
                 None,
@@ -305,70 +307,166 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
             ),
             // planc's own runtime has no unfused path (`job.kernels` is its own there).
             OpKind::Unfused(_) => not_run(
-                op.name,
+                name,
                 "unfused",
                 String::new(),
                 None,
                 "not run: a framework's unfused kernels, not planc's",
             ),
-        };
-        ops.push(m);
+        })
     }
-    let device = runner.device_name.clone();
-    // The attention core's, the norms' and the activation's forwards at the plan's
-    // per-GPU shape, as training launches them (their own context: the products' runner
-    // and the communicators go first).
-    drop(nccl);
-    drop(runner);
-    let p = &plan.parallel;
-    let m = &plan.model;
-    let mut gpu = device::cuda::Gpu::open(0, precision)?;
-    if !norms_at.is_empty() {
-        let sp = if p.sequence_parallel { p.tp } else { 1 };
-        let rows = (p.micro_batch * m.seq_len / p.cp / sp) as usize;
-        let width = m.hidden as usize;
-        let fwd = calibrate::norm_points(&mut gpu, precision, rows, width)?
-            .into_iter()
-            .next();
-        for &i in &norms_at {
-            ops[i].measured_s = fwd.as_ref().map(|n| n.seconds);
-            ops[i].shape = format!("{rows} rows × {width}");
+
+    /// The standard attention core, timed later on the training kernels' own context with
+    /// its backward (four products and the softmax's backward: not twice the forward) from
+    /// kept probabilities. What runs here is planc's kernels, whatever the plan's framework.
+    fn list_standard_attention(
+        &mut self,
+        name: &'static str,
+        core: Core,
+        prices: &Prices,
+    ) -> Measured {
+        let (dev, constants) = (&prices.dev, &prices.constants);
+        let core = Core {
+            planc: true,
+            recomputes_probs: false,
+            ..core
+        };
+        self.attention_at = Some(self.ops.len());
+        let shape = format!("{:.3e} FLOP", core.causal_flops());
+        self.attention_backward = Some(Measured {
+            name: "attention_core_backward",
+            kind: "attention",
+            shape: shape.clone(),
+            predicted_s: Some(dev.standard_attention_backward(&core)),
+            predicted_constants_s: prices.before(constants.standard_attention_backward(&core)),
+            measured_s: None,
+            note: None,
+        });
+        Measured {
+            name,
+            kind: "attention",
+            shape,
+            predicted_s: Some(dev.standard_attention(&core)),
+            predicted_constants_s: prices.before(constants.standard_attention(&core)),
+            measured_s: None,
+            note: None,
         }
     }
-    if let Some((i, mlp)) = activation_at {
-        // Every token of the micro-batch (gathered under sequence parallelism), this
-        // rank's share of F.
-        let rows = (p.micro_batch * m.seq_len / p.cp) as usize;
-        let width = (m.ffn_hidden / p.tp) as usize;
-        let probe = calibrate::ActivationProbe::new(&mut gpu, precision, rows * width)?;
-        let fwd = probe.points(&gpu, mlp, rows, width)?.into_iter().next();
-        probe.free(&mut gpu)?;
-        ops[i].measured_s = fwd.map(|a| a.seconds);
-        ops[i].shape = format!("{rows} rows × {width}");
-    }
-    if let Some(i) = attention_at {
-        let (bh, t, d) = (
-            (p.micro_batch * m.heads / p.tp) as usize,
-            (m.seq_len / p.cp) as usize,
-            m.head_dim as usize,
-        );
-        // Forward and backward points.
-        let mut both = match plan.train.attention {
-            Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?.0,
-            Attention::Standard => {
-                let blas = device::blas::Blas::new(&gpu, precision)?;
-                calibrate::standard_points(&mut gpu, &blas, precision, bh, t, d)?
+
+    /// The attention core's, the norms' and the activation's forwards at the plan's
+    /// per-GPU shape, as training launches them, written into the operations listed.
+    fn time_on_training_kernels(
+        &mut self,
+        plan: &Plan,
+        precision: Precision,
+    ) -> Result<(), RunError> {
+        let p = &plan.parallel;
+        let m = &plan.model;
+        let mut gpu = device::cuda::Gpu::open(0, precision)?;
+        if !self.norms_at.is_empty() {
+            let sp = if p.sequence_parallel { p.tp } else { 1 };
+            let rows = (p.micro_batch * m.seq_len / p.cp / sp) as usize;
+            let width = m.hidden as usize;
+            let fwd = calibrate::norm_points(&mut gpu, precision, rows, width)?
+                .into_iter()
+                .next();
+            for &i in &self.norms_at {
+                self.ops[i].measured_s = fwd.as_ref().map(|n| n.seconds);
+                self.ops[i].shape = format!("{rows} rows × {width}");
             }
-        };
-        if let (Some(mut b), Some(p)) = (attention_backward.take(), both.pop()) {
-            b.measured_s = Some(p.seconds);
-            b.shape = format!("{bh} heads × {t} × {d}");
-            ops.insert(i + 1, b);
         }
-        let point = both.into_iter().next();
-        ops[i].measured_s = point.map(|a| a.seconds);
-        ops[i].shape = format!("{bh} heads × {t} × {d}");
+        if let Some((i, mlp)) = self.activation_at {
+            // Every token of the micro-batch (gathered under sequence parallelism), this
+            // rank's share of F.
+            let rows = (p.micro_batch * m.seq_len / p.cp) as usize;
+            let width = (m.ffn_hidden / p.tp) as usize;
+            let probe = calibrate::ActivationProbe::new(&mut gpu, precision, rows * width)?;
+            let fwd = probe.points(&gpu, mlp, rows, width)?.into_iter().next();
+            probe.free(&mut gpu)?;
+            self.ops[i].measured_s = fwd.map(|a| a.seconds);
+            self.ops[i].shape = format!("{rows} rows × {width}");
+        }
+        if let Some(i) = self.attention_at {
+            let (bh, t, d) = (
+                (p.micro_batch * m.heads / p.tp) as usize,
+                (m.seq_len / p.cp) as usize,
+                m.head_dim as usize,
+            );
+            // Forward and backward points.
+            let mut both = match plan.train.attention {
+                Attention::Flash => calibrate::flash_points(&mut gpu, precision, bh, t, d)?.0,
+                Attention::Standard => {
+                    let blas = device::blas::Blas::new(&gpu, precision)?;
+                    calibrate::standard_points(&mut gpu, &blas, precision, bh, t, d)?
+                }
+            };
+            if let (Some(mut b), Some(p)) = (self.attention_backward.take(), both.pop()) {
+                b.measured_s = Some(p.seconds);
+                b.shape = format!("{bh} heads × {t} × {d}");
+                self.ops.insert(i + 1, b);
+            }
+            let point = both.into_iter().next();
+            self.ops[i].measured_s = point.map(|a| a.seconds);
+            self.ops[i].shape = format!("{bh} heads × {t} × {d}");
+        }
+        Ok(())
     }
+}
+
+/// A collective of the layer, run with NCCL over as many of its group's GPUs as this
+/// machine has (not run below two).
+fn time_collective(
+    plan: &Plan,
+    name: &'static str,
+    (c, bytes, group): (Collective, f64, Group),
+    local_gpus: usize,
+    nccl: &mut Communicators,
+    repeats: usize,
+) -> Result<Measured, RunError> {
+    let g = collectives::group_size(plan, group) as usize;
+    let k = g.min(local_gpus);
+    let shape = format!("{bytes:.0} B");
+    if k < 2 {
+        return Ok(not_run(
+            name,
+            "collective",
+            shape,
+            None,
+            format!("not run: a group of {g} needs {g} GPUs, this machine has {local_gpus}"),
+        ));
+    }
+    if let std::collections::hash_map::Entry::Vacant(e) = nccl.entry(k) {
+        e.insert(collectives::Collectives::open(k)?);
+    }
+    Ok(match &nccl[&k] {
+        None => not_run(
+            name,
+            "collective",
+            shape,
+            None,
+            "not run: NCCL (libnccl.so) not found",
+        ),
+        Some(comm) => Measured {
+            name,
+            kind: "collective",
+            shape,
+            predicted_s: Some(collectives::predict(plan, c, bytes, k)),
+            predicted_constants_s: None,
+            measured_s: Some(comm.time(c, bytes, repeats)?),
+            note: (k < g).then(|| format!("over {k} of the group's {g} GPUs, predicted for {k}")),
+        },
+    })
+}
+
+/// The report: the operations with Σ measured / Σ predicted by kind, and the catalog's
+/// efficiencies corrected by those ratios.
+fn report(
+    device: String,
+    catalog: &Gpu,
+    repeats: usize,
+    ops: Vec<Measured>,
+    profiled: bool,
+) -> RunReport {
     let ratio_of = |kind: &str, pred: fn(&Measured) -> Option<f64>| {
         let (p, m) = ops
             .iter()
@@ -384,7 +482,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let gemm_ratio = ratio("gemm");
     let memory_ratio = ratio("memory");
     let collective_ratio = ratio("collective");
-    Ok(RunReport {
+    RunReport {
         device,
         catalog_gpu: catalog.name.clone(),
         repeats,
@@ -399,5 +497,5 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
         measured_memory_efficiency: memory_ratio.map(|r| catalog.memory_efficiency / r),
         catalog_gemm_efficiency: catalog.gemm_efficiency,
         catalog_memory_efficiency: catalog.memory_efficiency,
-    })
+    }
 }

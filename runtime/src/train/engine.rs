@@ -220,26 +220,24 @@ pub struct Engine {
     nty: ncclDataType_t,
 }
 
-/// Blocks of the gradient buffer's sum of squares (the gradient norm).
-const SUMSQ_BLOCKS: usize = 1024;
-/// Blocks of a sum of squares taken tensor by tensor (the whole tensors' share of it).
-const REP_BLOCKS: usize = 32;
+/// The flat buffers: fp32 master weights, the compute copy (the same buffer in fp32), fp32
+/// gradients and Adam's moments (this rank's shard of them under ZeRO).
+struct State {
+    w32: Buf,
+    wx: Buf,
+    grad: Buf,
+    m: Buf,
+    v: Buf,
+}
 
-impl Engine {
-    pub fn new(gpu: Gpu, shape: Shape, micro_batches: usize) -> Result<Engine, RunError> {
-        let mut gpu = gpu;
-        let blas = Blas::new(&gpu, shape.precision)?;
-        let shape_precision = shape.precision;
-        let d = shape.dims.clone();
-        let params = Params::of_stage(&d, &shape.stage);
-        // Activation sets serve any chunk: sized for the longest.
-        let chunk_len = shape.stage.chunks.iter().map(Vec::len).max().unwrap_or(0);
-        let xsz = if shape.precision == Precision::Fp32 {
-            4
-        } else {
-            2
-        };
-        let mut mem = MemoryPlan::default();
+impl State {
+    fn alloc(
+        gpu: &mut Gpu,
+        shape: &Shape,
+        params: &Params,
+        xsz: usize,
+        mem: &mut MemoryPlan,
+    ) -> Result<State, RunError> {
         let total = shape.padded(params.total);
         let (lo, hi) = shape.shard(params.total);
         let w32 = gpu.alloc(total * 4)?;
@@ -263,7 +261,41 @@ impl Engine {
         } else {
             (hi - lo) * 8
         } + if xsz == 4 { 0 } else { total * 4 };
+        Ok(State {
+            w32,
+            wx,
+            grad,
+            m,
+            v,
+        })
+    }
+}
 
+/// The element counts the activation sets and scratch are sized by, for one micro-batch on
+/// this rank, and what the plan keeps.
+struct Sizes {
+    d: Dims,
+    xsz: usize,
+    /// Tokens of the micro-batch, and rows of the residual stream and the norms on this
+    /// rank: a share of the tokens under sequence parallelism, all of them otherwise.
+    n: usize,
+    nl: usize,
+    tp: usize,
+    bhtd: usize,
+    bhtt: usize,
+    bht: usize,
+    flash: bool,
+    /// Standard attention's probabilities kept for backward.
+    keep_p: bool,
+    /// Activation sets serve any chunk: sized for the longest.
+    chunk_len: usize,
+}
+
+impl Sizes {
+    /// The sizes, or why the runtime's kernels cannot take them.
+    fn new(shape: &Shape, xsz: usize) -> Result<Sizes, RunError> {
+        let d = shape.dims.clone();
+        let chunk_len = shape.stage.chunks.iter().map(Vec::len).max().unwrap_or(0);
         let (b, t) = (shape.batch, d.seq_len);
         let n = b * t;
         let tp = shape.tp.max(1);
@@ -271,8 +303,6 @@ impl Engine {
             !shape.sp || n.is_multiple_of(tp),
             "step::refuse rejects token counts sequence parallelism cannot split"
         );
-        // Rows of the residual stream and the norms on this rank: a share of the tokens
-        // under sequence parallelism, all of them otherwise.
         let nl = if shape.sp { n / tp } else { n };
         let flash = shape.attention == Attention::Flash;
         // The permutation kernels index in 32 bits.
@@ -284,67 +314,117 @@ impl Engine {
                  runtime's kernels index up to 2^31: lower micro_batch"
             )));
         }
-        let (c, hh, dd) = (d.hidden, d.heads, d.head_dim);
-        let bhtd = b * hh * t * dd;
-        let bhtt = b * hh * t * t;
-        let bht = b * hh * t;
+        let (hh, dd) = (d.heads, d.head_dim);
         if flash && dd > attention::MAX_HEAD_DIM {
             return Err(RunError::Plan(format!(
                 "flash attention takes head sizes up to {}, not {dd}: use attention = standard",
                 attention::MAX_HEAD_DIM
             )));
         }
-        let keep_p = shape.attention == Attention::Standard && shape.recompute == Recompute::None;
-        let full = shape.recompute == Recompute::Full;
-        let before = gpu.held;
-        let mut sets = Vec::new();
-        for _ in 0..shape.in_flight.max(1) {
-            let mut xs = Vec::new();
-            for _ in 0..=chunk_len {
-                xs.push(gpu.alloc(nl * c * xsz)?);
-            }
-            let kept = if full { 1 } else { chunk_len };
-            let mut layers = Vec::new();
-            for _ in 0..kept {
-                layers.push(LayerActs {
-                    ln1: gpu.alloc(nl * c * xsz)?,
-                    ln1_mean: gpu.alloc(nl * 4)?,
-                    ln1_rstd: gpu.alloc(nl * 4)?,
-                    q: gpu.alloc(bhtd * xsz)?,
-                    k: gpu.alloc(bhtd * xsz)?,
-                    v: gpu.alloc(bhtd * xsz)?,
-                    p: if keep_p {
-                        gpu.alloc(bhtt * xsz)?
-                    } else {
-                        Buf::NULL
-                    },
-                    lse: if flash {
-                        gpu.alloc(bht * 4)?
-                    } else {
-                        Buf::NULL
-                    },
-                    a: gpu.alloc(n * d.attn_width() * xsz)?,
-                    x2: gpu.alloc(nl * c * xsz)?,
-                    ln2: gpu.alloc(nl * c * xsz)?,
-                    ln2_mean: gpu.alloc(nl * 4)?,
-                    ln2_rstd: gpu.alloc(nl * 4)?,
-                    h: gpu.alloc(n * d.fc_rows() * xsz)?,
-                    act: gpu.alloc(n * d.ffn * xsz)?,
-                });
-            }
-            sets.push(ActSet {
-                xs,
-                layers,
-                dx_top: gpu.alloc(nl * c * xsz)?,
-                tokens: gpu.alloc(n * 4)?,
-                uniq: gpu.alloc(n * 4)?,
-                start: gpu.alloc((n + 1) * 4)?,
-                pos: gpu.alloc(n * 4)?,
-                n_uniq: 0,
+        Ok(Sizes {
+            xsz,
+            n,
+            nl,
+            tp,
+            bhtd: b * hh * t * dd,
+            bhtt: b * hh * t * t,
+            bht: b * hh * t,
+            flash,
+            keep_p: shape.attention == Attention::Standard && shape.recompute == Recompute::None,
+            chunk_len,
+            d,
+        })
+    }
+}
+
+/// One activation set for each micro-batch in flight: every layer input, each layer's kept
+/// activations (one shared set under full recompute), the loss gradient and the tokens.
+fn alloc_act_sets(gpu: &mut Gpu, shape: &Shape, z: &Sizes) -> Result<Vec<ActSet>, RunError> {
+    let Sizes {
+        ref d,
+        xsz,
+        n,
+        nl,
+        bhtd,
+        bhtt,
+        bht,
+        flash,
+        keep_p,
+        chunk_len,
+        ..
+    } = *z;
+    let c = d.hidden;
+    let full = shape.recompute == Recompute::Full;
+    let mut sets = Vec::new();
+    for _ in 0..shape.in_flight.max(1) {
+        let mut xs = Vec::new();
+        for _ in 0..=chunk_len {
+            xs.push(gpu.alloc(nl * c * xsz)?);
+        }
+        let kept = if full { 1 } else { chunk_len };
+        let mut layers = Vec::new();
+        for _ in 0..kept {
+            layers.push(LayerActs {
+                ln1: gpu.alloc(nl * c * xsz)?,
+                ln1_mean: gpu.alloc(nl * 4)?,
+                ln1_rstd: gpu.alloc(nl * 4)?,
+                q: gpu.alloc(bhtd * xsz)?,
+                k: gpu.alloc(bhtd * xsz)?,
+                v: gpu.alloc(bhtd * xsz)?,
+                p: if keep_p {
+                    gpu.alloc(bhtt * xsz)?
+                } else {
+                    Buf::NULL
+                },
+                lse: if flash {
+                    gpu.alloc(bht * 4)?
+                } else {
+                    Buf::NULL
+                },
+                a: gpu.alloc(n * d.attn_width() * xsz)?,
+                x2: gpu.alloc(nl * c * xsz)?,
+                ln2: gpu.alloc(nl * c * xsz)?,
+                ln2_mean: gpu.alloc(nl * 4)?,
+                ln2_rstd: gpu.alloc(nl * 4)?,
+                h: gpu.alloc(n * d.fc_rows() * xsz)?,
+                act: gpu.alloc(n * d.ffn * xsz)?,
             });
         }
-        mem.activations = gpu.held - before;
-        let before = gpu.held;
+        sets.push(ActSet {
+            xs,
+            layers,
+            dx_top: gpu.alloc(nl * c * xsz)?,
+            tokens: gpu.alloc(n * 4)?,
+            uniq: gpu.alloc(n * 4)?,
+            start: gpu.alloc((n + 1) * 4)?,
+            pos: gpu.alloc(n * 4)?,
+            n_uniq: 0,
+        });
+    }
+    Ok(sets)
+}
+
+impl Scratch {
+    fn alloc(
+        gpu: &mut Gpu,
+        shape: &Shape,
+        z: &Sizes,
+        params: &Params,
+    ) -> Result<Scratch, RunError> {
+        let Sizes {
+            ref d,
+            xsz,
+            n,
+            nl,
+            tp,
+            bhtd,
+            bhtt,
+            bht,
+            flash,
+            keep_p,
+            ..
+        } = *z;
+        let c = d.hidden;
         let max_cols = c.max(d.qkv_rows()).max(d.fc_rows());
         // Flash attention reads and writes the merged layouts, and without rope or shared
         // key/value heads writes dq, dk, dv into the merged qkv gradient.
@@ -373,7 +453,7 @@ impl Engine {
         // The logits only where the output layer is: under a pipeline, the last stage
         // (a micro-batch's logits are the largest tensor of a large-vocabulary model).
         let logits = maybe(shape.stage.last, n * d.vocab * xsz)?;
-        let s = Scratch {
+        Ok(Scratch {
             qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
             o,
             p: if keep_p || flash {
@@ -420,29 +500,74 @@ impl Engine {
             lse,
             stats,
             stats_all,
+        })
+    }
+}
+
+/// One byte per `model::ALIGN`-element block of the flat buffers: whether its tensor takes
+/// weight decay.
+fn decay_mask(gpu: &mut Gpu, params: &Params, total: usize) -> Result<Buf, RunError> {
+    let mut mask = vec![0u8; total.div_ceil(model::ALIGN)];
+    for p in params.list.iter().filter(|p| p.decay) {
+        let blocks = p.offset / model::ALIGN..(p.offset + p.numel()).div_ceil(model::ALIGN);
+        mask[blocks].fill(1);
+    }
+    let b = gpu.alloc(mask.len())?;
+    gpu.upload(b, &mask)?;
+    Ok(b)
+}
+
+/// Rope's cosines and sines on the GPU (NULL without rope).
+fn rope_buffers(gpu: &mut Gpu, d: &Dims) -> Result<(Buf, Buf), RunError> {
+    if d.position != Position::Rope {
+        return Ok((Buf::NULL, Buf::NULL));
+    }
+    let (c, s) = rope_table(d);
+    let (bc, bs) = (gpu.alloc(c.len() * 4)?, gpu.alloc(s.len() * 4)?);
+    gpu.upload(bc, &c)?;
+    gpu.upload(bs, &s)?;
+    Ok((bc, bs))
+}
+
+/// Blocks of the gradient buffer's sum of squares (the gradient norm).
+const SUMSQ_BLOCKS: usize = 1024;
+/// Blocks of a sum of squares taken tensor by tensor (the whole tensors' share of it).
+const REP_BLOCKS: usize = 32;
+
+impl Engine {
+    pub fn new(gpu: Gpu, shape: Shape, micro_batches: usize) -> Result<Engine, RunError> {
+        let mut gpu = gpu;
+        let blas = Blas::new(&gpu, shape.precision)?;
+        let shape_precision = shape.precision;
+        let d = shape.dims.clone();
+        let params = Params::of_stage(&d, &shape.stage);
+        let xsz = if shape.precision == Precision::Fp32 {
+            4
+        } else {
+            2
         };
+        let mut mem = MemoryPlan::default();
+        let total = shape.padded(params.total);
+        let state = State::alloc(&mut gpu, &shape, &params, xsz, &mut mem)?;
+        let z = Sizes::new(&shape, xsz)?;
+        let flash = z.flash;
+        let before = gpu.held;
+        let sets = alloc_act_sets(&mut gpu, &shape, &z)?;
+        mem.activations = gpu.held - before;
+        let before = gpu.held;
+        let s = Scratch::alloc(&mut gpu, &shape, &z, &params)?;
         let loss_sums = gpu.alloc(micro_batches.max(1) * 4)?;
         let scalars = gpu.alloc(64 * 4)?;
-        let decay = {
-            let mut mask = vec![0u8; total.div_ceil(model::ALIGN)];
-            for p in params.list.iter().filter(|p| p.decay) {
-                let blocks = p.offset / model::ALIGN..(p.offset + p.numel()).div_ceil(model::ALIGN);
-                mask[blocks].fill(1);
-            }
-            let b = gpu.alloc(mask.len())?;
-            gpu.upload(b, &mask)?;
-            b
-        };
-        let (rope_cos, rope_sin) = if d.position == Position::Rope {
-            let (c, s) = rope_table(&d);
-            let (bc, bs) = (gpu.alloc(c.len() * 4)?, gpu.alloc(s.len() * 4)?);
-            gpu.upload(bc, &c)?;
-            gpu.upload(bs, &s)?;
-            (bc, bs)
-        } else {
-            (Buf::NULL, Buf::NULL)
-        };
+        let decay = decay_mask(&mut gpu, &params, total)?;
+        let (rope_cos, rope_sin) = rope_buffers(&mut gpu, &d)?;
         mem.scratch = gpu.held - before;
+        let State {
+            w32,
+            wx,
+            grad,
+            m,
+            v,
+        } = state;
         let mut eng = Engine {
             attn: None,
             gpu,
@@ -1186,84 +1311,13 @@ impl Engine {
         batch: &HostBatch,
         dscale: f32,
     ) -> Res {
-        let d = self.shape.dims.clone();
-        let n = self.rows();
-        let c = d.hidden;
         let (first, last) = self.ends(chunk);
         let layers = self.shape.stage.chunks[chunk].clone();
         if last && !first {
             self.gpu.upload(self.s.targets, &batch.targets)?;
         }
-        let v0 = self.shape.tp_rank * d.vocab;
         if first {
-            self.mark(WorkKind::Embedding, || format!("F{j} embedding"))?;
-            {
-                let st = &mut self.sets[set];
-                st.n_uniq = batch.uniq.len();
-                let mut copies = vec![
-                    (st.tokens, &batch.tokens[..]),
-                    (st.uniq, &batch.uniq[..]),
-                    (st.start, &batch.start[..]),
-                    (st.pos, &batch.pos[..]),
-                ];
-                if last {
-                    copies.push((self.s.targets, &batch.targets[..]));
-                }
-                self.gpu.upload_all(&copies)?;
-            }
-            let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
-            if self.tp_comm().is_none() {
-                self.gpu.launch_n(
-                    "embed_fwd",
-                    n * c,
-                    &[
-                        Arg::P(x0),
-                        Arg::P(tokens),
-                        Arg::P(self.wx_of("wte")),
-                        Arg::P(self.wx_of("wpe")),
-                        Arg::L(n as i64),
-                        Arg::I(c as i32),
-                        Arg::I(d.seq_len as i32),
-                    ],
-                )?;
-            } else {
-                // Each rank looks up the tokens of its rows of the table (zero for the others);
-                // the sum over ranks is the embedding (exact: one term is not zero). Positions
-                // are added after, to this rank's rows, rounding once as on one GPU.
-                let whole = if self.split_tokens() { self.s.gath } else { x0 };
-                self.gpu.launch_n(
-                    "embed_vocab_fwd",
-                    n * c,
-                    &[
-                        Arg::P(whole),
-                        Arg::P(tokens),
-                        Arg::P(self.wx_of("wte")),
-                        Arg::L(n as i64),
-                        Arg::I(c as i32),
-                        Arg::I(v0 as i32),
-                        Arg::I(d.vocab as i32),
-                    ],
-                )?;
-                let mine = self.tp_reduce_rows(whole)?;
-                if self.split_tokens() {
-                    self.gpu.copy(x0, mine, self.lrows() * c * self.xsz)?;
-                }
-                if d.position == Position::Learned {
-                    let nl = self.lrows();
-                    self.gpu.launch_n(
-                        "add_positions",
-                        nl * c,
-                        &[
-                            Arg::P(x0),
-                            Arg::P(self.wx_of("wpe")),
-                            Arg::L(nl as i64),
-                            Arg::L(self.row0() as i64),
-                            Arg::I(d.seq_len as i32),
-                            Arg::I(c as i32),
-                        ],
-                    )?;
-                }
-            }
+            self.embed_fwd(set, j, batch, last)?;
         }
         let full = self.shape.recompute == Recompute::Full;
         for (i, &l) in layers.iter().enumerate() {
@@ -1275,9 +1329,94 @@ impl Engine {
         if !last {
             return Ok(());
         }
-        // The loss head, forward and backward.
+        self.loss_head(set, j, layers.len(), dscale)
+    }
+
+    /// The embedding of micro-batch `j` into activation set `set`'s first layer input,
+    /// after its tokens (and with the loss head on this rank, its targets) are uploaded.
+    fn embed_fwd(&mut self, set: usize, j: usize, batch: &HostBatch, last: bool) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let c = d.hidden;
+        let v0 = self.shape.tp_rank * d.vocab;
+        self.mark(WorkKind::Embedding, || format!("F{j} embedding"))?;
+        {
+            let st = &mut self.sets[set];
+            st.n_uniq = batch.uniq.len();
+            let mut copies = vec![
+                (st.tokens, &batch.tokens[..]),
+                (st.uniq, &batch.uniq[..]),
+                (st.start, &batch.start[..]),
+                (st.pos, &batch.pos[..]),
+            ];
+            if last {
+                copies.push((self.s.targets, &batch.targets[..]));
+            }
+            self.gpu.upload_all(&copies)?;
+        }
+        let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
+        if self.tp_comm().is_none() {
+            return self.gpu.launch_n(
+                "embed_fwd",
+                n * c,
+                &[
+                    Arg::P(x0),
+                    Arg::P(tokens),
+                    Arg::P(self.wx_of("wte")),
+                    Arg::P(self.wx_of("wpe")),
+                    Arg::L(n as i64),
+                    Arg::I(c as i32),
+                    Arg::I(d.seq_len as i32),
+                ],
+            );
+        }
+        // Each rank looks up the tokens of its rows of the table (zero for the others);
+        // the sum over ranks is the embedding (exact: one term is not zero). Positions
+        // are added after, to this rank's rows, rounding once as on one GPU.
+        let whole = if self.split_tokens() { self.s.gath } else { x0 };
+        self.gpu.launch_n(
+            "embed_vocab_fwd",
+            n * c,
+            &[
+                Arg::P(whole),
+                Arg::P(tokens),
+                Arg::P(self.wx_of("wte")),
+                Arg::L(n as i64),
+                Arg::I(c as i32),
+                Arg::I(v0 as i32),
+                Arg::I(d.vocab as i32),
+            ],
+        )?;
+        let mine = self.tp_reduce_rows(whole)?;
+        if self.split_tokens() {
+            self.gpu.copy(x0, mine, self.lrows() * c * self.xsz)?;
+        }
+        if d.position == Position::Learned {
+            let nl = self.lrows();
+            self.gpu.launch_n(
+                "add_positions",
+                nl * c,
+                &[
+                    Arg::P(x0),
+                    Arg::P(self.wx_of("wpe")),
+                    Arg::L(nl as i64),
+                    Arg::L(self.row0() as i64),
+                    Arg::I(d.seq_len as i32),
+                    Arg::I(c as i32),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The loss head of micro-batch `j`, forward and backward, from the chunk's last layer
+    /// output (`xs[top]` of activation set `set`) to the gradient it sends into that layer.
+    fn loss_head(&mut self, set: usize, j: usize, top: usize, dscale: f32) -> Res {
+        let d = self.shape.dims.clone();
+        let n = self.rows();
+        let c = d.hidden;
         self.mark(WorkKind::Head, || format!("F{j} loss head"))?;
-        let xl = self.sets[set].xs[layers.len()];
+        let xl = self.sets[set].xs[top];
         let s = &self.s;
         self.norm_fwd(
             s.lnf,
@@ -1295,60 +1434,8 @@ impl Engine {
         let s = &self.s;
         self.blas
             .linear(s.logits, lnf, self.wx_of(head), n, c, d.vocab)?;
-        match self.tp_comm() {
-            None => self.gpu.launch(
-                "cross_entropy",
-                (n as u32, 1),
-                1024,
-                &[
-                    Arg::P(s.logits),
-                    Arg::P(s.losses),
-                    Arg::P(s.targets),
-                    Arg::I(d.vocab as i32),
-                    Arg::F(dscale),
-                ],
-            )?,
-            Some(comm) => {
-                self.gpu.launch(
-                    "ce_stats",
-                    (n as u32, 1),
-                    1024,
-                    &[
-                        Arg::P(s.logits),
-                        Arg::P(s.stats),
-                        Arg::P(s.targets),
-                        Arg::I(d.vocab as i32),
-                        Arg::I(v0 as i32),
-                    ],
-                )?;
-                comm.all_gather(s.stats, s.stats_all, n * 3, 4, self.gpu.stream as u64)?;
-                self.gpu.launch(
-                    "ce_combine",
-                    (n.div_ceil(256) as u32, 1),
-                    256,
-                    &[
-                        Arg::P(s.stats_all),
-                        Arg::P(s.lse),
-                        Arg::P(s.losses),
-                        Arg::L(n as i64),
-                        Arg::I(self.shape.tp as i32),
-                    ],
-                )?;
-                self.gpu.launch(
-                    "ce_grad",
-                    (n as u32, 1),
-                    1024,
-                    &[
-                        Arg::P(s.logits),
-                        Arg::P(s.lse),
-                        Arg::P(s.targets),
-                        Arg::I(d.vocab as i32),
-                        Arg::I(v0 as i32),
-                        Arg::F(dscale),
-                    ],
-                )?;
-            }
-        }
+        self.cross_entropy(dscale)?;
+        let s = &self.s;
         self.gpu.launch(
             "sum_partial",
             (1, 1),
@@ -1376,6 +1463,68 @@ impl Engine {
             s.lnf_rstd,
             self.g_of("lnf_w"),
             self.g_of("lnf_b"),
+        )
+    }
+
+    /// Cross-entropy over the logits: each token's loss, and the logits overwritten by
+    /// their gradient scaled by `dscale`; under tensor parallelism combined over the
+    /// vocabulary's shares.
+    fn cross_entropy(&self, dscale: f32) -> Res {
+        let d = &self.shape.dims;
+        let n = self.rows();
+        let v0 = self.shape.tp_rank * d.vocab;
+        let s = &self.s;
+        let Some(comm) = self.tp_comm() else {
+            return self.gpu.launch(
+                "cross_entropy",
+                (n as u32, 1),
+                1024,
+                &[
+                    Arg::P(s.logits),
+                    Arg::P(s.losses),
+                    Arg::P(s.targets),
+                    Arg::I(d.vocab as i32),
+                    Arg::F(dscale),
+                ],
+            );
+        };
+        self.gpu.launch(
+            "ce_stats",
+            (n as u32, 1),
+            1024,
+            &[
+                Arg::P(s.logits),
+                Arg::P(s.stats),
+                Arg::P(s.targets),
+                Arg::I(d.vocab as i32),
+                Arg::I(v0 as i32),
+            ],
+        )?;
+        comm.all_gather(s.stats, s.stats_all, n * 3, 4, self.gpu.stream as u64)?;
+        self.gpu.launch(
+            "ce_combine",
+            (n.div_ceil(256) as u32, 1),
+            256,
+            &[
+                Arg::P(s.stats_all),
+                Arg::P(s.lse),
+                Arg::P(s.losses),
+                Arg::L(n as i64),
+                Arg::I(self.shape.tp as i32),
+            ],
+        )?;
+        self.gpu.launch(
+            "ce_grad",
+            (n as u32, 1),
+            1024,
+            &[
+                Arg::P(s.logits),
+                Arg::P(s.lse),
+                Arg::P(s.targets),
+                Arg::I(d.vocab as i32),
+                Arg::I(v0 as i32),
+                Arg::F(dscale),
+            ],
         )
     }
 
