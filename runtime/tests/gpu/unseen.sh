@@ -9,7 +9,8 @@
 #   runtime/tests/gpu/unseen.sh OUTDIR
 #
 # PARTS picks the parts (default "calibrate plans speed torch"); PROFILE=file skips the
-# calibration and prices from that file; STEPS (default 20) steps a run.
+# calibration and prices from that file; STEPS (default 20) steps a run; MARKS=file gets
+# each run's start and end time (clocks.sh reads them beside the sampled SM clock).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -31,8 +32,10 @@ run() {
     local name=$1 plan=$2
     shift 2
     echo "== $name"
+    [ -n "${MARKS:-}" ] && echo "start $name $(date +%s.%N)" >>"$MARKS"
     "$planc" run "$plan" --steps "$steps" --color never "$@" >"$out/run-$name.log" 2>&1
     echo "exit $?"
+    [ -n "${MARKS:-}" ] && echo "end $name $(date +%s.%N)" >>"$MARKS"
     grep -E "^(error|warning)" "$out/run-$name.log" | head -n 5
     sed -n '/^start/p;/^time/p;/^memory/p;/^speed/p;/^by kind/,$p' "$out/run-$name.log"
 }
