@@ -58,7 +58,7 @@
 //! Left out: dropout's masks beyond the attention's, the MoE layers' own kernels (priced as
 //! fused), and the activations the unfused path keeps (memory is the fused path's).
 
-use super::ops::{Op, OpKind};
+use super::ops::{Op, OpId, OpKind};
 use super::time::Device;
 
 use crate::plan::{Framework, Mlp, Norm, Plan, Position, Precision};
@@ -213,9 +213,9 @@ fn gpt2(plan: &Plan) -> bool {
     plan.model.position == Position::Learned
 }
 
-fn unfused(name: &'static str, passes: Passes) -> Op {
+fn unfused(id: OpId, passes: Passes) -> Op {
     Op {
-        name,
+        id,
         kind: OpKind::Unfused(passes),
     }
 }
@@ -225,29 +225,29 @@ pub fn layer(plan: &Plan, path: Path, ops: Vec<Op>) -> Vec<Op> {
     let d = dims(plan, path);
     let mut out = Vec::with_capacity(ops.len() + 8);
     for o in ops {
-        match (o.name, &o.kind) {
-            ("input_norm" | "mlp_norm", OpKind::Norm { .. }) => {
-                out.push(unfused(o.name, norm(plan, path, &d)));
+        match (o.id, &o.kind) {
+            (OpId::InputNorm | OpId::MlpNorm, OpKind::Norm { .. }) => {
+                out.push(unfused(o.id, norm(plan, path, &d)));
                 if path == Path::Autocast {
-                    let (name, consumers) = if o.name == "input_norm" {
-                        ("qkv_input_cast", if gpt2(plan) { 1.0 } else { 3.0 })
+                    let (cast, consumers) = if o.id == OpId::InputNorm {
+                        (OpId::QkvInputCast, if gpt2(plan) { 1.0 } else { 3.0 })
                     } else {
-                        ("mlp_input_cast", if gpt2(plan) { 1.0 } else { 2.0 })
+                        (OpId::MlpInputCast, if gpt2(plan) { 1.0 } else { 2.0 })
                     };
-                    out.push(unfused(name, input_casts(&d, d.x, consumers)));
+                    out.push(unfused(cast, input_casts(&d, d.x, consumers)));
                 }
             }
-            ("qkv_proj", OpKind::Gemm { n, m, .. }) => {
+            (OpId::QkvProj, OpKind::Gemm { n, m, .. }) => {
                 out.push(o.clone());
                 if path == Path::Local && plan.model.bias {
                     // `output = output + bias`: read and write the product's output.
                     out.push(unfused(
-                        "qkv_bias",
+                        OpId::QkvBias,
                         Passes::default().fwd(2.0 * d.e * m * n),
                     ));
                 }
             }
-            ("rope", OpKind::Memory { .. }) => out.push(unfused("rope", rope(path, &d))),
+            (OpId::Rope, OpKind::Memory { .. }) => out.push(unfused(OpId::Rope, rope(path, &d))),
             (_, OpKind::FlashAttention { .. }) => {
                 out.push(o.clone());
                 if path == Path::Titan && d.kv < d.q {
@@ -255,30 +255,30 @@ pub fn layer(plan: &Plan, path: Path, ops: Vec<Op>) -> Vec<Op> {
                     // the copies back.
                     let copies = 2.0 * d.e * (d.kv + d.q);
                     out.push(unfused(
-                        "attention_heads",
+                        OpId::AttentionHeads,
                         Passes::default().fwd(copies).bwd(copies),
                     ));
                 }
             }
             (_, OpKind::StandardAttention { .. }) => {
-                out.push(unfused("attention_core", core(plan, path, &d)));
-                out.push(unfused("attention_heads", heads(plan, path, &d)));
+                out.push(unfused(OpId::AttentionCore, core(plan, path, &d)));
+                out.push(unfused(OpId::AttentionHeads, heads(plan, path, &d)));
             }
-            ("attention_residual" | "mlp_residual", OpKind::Memory { .. }) => {
-                out.push(unfused(o.name, residual(plan, path, &d)));
+            (OpId::AttentionResidual | OpId::MlpResidual, OpKind::Memory { .. }) => {
+                out.push(unfused(o.id, residual(plan, path, &d)));
             }
-            ("mlp_activation", OpKind::Activation { mlp, .. }) if path != Path::Local => {
-                out.push(unfused(o.name, activation(*mlp, path, &d)));
+            (OpId::MlpActivation, OpKind::Activation { mlp, .. }) if path != Path::Local => {
+                out.push(unfused(o.id, activation(*mlp, path, &d)));
                 if path == Path::Autocast && *mlp == Mlp::Gelu {
                     // The GELU's fp32 output cast for the down product.
-                    out.push(unfused("mlp_down_input_cast", input_casts(&d, d.f, 1.0)));
+                    out.push(unfused(OpId::MlpDownInputCast, input_casts(&d, d.f, 1.0)));
                 }
             }
             _ => out.push(o),
         }
     }
     if path == Path::Autocast {
-        out.push(unfused("weight_casts", weight_casts(plan)));
+        out.push(unfused(OpId::WeightCasts, weight_casts(plan)));
     }
     out
 }
@@ -293,21 +293,21 @@ pub fn head(plan: &Plan, path: Path, ops: Vec<Op>) -> Vec<Op> {
     let logits = tokens * m.vocab as f64 / t;
     let mut out = Vec::with_capacity(ops.len() + 2);
     for o in ops {
-        match (o.name, &o.kind) {
-            ("final_norm", OpKind::Norm { .. }) => {
-                out.push(unfused(o.name, norm(plan, path, &d)));
+        match (o.id, &o.kind) {
+            (OpId::FinalNorm, OpKind::Norm { .. }) => {
+                out.push(unfused(o.id, norm(plan, path, &d)));
                 if path == Path::Autocast {
-                    out.push(unfused("logits_input_cast", input_casts(&d, d.x, 1.0)));
+                    out.push(unfused(OpId::LogitsInputCast, input_casts(&d, d.x, 1.0)));
                     // The output layer's weight cast each forward, its gradient cast back.
                     let w = (4.0 + d.e) * m.vocab as f64 * m.hidden as f64 / t;
                     out.push(unfused(
-                        "logits_weight_cast",
+                        OpId::LogitsWeightCast,
                         Passes::default().fwd(w).bwd(w),
                     ));
                 }
             }
-            ("cross_entropy", OpKind::Memory { .. }) if path != Path::Local => {
-                out.push(unfused(o.name, loss(&d, logits)));
+            (OpId::CrossEntropy, OpKind::Memory { .. }) if path != Path::Local => {
+                out.push(unfused(o.id, loss(&d, logits)));
             }
             _ => out.push(o),
         }
@@ -326,7 +326,7 @@ pub fn embedding(plan: &Plan, path: Path, ops: Vec<Op>) -> Vec<Op> {
     let table = (m.vocab * m.hidden) as f64 / plan.parallel.tp as f64;
     ops.into_iter()
         .map(|o| {
-            if o.name != "embedding" {
+            if o.id != OpId::Embedding {
                 return o;
             }
             let u = d.u;
@@ -341,7 +341,7 @@ pub fn embedding(plan: &Plan, path: Path, ops: Vec<Op>) -> Vec<Op> {
             if m.tied_embeddings {
                 p = p.bwd(3.0 * u * table);
             }
-            unfused(o.name, p)
+            unfused(o.id, p)
         })
         .collect()
 }
@@ -832,15 +832,15 @@ mod tests {
         c.plan.unwrap()
     }
 
-    fn op<'a>(ops: &'a [Op], name: &str) -> &'a Passes {
-        match ops.iter().find(|o| o.name == name).map(|o| &o.kind) {
+    fn op(ops: &[Op], id: OpId) -> &Passes {
+        match ops.iter().find(|o| o.id == id).map(|o| &o.kind) {
             Some(OpKind::Unfused(p)) => p,
-            other => panic!("{name}: {other:?}"),
+            other => panic!("{id}: {other:?}"),
         }
     }
 
     fn names(ops: &[Op]) -> Vec<&'static str> {
-        ops.iter().map(|o| o.name).collect()
+        ops.iter().map(|o| o.name()).collect()
     }
 
     /// Bytes a memory pass of `passes` moves a unit of `n` elements, kernel by kernel.
@@ -939,20 +939,20 @@ mod tests {
         let ops = layer_forward(&gpt2("framework = torch", "standard"));
         let x = T * H;
         // LayerNorm in fp32 (autocast's fp32 list), its fp32 output cast for c_attn.
-        let ln = op(&ops, "input_norm");
+        let ln = op(&ops, OpId::InputNorm);
         assert_eq!(per(&ln.forward, x), [8.0]);
         assert_eq!(per(&ln.backward, x), [12.0, 8.0]);
-        let cast = op(&ops, "qkv_input_cast");
+        let cast = op(&ops, OpId::QkvInputCast);
         assert_eq!(per(&cast.forward, x), [6.0]);
         assert_eq!(per(&cast.backward, x), [6.0]);
         // NewGELU: eight kernels, 70 bytes an element forward, 112 backward.
-        let gelu = op(&ops, "mlp_activation");
+        let gelu = op(&ops, OpId::MlpActivation);
         assert_eq!(gelu.forward.len(), 9);
         assert_eq!(Passes::bytes(&gelu.forward) / (T * F), 70.0);
         assert_eq!(Passes::bytes(&gelu.backward) / (T * F), 112.0);
         // The core: the scale in bf16, the fp32 mask's sum, the fp32 softmax, the cast back;
         // backward the same in reverse with the softmax's two reads.
-        let core = op(&ops, "attention_core");
+        let core = op(&ops, OpId::AttentionCore);
         assert_eq!(per(&core.forward, S), [4.0, 6.0, 8.0, 6.0]);
         assert_eq!(per(&core.backward, S), [6.0, 12.0, 6.0, 4.0]);
         // Two products forward, four backward, over the whole square.
@@ -961,12 +961,12 @@ mod tests {
         assert_eq!(Passes::flops(&core.backward), 4.0 * flops);
         // The residual stream is fp32: bf16 + fp32 in, the gradient cast back and the two
         // gradients of the stream summed.
-        let res = op(&ops, "attention_residual");
+        let res = op(&ops, OpId::AttentionResidual);
         assert_eq!(per(&res.forward, x), [10.0]);
         assert_eq!(per(&res.backward, x), [6.0, 12.0]);
         // The weights cast to bf16 a forward and their gradients back: 6 bytes a weight
         // each way, a kernel a tensor (four weights, four biases).
-        let w = op(&ops, "weight_casts");
+        let w = op(&ops, OpId::WeightCasts);
         assert_eq!(w.forward.len(), 8);
         assert_eq!(Passes::bytes(&w.forward), 6.0 * (12.0 * H * H + 9.0 * H));
     }
@@ -975,14 +975,15 @@ mod tests {
     fn deepspeeds_bf16_module_runs_the_same_kernels_in_16_bits() {
         let ops = layer_forward(&gpt2("framework = deepspeed", "standard"));
         let x = T * H;
-        assert_eq!(per(&op(&ops, "input_norm").forward, x), [4.0]);
-        assert!(ops
-            .iter()
-            .all(|o| !o.name.ends_with("cast") && o.name != "weight_casts"));
-        let gelu = op(&ops, "mlp_activation");
+        assert_eq!(per(&op(&ops, OpId::InputNorm).forward, x), [4.0]);
+        assert!(ops.iter().all(|o| !matches!(
+            o.id,
+            OpId::QkvInputCast | OpId::MlpInputCast | OpId::MlpDownInputCast | OpId::WeightCasts
+        )));
+        let gelu = op(&ops, OpId::MlpActivation);
         assert_eq!(Passes::bytes(&gelu.forward) / (T * F), 36.0);
         assert_eq!(Passes::bytes(&gelu.backward) / (T * F), 56.0);
-        let core = op(&ops, "attention_core");
+        let core = op(&ops, OpId::AttentionCore);
         assert_eq!(per(&core.forward, S), [4.0, 4.0, 4.0]);
         assert_eq!(per(&core.backward, S), [6.0, 4.0]);
     }
@@ -991,24 +992,27 @@ mod tests {
     fn megatrons_local_path_upcasts_masks_in_place_and_adds_the_bias_apart() {
         let p = gpt2("framework = megatron, kernels = eager", "standard");
         let ops = layer_forward(&p);
-        let core = op(&ops, "attention_core");
+        let core = op(&ops, OpId::AttentionCore);
         // float(), masked_fill_, softmax, bfloat16(); backward the cast's, the softmax's,
         // the mask's, float()'s.
         assert_eq!(per(&core.forward, S), [6.0, 8.0, 8.0, 6.0]);
         assert_eq!(per(&core.backward, S), [6.0, 12.0, 8.0, 6.0]);
-        assert_eq!(per(&op(&ops, "qkv_bias").forward, T * 3.0 * H), [4.0]);
+        assert_eq!(per(&op(&ops, OpId::QkvBias).forward, T * 3.0 * H), [4.0]);
         // torch's LayerNorm in bf16: its backward reads the gradient and the input twice.
-        let ln = op(&ops, "input_norm");
+        let ln = op(&ops, OpId::InputNorm);
         assert_eq!(per(&ln.backward, T * H), [6.0, 4.0]);
         // The bias-GELU stays one compiled kernel, the residual one bias-dropout-add.
         assert!(matches!(
             ops.iter()
-                .find(|o| o.name == "mlp_activation")
+                .find(|o| o.id == OpId::MlpActivation)
                 .unwrap()
                 .kind,
             OpKind::Activation { .. }
         ));
-        assert_eq!(per(&op(&ops, "attention_residual").forward, T * H), [6.0]);
+        assert_eq!(
+            per(&op(&ops, OpId::AttentionResidual).forward, T * H),
+            [6.0]
+        );
         // Without apex the weight gradients are added into the fp32 buffer by a pass.
         assert!(!accumulates_in_products(&p));
         assert!(accumulates_in_products(&gpt2(
@@ -1034,22 +1038,24 @@ mod tests {
         );
         let p = c.plan.unwrap();
         assert_eq!(p.train.attention, crate::plan::Attention::Standard);
-        assert!(layer_forward(&p).iter().any(|o| o.name == "attention_core"));
+        assert!(layer_forward(&p)
+            .iter()
+            .any(|o| o.id == OpId::AttentionCore));
     }
 
     #[test]
     fn the_loss_upcasts_the_logits_and_megatron_keeps_its_own() {
         let logits = T * 50304.0;
         let torch = head_forward(&gpt2("framework = torch", "standard"));
-        let ce = op(&torch, "cross_entropy");
+        let ce = op(&torch, OpId::CrossEntropy);
         assert_eq!(per(&ce.forward, logits), [6.0, 8.0]);
         assert_eq!(per(&ce.backward, logits), [4.0, 12.0, 6.0]);
-        assert!(torch.iter().any(|o| o.name == "logits_weight_cast"));
+        assert!(torch.iter().any(|o| o.id == OpId::LogitsWeightCast));
         let megatron = head_forward(&gpt2("framework = megatron, kernels = eager", "standard"));
         assert!(matches!(
             megatron
                 .iter()
-                .find(|o| o.name == "cross_entropy")
+                .find(|o| o.id == OpId::CrossEntropy)
                 .unwrap()
                 .kind,
             OpKind::Memory { .. }
@@ -1095,7 +1101,7 @@ mod tests {
         let pl = placement(&p, g);
         let gelu: Vec<Op> = layer_forward(&p)
             .into_iter()
-            .filter(|o| o.name == "mlp_activation")
+            .filter(|o| o.id == OpId::MlpActivation)
             .collect();
         let OpKind::Unfused(ref passes) = gelu[0].kind else {
             unreachable!()

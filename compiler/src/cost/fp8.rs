@@ -35,7 +35,7 @@
 //! Every other framework planc prices is taken to run fp8 the same way; planc's own runtime
 //! has no fp8 path.
 
-use super::ops::{Op, OpKind};
+use super::ops::{Op, OpId, OpKind};
 use crate::plan::{Framework, Plan, Precision};
 
 /// Whether the plan trains in fp8.
@@ -43,32 +43,22 @@ pub fn on(plan: &Plan) -> bool {
     plan.train.precision == Precision::Fp8
 }
 
-/// Whether the layer operation `name` is one of the products that run in fp8 (the
+/// Whether the layer operation `id` is one of the products that run in fp8 (the
 /// transformer layers' linear layers); everything else keeps 16-bit.
-pub fn runs_in_fp8(name: &str) -> bool {
-    matches!(
-        name,
-        "qkv_proj"
-            | "attention_out_proj"
-            | "mlp_up_proj"
-            | "mlp_down_proj"
-            | "shared_up_proj"
-            | "shared_down_proj"
-            | "expert_up_proj"
-            | "expert_down_proj"
-    )
+pub fn runs_in_fp8(id: OpId) -> bool {
+    id.fp8_cast().is_some()
 }
 
-/// Bytes per element the casts around the fp8 product `name` move: (its input, in
+/// Bytes per element the casts around the fp8 product `id` move: (its input, in
 /// forward; its output gradient, in backward). See the module doc.
-fn cast_bytes(name: &str) -> (f64, f64) {
-    match name {
+fn cast_bytes(id: OpId) -> (f64, f64) {
+    match id {
         // The norm writes fp8: only the transpose is added.
-        "qkv_proj" => (1.0, 4.0),
+        OpId::QkvProj => (1.0, 4.0),
         // LayerNormMLP: the norm writes its input, the activation's backward its gradient.
-        "mlp_up_proj" => (1.0, 0.0),
+        OpId::MlpUpProj => (1.0, 0.0),
         // LayerNormMLP: the activation writes its input in fp8.
-        "mlp_down_proj" => (1.0, 4.0),
+        OpId::MlpDownProj => (1.0, 4.0),
         // Plain `Linear`/`GroupedLinear`: a cast and transpose each way.
         _ => (4.0, 4.0),
     }
@@ -81,17 +71,17 @@ fn cast_bytes(name: &str) -> (f64, f64) {
 pub fn casts(plan: &Plan, ops: &[Op]) -> Vec<Op> {
     let micro_batches = plan.parallel.grad_accum(plan.train.global_batch).max(1) as f64;
     ops.iter()
-        .filter(|o| runs_in_fp8(o.name))
         .filter_map(|o| {
+            let cast = o.id.fp8_cast()?;
             let (count, m, n, k) = match o.kind {
                 OpKind::Gemm { m, n, k } => (1.0, m, n, k),
                 OpKind::GroupedGemm { count, m, n, k } => (count, m, n, k),
                 _ => return None,
             };
-            let (input, grad) = cast_bytes(o.name);
+            let (input, grad) = cast_bytes(o.id);
             let weights = 4.0 * count * n * k / micro_batches;
             Some(Op {
-                name: cast_name(o.name),
+                id: cast,
                 kind: OpKind::Cast {
                     bytes: input * count * m * k + weights,
                     backward_bytes: grad * count * m * n,
@@ -99,19 +89,6 @@ pub fn casts(plan: &Plan, ops: &[Op]) -> Vec<Op> {
             })
         })
         .collect()
-}
-
-fn cast_name(product: &str) -> &'static str {
-    match product {
-        "qkv_proj" => "qkv_proj_fp8_cast",
-        "attention_out_proj" => "attention_out_proj_fp8_cast",
-        "mlp_up_proj" => "mlp_up_proj_fp8_cast",
-        "mlp_down_proj" => "mlp_down_proj_fp8_cast",
-        "shared_up_proj" => "shared_up_proj_fp8_cast",
-        "shared_down_proj" => "shared_down_proj_fp8_cast",
-        "expert_up_proj" => "expert_up_proj_fp8_cast",
-        _ => "expert_down_proj_fp8_cast",
-    }
 }
 
 /// Bytes an element of the norm's output takes in the sequence-parallel all-gathers before
@@ -168,7 +145,7 @@ mod tests {
         let (h, t) = (4096.0, 2.0);
         let proj = fp8
             .iter()
-            .find(|o| o.name == "attention_out_proj_fp8_cast")
+            .find(|o| o.id == OpId::AttentionOutProjFp8Cast)
             .unwrap();
         let weights = 4.0 * h * h / t / 8.0;
         assert_eq!(
@@ -185,9 +162,9 @@ mod tests {
         let gather = |p: &Plan| -> f64 {
             layer_forward(p)
                 .iter()
-                .filter_map(|o| match (o.name, &o.kind) {
+                .filter_map(|o| match (o.id, &o.kind) {
                     (
-                        "attention_all_gather" | "mlp_all_gather",
+                        OpId::AttentionAllGather | OpId::MlpAllGather,
                         OpKind::Collective { bytes, .. },
                     ) => Some(*bytes),
                     _ => None,

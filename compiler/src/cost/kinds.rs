@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::memory::stage_memory;
-use super::ops::{dense_layer_forward, layer_forward, Op, OpKind};
+use super::ops::{dense_layer_forward, layer_forward, Op, OpId};
 use super::time::{
     dp_exposed_parts, embedding_sync_time, host_exposed, layer_backward, optimizer_time, pieces,
     placement, sharded_param_copies, stage_time, time_ops, Device, PassTime,
@@ -53,21 +53,59 @@ impl WorkKind {
         }
     }
 
-    /// The kind of a layer's operation by its name in [`layer_forward`].
+    /// The kind of a layer's operation ([`layer_forward`]'s list).
     pub fn of_op(op: &Op) -> WorkKind {
-        match (&op.kind, op.name) {
-            (OpKind::Collective { .. }, _) => WorkKind::Communication,
-            (
-                OpKind::FlashAttention { .. }
-                | OpKind::StandardAttention(_)
-                | OpKind::RingExchange { .. }
-                | OpKind::Layout { .. },
-                _,
-            ) => WorkKind::Attention,
-            (_, "attention_core" | "attention_heads") => WorkKind::Attention,
-            (_, "input_norm" | "mlp_norm") => WorkKind::Norms,
-            (OpKind::Activation { .. }, _) | (_, "mlp_activation") => WorkKind::Activation,
-            _ => WorkKind::Linear,
+        WorkKind::of(op.id)
+    }
+
+    /// The kind of work an operation is, whatever kernels run it (fused, or a framework's
+    /// unfused ones): the one table the cost model's step by kind and `planc run --trace`'s
+    /// spans both read.
+    pub fn of(id: OpId) -> WorkKind {
+        use OpId::*;
+        match id {
+            AttentionAllGather | AttentionReduce | MlpAllGather | MlpReduce | MoeDispatch
+            | MoeTpAllGather | MoeTpReduceScatter | MoeCombine | SharedAllGather | SharedReduce
+            | HeadAllGather | EmbeddingReduce => WorkKind::Communication,
+            QkvSplit | CpKvExchange | Attention | AttentionCore | AttentionHeadsMerge
+            | AttentionHeads => WorkKind::Attention,
+            InputNorm | MlpNorm => WorkKind::Norms,
+            MlpActivation | ExpertActivation | SharedActivation => WorkKind::Activation,
+            FinalNorm | Logits | CrossEntropy | LogitsInputCast | LogitsWeightCast => {
+                WorkKind::Head
+            }
+            Embedding => WorkKind::Embedding,
+            QkvProj
+            | Rope
+            | AttentionOutProj
+            | AttentionResidual
+            | MlpUpProj
+            | MlpDownProj
+            | MlpResidual
+            | Router
+            | RouterTopk
+            | MoePermute
+            | ExpertUpProj
+            | ExpertDownProj
+            | MoeUnpermute
+            | SharedUpProj
+            | SharedDownProj
+            | LoraA
+            | LoraB
+            | LoraAdd
+            | QkvProjFp8Cast
+            | AttentionOutProjFp8Cast
+            | MlpUpProjFp8Cast
+            | MlpDownProjFp8Cast
+            | SharedUpProjFp8Cast
+            | SharedDownProjFp8Cast
+            | ExpertUpProjFp8Cast
+            | ExpertDownProjFp8Cast
+            | QkvInputCast
+            | MlpInputCast
+            | QkvBias
+            | MlpDownInputCast
+            | WeightCasts => WorkKind::Linear,
         }
     }
 }
@@ -202,6 +240,7 @@ fn ops_by_kind(
 
 #[cfg(test)]
 mod tests {
+    use super::super::ops::OpKind;
     use super::*;
     use crate::check::check_source;
     use crate::plan::Recompute;
@@ -255,6 +294,66 @@ mod tests {
                 assert!(comm.is_some_and(|k| k.1.comm > 0.0), "{what}");
             }
         }
+    }
+
+    /// The kind the id table gives each operation agrees with what the operation computes:
+    /// collectives are communication, the attention kernels attention, a layer's norms and
+    /// activations theirs, the output layer's and the embedding's work their own.
+    #[test]
+    fn an_operations_kind_by_its_id_agrees_with_what_it_computes() {
+        use super::super::ops::{embedding_forward, head_forward};
+        let mut plans = 0;
+        for model in ["gpt2-124m", "llama3-8b", "mixtral-8x7b"] {
+            for framework in ["planc", "megatron", "torch", "deepspeed", "torchtitan"] {
+                for train in [
+                    "attention = flash",
+                    "attention = standard",
+                    "attention = flash, precision = fp8",
+                    "attention = standard, method = lora, lora_rank = 8, \
+                     lora_targets = [q, k, v, o, gate, up, down]",
+                ] {
+                    let text = format!(
+                        "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                         model m {{ preset = \"{model}\" }}
+                         train {{ global_batch = 32, precision = bf16, {train} }}
+                         parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1,
+                                     sequence_parallel = true }}
+                         job j {{ framework = {framework} }}"
+                    );
+                    let Some(p) = check_source("t.tp", &text).plan else {
+                        continue;
+                    };
+                    plans += 1;
+                    let what = format!("{model}, {framework}, {train}");
+                    for (ops, part) in [
+                        (layer_forward(&p), None),
+                        (head_forward(&p), Some(WorkKind::Head)),
+                        (embedding_forward(&p), Some(WorkKind::Embedding)),
+                    ] {
+                        for o in &ops {
+                            let computes = match o.kind {
+                                OpKind::Collective { .. } => Some(WorkKind::Communication),
+                                _ if part.is_some() => part,
+                                OpKind::FlashAttention { .. }
+                                | OpKind::StandardAttention(_)
+                                | OpKind::RingExchange { .. }
+                                | OpKind::Layout { .. } => Some(WorkKind::Attention),
+                                OpKind::Norm { .. } => Some(WorkKind::Norms),
+                                OpKind::Activation { .. } => Some(WorkKind::Activation),
+                                OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } => {
+                                    Some(WorkKind::Linear)
+                                }
+                                _ => None,
+                            };
+                            if let Some(k) = computes {
+                                assert_eq!(WorkKind::of(o.id), k, "{what}: {}", o.id);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(plans >= 30, "{plans} plans checked");
     }
 
     #[test]

@@ -41,9 +41,6 @@ use super::ops::{Op, OpKind};
 use super::params::{flops_per_step, layer_forward_flops_per_token, layer_params};
 use crate::plan::{Lora, LoraTarget, Mlp, Model, Plan, TrainMethod};
 
-/// The name every adapter operation's name starts with (`ops::layer_forward`).
-pub const ADAPTER_OP: &str = "lora_";
-
 /// The adapter's scaled addition to its product's output (PEFT's `result +
 /// lora_B(lora_A(x)) * scaling`), in passes over one output element: forward reads and
 /// writes for the scale and reads two and writes one for the sum; backward passes the
@@ -211,7 +208,7 @@ pub fn stage_trained_params(plan: &Plan, stage: u64) -> (f64, f64) {
 /// Whether `op` (a layer's operation) is a product whose weight trains: every product of
 /// full training and of a trained layer, only the adapters' under LoRA.
 pub fn trains_weight(plan: &Plan, op: &Op) -> bool {
-    is_weight_product(op) && (plan.train.method.lora().is_none() || op.name.starts_with(ADAPTER_OP))
+    is_weight_product(op) && (plan.train.method.lora().is_none() || op.id.is_adapter())
 }
 
 /// A product of activations by a weight (not the attention core's).

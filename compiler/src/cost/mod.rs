@@ -10,6 +10,7 @@ pub mod kinds;
 pub mod memory;
 pub mod method;
 pub mod offload;
+pub mod op_id;
 pub mod ops;
 pub mod params;
 pub mod standard_attention;

@@ -5,6 +5,7 @@
 //! will execute it with cuBLAS and NCCL. Sizes are per GPU (after tp/sp/cp/ep sharding).
 
 use super::comm::Collective;
+pub use super::op_id::OpId;
 use super::standard_attention::Core;
 use crate::plan::{Attention, Framework, LoraTarget, Mlp, Plan, Position, Recompute};
 
@@ -83,12 +84,19 @@ pub enum OpKind {
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Op {
-    pub name: &'static str,
+    pub id: OpId,
     pub kind: OpKind,
 }
 
-fn op(name: &'static str, kind: OpKind) -> Op {
-    Op { name, kind }
+impl Op {
+    /// The operation's name in reports ([`OpId::name`]).
+    pub fn name(&self) -> &'static str {
+        self.id.name()
+    }
+}
+
+fn op(id: OpId, kind: OpKind) -> Op {
+    Op { id, kind }
 }
 
 /// The forward operations of one layer for one micro-batch on one GPU: the model's usual
@@ -175,7 +183,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     };
 
     ops.push(op(
-        "input_norm",
+        OpId::InputNorm,
         OpKind::Norm {
             bytes: 2.0 * act / sp,
             width: h,
@@ -183,10 +191,10 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         },
     ));
     if let Some(g) = gather {
-        tp_comm(&mut ops, "attention_all_gather", g);
+        tp_comm(&mut ops, OpId::AttentionAllGather, g);
     }
     ops.push(op(
-        "qkv_proj",
+        OpId::QkvProj,
         OpKind::Gemm {
             m: tokens,
             n: (q + 2.0 * kv) / t,
@@ -207,7 +215,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             && m.kv_heads == m.heads
             && m.position != Position::Rope;
         ops.push(op(
-            "qkv_split",
+            OpId::QkvSplit,
             OpKind::Layout {
                 bytes: fused + split,
                 backward_bytes: if into_fused { 0.0 } else { fused + split },
@@ -215,7 +223,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         ));
     } else if m.position == Position::Rope {
         ops.push(op(
-            "rope",
+            OpId::Rope,
             OpKind::Memory {
                 bytes: 2.0 * tokens * (q + kv) / t * e,
             },
@@ -223,7 +231,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     }
     if p.cp > 1 {
         ops.push(op(
-            "cp_kv_exchange",
+            OpId::CpKvExchange,
             OpKind::RingExchange {
                 bytes: 2.0 * tokens * kv / t * e,
                 steps: p.cp - 1,
@@ -237,7 +245,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             // Causal masking lets the fused kernel skip the upper triangle.
             let flops = 4.0 * p.micro_batch as f64 * heads * s * s_full * d * 0.5;
             ops.push(op(
-                "attention",
+                OpId::Attention,
                 OpKind::FlashAttention {
                     flops,
                     seq: s_full,
@@ -248,7 +256,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         }
         Attention::Standard => {
             ops.push(op(
-                "attention_core",
+                OpId::AttentionCore,
                 OpKind::StandardAttention(Core {
                     batch_heads: p.micro_batch as f64 * heads,
                     seq: s,
@@ -263,7 +271,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
             if planc_kernel {
                 // The weighted sum's heads back to rows, and the output gradient's to heads.
                 ops.push(op(
-                    "attention_heads_merge",
+                    OpId::AttentionHeadsMerge,
                     OpKind::Layout {
                         bytes: 2.0 * tokens * q / t * e,
                         backward_bytes: 2.0 * tokens * q / t * e,
@@ -273,7 +281,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         }
     }
     ops.push(op(
-        "attention_out_proj",
+        OpId::AttentionOutProj,
         OpKind::Gemm {
             m: tokens,
             n: h,
@@ -288,15 +296,15 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         1.0,
         m.ffn_hidden as f64,
     );
-    tp_comm(&mut ops, "attention_reduce", scatter);
+    tp_comm(&mut ops, OpId::AttentionReduce, scatter);
     ops.push(op(
-        "attention_residual",
+        OpId::AttentionResidual,
         OpKind::Memory {
             bytes: 4.0 * act / sp,
         },
     ));
     ops.push(op(
-        "mlp_norm",
+        OpId::MlpNorm,
         OpKind::Norm {
             bytes: 2.0 * act / sp,
             width: h,
@@ -309,17 +317,17 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
         // rows; without it, the partial sums of every output are reduced here as a dense
         // MLP's are (after the shared experts').
         if !p.sequence_parallel {
-            tp_comm(&mut ops, "mlp_reduce", scatter);
+            tp_comm(&mut ops, OpId::MlpReduce, scatter);
         }
     } else {
         if let Some(g) = gather {
-            tp_comm(&mut ops, "mlp_all_gather", g);
+            tp_comm(&mut ops, OpId::MlpAllGather, g);
         }
-        mlp_products(&mut ops, plan, "mlp", tokens, f, planc_kernel);
-        tp_comm(&mut ops, "mlp_reduce", scatter);
+        mlp_products(&mut ops, plan, Mlps::Dense, tokens, f, planc_kernel);
+        tp_comm(&mut ops, OpId::MlpReduce, scatter);
     }
     ops.push(op(
-        "mlp_residual",
+        OpId::MlpResidual,
         OpKind::Memory {
             bytes: 4.0 * act / sp,
         },
@@ -334,9 +342,16 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     }
 }
 
+/// Which dense MLP [`mlp_products`] lists: a layer's, or an MoE layer's shared experts.
+#[derive(Clone, Copy)]
+enum Mlps {
+    Dense,
+    Shared,
+}
+
 /// A dense MLP of inner size `f` over `rows` tokens (split by tp): its up product (gate
-/// and up together for SwiGLU), activation and down product, named `{prefix}_…`.
-fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, prefix: &str, rows: f64, f: f64, planc: bool) {
+/// and up together for SwiGLU), activation and down product, `which`'s ids.
+fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, which: Mlps, rows: f64, f: f64, planc: bool) {
     let m = &plan.model;
     let t = plan.parallel.tp as f64;
     let e = plan.train.precision.bytes();
@@ -345,9 +360,13 @@ fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, prefix: &str, rows: f64, f: f64,
         Mlp::Gelu => f,
         Mlp::Swiglu => 2.0 * f,
     };
-    let (up_name, act_name, down_name) = match prefix {
-        "mlp" => ("mlp_up_proj", "mlp_activation", "mlp_down_proj"),
-        _ => ("shared_up_proj", "shared_activation", "shared_down_proj"),
+    let (up_name, act_name, down_name) = match which {
+        Mlps::Dense => (OpId::MlpUpProj, OpId::MlpActivation, OpId::MlpDownProj),
+        Mlps::Shared => (
+            OpId::SharedUpProj,
+            OpId::SharedActivation,
+            OpId::SharedDownProj,
+        ),
     };
     ops.push(op(
         up_name,
@@ -409,10 +428,10 @@ fn adapter(ops: &mut Vec<Op>, plan: &Plan, target: LoraTarget, rows: f64, count:
             OpKind::Gemm { m, n, k }
         }
     };
-    ops.push(op("lora_a", product(rows, r, k)));
-    ops.push(op("lora_b", product(rows, output / t, r)));
+    ops.push(op(OpId::LoraA, product(rows, r, k)));
+    ops.push(op(OpId::LoraB, product(rows, output / t, r)));
     ops.push(op(
-        "lora_add",
+        OpId::LoraAdd,
         OpKind::Memory {
             bytes: super::method::ADAPTER_ADD_PASSES * count * rows * output / t * e,
         },
@@ -452,7 +471,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
     let load = expert_load_factor(plan);
     let experts_here = (m.experts / p.ep.max(1)).max(1) as f64;
     ops.push(op(
-        "router",
+        OpId::Router,
         OpKind::Gemm {
             m: local,
             n: m.experts as f64,
@@ -462,7 +481,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
     // The logits in fp32 (Megatron-Core's router upcasts them): softmax read and written,
     // top-k read.
     ops.push(op(
-        "router_topk",
+        OpId::RouterTopk,
         OpKind::Memory {
             bytes: 3.0 * local * m.experts as f64 * 4.0,
         },
@@ -477,7 +496,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
         0.0
     };
     ops.push(op(
-        "moe_permute",
+        OpId::MoePermute,
         OpKind::Memory {
             bytes: (local + routed_here) * h * e + sort,
         },
@@ -506,8 +525,8 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
             ));
         }
     };
-    a2a(ops, "moe_dispatch");
-    tp_rows(ops, "moe_tp_all_gather", Collective::AllGather);
+    a2a(ops, OpId::MoeDispatch);
+    tp_rows(ops, OpId::MoeTpAllGather, Collective::AllGather);
     // Rows on this rank's experts: every token's routed copies that land here, over the
     // tensor-parallel group (gathered, or held whole without sequence parallelism).
     let rows = tokens * k * load;
@@ -518,7 +537,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
         Mlp::Swiglu => 2.0 * f,
     };
     ops.push(op(
-        "expert_up_proj",
+        OpId::ExpertUpProj,
         OpKind::GroupedGemm {
             count: experts_here,
             m: per_expert,
@@ -530,7 +549,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
         adapter(ops, plan, target, per_expert, experts_here, f);
     }
     ops.push(op(
-        "expert_activation",
+        OpId::ExpertActivation,
         OpKind::Activation {
             bytes: activation_bytes(m.mlp, rows, f / t, e),
             width: f / t,
@@ -539,7 +558,7 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
         },
     ));
     ops.push(op(
-        "expert_down_proj",
+        OpId::ExpertDownProj,
         OpKind::GroupedGemm {
             count: experts_here,
             m: per_expert,
@@ -548,11 +567,11 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
         },
     ));
     adapter(ops, plan, LoraTarget::Down, per_expert, experts_here, f);
-    tp_rows(ops, "moe_tp_reduce_scatter", Collective::ReduceScatter);
-    a2a(ops, "moe_combine");
+    tp_rows(ops, OpId::MoeTpReduceScatter, Collective::ReduceScatter);
+    a2a(ops, OpId::MoeCombine);
     // The top_k rows of each token read, weighted and summed into it.
     ops.push(op(
-        "moe_unpermute",
+        OpId::MoeUnpermute,
         OpKind::Memory {
             bytes: (routed_here * load + local) * h * e + sort,
         },
@@ -572,9 +591,9 @@ fn moe_mlp(ops: &mut Vec<Op>, plan: &Plan, tokens: f64, planc: bool) {
                 ));
             }
         };
-        tp_shared(ops, "shared_all_gather", Collective::AllGather);
-        mlp_products(ops, plan, "shared", tokens, shared, planc);
-        tp_shared(ops, "shared_reduce", Collective::ReduceScatter);
+        tp_shared(ops, OpId::SharedAllGather, Collective::AllGather);
+        mlp_products(ops, plan, Mlps::Shared, tokens, shared, planc);
+        tp_shared(ops, OpId::SharedReduce, Collective::ReduceScatter);
     }
 }
 
@@ -600,7 +619,7 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
     let v = m.vocab as f64;
     let sp = if p.sequence_parallel { t } else { 1.0 };
     let mut ops = vec![op(
-        "final_norm",
+        OpId::FinalNorm,
         OpKind::Norm {
             bytes: 2.0 * tokens * h * e / sp,
             width: h,
@@ -609,7 +628,7 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
     )];
     if p.sequence_parallel && p.tp > 1 {
         ops.push(op(
-            "head_all_gather",
+            OpId::HeadAllGather,
             OpKind::Collective {
                 op: Collective::AllGather,
                 bytes: tokens * h * e,
@@ -618,7 +637,7 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
         ));
     }
     ops.push(op(
-        "logits",
+        OpId::Logits,
         OpKind::Gemm {
             m: tokens,
             n: v / t,
@@ -626,7 +645,7 @@ pub fn head_forward(plan: &Plan) -> Vec<Op> {
         },
     ));
     ops.push(op(
-        "cross_entropy",
+        OpId::CrossEntropy,
         OpKind::Memory {
             bytes: cross_entropy_bytes(plan) * tokens * v / t,
         },
@@ -658,7 +677,7 @@ fn cross_entropy_bytes(plan: &Plan) -> f64 {
 pub fn head_backward(plan: &Plan) -> Vec<Op> {
     let mut ops = head_forward(plan);
     if plan.framework() == Framework::Planc {
-        ops.retain(|o| o.name != "cross_entropy");
+        ops.retain(|o| o.id != OpId::CrossEntropy);
     }
     ops
 }
@@ -680,18 +699,19 @@ pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {
     };
     let e = plan.train.precision.bytes();
     ops.iter()
-        .filter_map(|o| match (o.name, &o.kind) {
-            ("qkv_proj" | "mlp_up_proj" | "shared_up_proj", OpKind::Gemm { m, n, .. }) => {
+        .filter_map(|o| match (o.id, &o.kind) {
+            (OpId::QkvProj | OpId::MlpUpProj | OpId::SharedUpProj, OpKind::Gemm { m, n, .. }) => {
                 Some(m * n * e)
             }
             (
-                "attention_out_proj" | "mlp_down_proj" | "shared_down_proj",
+                OpId::AttentionOutProj | OpId::MlpDownProj | OpId::SharedDownProj,
                 OpKind::Gemm { m, n, .. },
             ) => Some(m * n * e / sp),
             // Each expert's bias sums its own rows (whole: the rows were gathered).
-            ("expert_up_proj" | "expert_down_proj", OpKind::GroupedGemm { count, m, n, .. }) => {
-                Some(count * m * n * e)
-            }
+            (
+                OpId::ExpertUpProj | OpId::ExpertDownProj,
+                OpKind::GroupedGemm { count, m, n, .. },
+            ) => Some(count * m * n * e),
             _ => None,
         })
         .collect()
@@ -704,7 +724,7 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
     let e = plan.train.precision.bytes();
     let tokens = (p.micro_batch * m.seq_len / p.cp) as f64;
     let act = tokens * m.hidden as f64 * e;
-    let mut ops = vec![op("embedding", OpKind::Memory { bytes: 2.0 * act })];
+    let mut ops = vec![op(OpId::Embedding, OpKind::Memory { bytes: 2.0 * act })];
     if p.tp > 1 {
         let c = if p.sequence_parallel {
             Collective::ReduceScatter
@@ -712,7 +732,7 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
             Collective::AllReduce
         };
         ops.push(op(
-            "embedding_reduce",
+            OpId::EmbeddingReduce,
             OpKind::Collective {
                 op: c,
                 bytes: act,
@@ -760,21 +780,18 @@ mod tests {
             .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
     }
 
-    fn named<'a>(ops: &'a [Op], name: &str) -> Vec<&'a OpKind> {
-        ops.iter()
-            .filter(|o| o.name == name)
-            .map(|o| &o.kind)
-            .collect()
+    fn named(ops: &[Op], id: OpId) -> Vec<&OpKind> {
+        ops.iter().filter(|o| o.id == id).map(|o| &o.kind).collect()
     }
 
-    fn a2a_bytes(p: &Plan, name: &str) -> f64 {
-        match named(&layer_forward(p), name)[..] {
+    fn a2a_bytes(p: &Plan, id: OpId) -> f64 {
+        match named(&layer_forward(p), id)[..] {
             [OpKind::Collective {
                 op: Collective::AllToAll,
                 bytes,
                 group: Group::Ep,
             }] => *bytes,
-            ref other => panic!("{name}: {other:?}"),
+            ref other => panic!("{id}: {other:?}"),
         }
     }
 
@@ -785,8 +802,8 @@ mod tests {
         // group's whole buffer, ep times this.)
         let p = mixtral("tp = 1, dp = 8, ep = 8", ", moe_imbalance = 1");
         let own = 4096.0 * 2.0 * 4096.0 * 2.0;
-        assert_eq!(a2a_bytes(&p, "moe_dispatch"), own);
-        assert_eq!(a2a_bytes(&p, "moe_combine"), own);
+        assert_eq!(a2a_bytes(&p, OpId::MoeDispatch), own);
+        assert_eq!(a2a_bytes(&p, OpId::MoeCombine), own);
         // Under sequence parallelism a tp rank dispatches its own 1/tp of the tokens, then
         // gathers the rows it received over tp (the experts' weights are split by tp), and
         // scatters them back; the dense MLP's gather is not run.
@@ -794,23 +811,23 @@ mod tests {
             "tp = 2, dp = 4, ep = 4, sequence_parallel = true",
             ", moe_imbalance = 1",
         );
-        assert_eq!(a2a_bytes(&sp, "moe_dispatch"), own / 2.0);
+        assert_eq!(a2a_bytes(&sp, OpId::MoeDispatch), own / 2.0);
         let ops = layer_forward(&sp);
-        assert!(named(&ops, "mlp_all_gather").is_empty());
+        assert!(named(&ops, OpId::MlpAllGather).is_empty());
         assert_eq!(
-            named(&ops, "moe_tp_all_gather"),
+            named(&ops, OpId::MoeTpAllGather),
             [&OpKind::Collective {
                 op: Collective::AllGather,
                 bytes: own,
                 group: Group::Tp
             }]
         );
-        assert_eq!(named(&ops, "moe_tp_reduce_scatter").len(), 1);
+        assert_eq!(named(&ops, OpId::MoeTpReduceScatter).len(), 1);
     }
 
     #[test]
     fn the_experts_are_many_small_products_at_the_busiest_ranks_load() {
-        let grouped = |p: &Plan| match named(&layer_forward(p), "expert_up_proj")[..] {
+        let grouped = |p: &Plan| match named(&layer_forward(p), OpId::ExpertUpProj)[..] {
             [OpKind::GroupedGemm { count, m, n, k }] => (*count, *m, *n, *k),
             ref other => panic!("{other:?}"),
         };
@@ -823,8 +840,8 @@ mod tests {
         let cf = mixtral("tp = 1, dp = 8, ep = 2", ", capacity_factor = 1.25");
         assert_eq!(grouped(&cf), (4.0, 2560.0, 28672.0, 4096.0));
         assert_eq!(
-            a2a_bytes(&cf, "moe_dispatch"),
-            1.25 * a2a_bytes(&p, "moe_dispatch")
+            a2a_bytes(&cf, OpId::MoeDispatch),
+            1.25 * a2a_bytes(&p, OpId::MoeDispatch)
         );
         // Dropless without a stated imbalance: the busiest of ep binomial loads, a little
         // above the mean for 8192 rows, none without expert parallelism.
@@ -847,7 +864,7 @@ mod tests {
         let t = |count, m| {
             crate::cost::time::time_ops(
                 &[op(
-                    "expert_up_proj",
+                    OpId::ExpertUpProj,
                     OpKind::GroupedGemm {
                         count,
                         m,
@@ -874,24 +891,24 @@ mod tests {
         // over all 4096 tokens of the tensor-parallel group, between its own gather and
         // reduce-scatter.
         assert_eq!(
-            named(&ops, "shared_up_proj"),
+            named(&ops, OpId::SharedUpProj),
             [&OpKind::Gemm {
                 m: 4096.0,
                 n: 2048.0,
                 k: 4096.0
             }]
         );
-        assert_eq!(named(&ops, "shared_all_gather").len(), 1);
-        assert_eq!(named(&ops, "shared_reduce").len(), 1);
-        match named(&ops, "expert_down_proj")[..] {
+        assert_eq!(named(&ops, OpId::SharedAllGather).len(), 1);
+        assert_eq!(named(&ops, OpId::SharedReduce).len(), 1);
+        match named(&ops, OpId::ExpertDownProj)[..] {
             [OpKind::GroupedGemm { count, k, .. }] => assert_eq!((*count, *k), (2.0, 512.0)),
             ref other => panic!("{other:?}"),
         }
         // A dense layer of the same model: the MLP of ffn_hidden, no router.
         let dense = dense_layer_forward(&p);
-        assert!(named(&dense, "router").is_empty());
+        assert!(named(&dense, OpId::Router).is_empty());
         assert_eq!(
-            named(&dense, "mlp_up_proj"),
+            named(&dense, OpId::MlpUpProj),
             [&OpKind::Gemm {
                 m: 4096.0,
                 n: 14336.0,
@@ -900,14 +917,14 @@ mod tests {
         );
     }
 
-    fn layouts(p: &Plan) -> Vec<(&'static str, f64, f64)> {
+    fn layouts(p: &Plan) -> Vec<(OpId, f64, f64)> {
         layer_forward(p)
             .into_iter()
             .filter_map(|o| match o.kind {
                 OpKind::Layout {
                     bytes,
                     backward_bytes,
-                } => Some((o.name, bytes, backward_bytes)),
+                } => Some((o.id, bytes, backward_bytes)),
                 _ => None,
             })
             .collect()
@@ -919,14 +936,14 @@ mod tests {
         let (act, e) = (8.0 * 1024.0 * 768.0 * 2.0, 2.0);
         // Read the fused projection, write q, k, v; the fused attention's backward writes
         // the fused gradient itself (no rope, a key/value head per query head).
-        assert_eq!(layouts(&gpt), vec![("qkv_split", 6.0 * act, 0.0)]);
+        assert_eq!(layouts(&gpt), vec![(OpId::QkvSplit, 6.0 * act, 0.0)]);
         // Standard attention: the gradients are summed back, and the output's heads moved.
         let std = plan("gpt2-124m", "standard", "planc");
         assert_eq!(
             layouts(&std),
             vec![
-                ("qkv_split", 6.0 * act, 6.0 * act),
-                ("attention_heads_merge", 2.0 * act, 2.0 * act)
+                (OpId::QkvSplit, 6.0 * act, 6.0 * act),
+                (OpId::AttentionHeadsMerge, 2.0 * act, 2.0 * act)
             ]
         );
         // Llama: grouped keys and values repeated per query head, rope in the split (no
@@ -938,12 +955,12 @@ mod tests {
         let split = 3.0 * tokens * m.hidden as f64 * e;
         assert_eq!(
             layouts(&llama),
-            vec![("qkv_split", fused + split, fused + split)]
+            vec![(OpId::QkvSplit, fused + split, fused + split)]
         );
-        assert!(layer_forward(&llama).iter().all(|o| o.name != "rope"));
+        assert!(layer_forward(&llama).iter().all(|o| o.id != OpId::Rope));
         // Megatron-LM's layouts are views and its rope a kernel of its own.
         let megatron = plan("llama3.2-1b", "flash", "megatron");
         assert!(layouts(&megatron).is_empty());
-        assert!(layer_forward(&megatron).iter().any(|o| o.name == "rope"));
+        assert!(layer_forward(&megatron).iter().any(|o| o.id == OpId::Rope));
     }
 }

@@ -15,7 +15,7 @@ use super::memory::{shard_groups, stage_expert_params, stage_layer_params, stage
 use super::method::{layer_held_params, layer_trained_params, trains_weight};
 use super::ops::{
     dense_layer_forward, embedding_forward, head_backward, head_forward, layer_bias_gradients,
-    layer_forward, Group, Op, OpKind,
+    layer_forward, Group, Op, OpId, OpKind,
 };
 use super::params::embedding_params;
 use super::standard_attention::{self, Core, Pass};
@@ -69,10 +69,10 @@ impl<'a> Device<'a> {
         }
     }
 
-    /// The device that runs the layer operation `name`: fp8 for the products that run in
+    /// The device that runs the layer operation `id`: fp8 for the products that run in
     /// fp8, 16-bit for the rest.
-    fn for_op(&self, name: &str) -> Device<'a> {
-        if super::fp8::runs_in_fp8(name) {
+    fn for_op(&self, id: OpId) -> Device<'a> {
+        if super::fp8::runs_in_fp8(id) {
             Device {
                 gpu: self.gpu,
                 precision: self.precision,
@@ -420,7 +420,7 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
     let mut attention_compute = 0.0;
     let mut ring = 0.0;
     for o in ops {
-        let dev = &dev.for_op(o.name);
+        let dev = &dev.for_op(o.id);
         match &o.kind {
             OpKind::StandardAttention(core) => {
                 t.compute += dev.standard_attention(core);
@@ -677,7 +677,7 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 extra.flops += Passes::flops(&p.backward) - 2.0 * Passes::flops(&p.forward);
             }
             // LoRA's scaled addition: its backward scales one copy of the output gradient.
-            OpKind::Memory { bytes } if o.name == "lora_add" => {
+            OpKind::Memory { bytes } if o.id == OpId::LoraAdd => {
                 let backward = bytes * super::method::ADAPTER_ADD_BACKWARD_PASSES
                     / super::method::ADAPTER_ADD_PASSES;
                 extra.compute += dev.memory(backward) - 2.0 * dev.memory(bytes);
@@ -691,7 +691,7 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
 /// The standard attention core (what Megatron-LM's selective recomputation redoes), fused
 /// or run unfused (`cost::eager`).
 fn is_core(o: &Op) -> bool {
-    matches!(o.kind, OpKind::StandardAttention(_)) || o.name == "attention_core"
+    matches!(o.kind, OpKind::StandardAttention(_)) || o.id == OpId::AttentionCore
 }
 
 /// The pass that adds one micro-batch's gradients of `params` local parameters into the
@@ -1365,7 +1365,7 @@ mod tests {
         );
         // A layer's backward takes the measured backward, not twice the measured forward.
         let op = |planc_kernel| Op {
-            name: "input_norm",
+            id: OpId::InputNorm,
             kind: OpKind::Norm {
                 bytes,
                 width: 768.0,
@@ -1416,7 +1416,7 @@ mod tests {
         }
         // A layer's backward takes the measured backward, not twice the measured forward.
         let op = |planc_kernel| Op {
-            name: "mlp_activation",
+            id: OpId::MlpActivation,
             kind: OpKind::Activation {
                 bytes,
                 width: 3072.0,
@@ -1551,7 +1551,7 @@ mod tests {
 
     fn core_op(core: Core) -> Op {
         Op {
-            name: "attention_core",
+            id: OpId::AttentionCore,
             kind: OpKind::StandardAttention(core),
         }
     }

@@ -119,6 +119,7 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
     let mut nccl = Communicators::new();
     let mut layer = Layer::default();
     for op in layer_forward(plan) {
+        let name = op.name();
         let m = match op.kind {
             OpKind::Collective {
                 op: c,
@@ -128,14 +129,14 @@ pub fn measure(plan: &Plan, repeats: usize) -> Result<RunReport, RunError> {
                 let local_gpus = runner.gpu_count;
                 time_collective(
                     plan,
-                    op.name,
+                    name,
                     (c, bytes, group),
                     local_gpus,
                     &mut nccl,
                     repeats,
                 )?
             }
-            kind => layer.list(op.name, kind, &prices, &mut runner, repeats)?,
+            kind => layer.list(name, kind, &prices, &mut runner, repeats)?,
         };
         layer.ops.push(m);
     }

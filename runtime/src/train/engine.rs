@@ -15,9 +15,11 @@
 //! never kept, only the gradient they send into the last layer.
 
 use planc_compiler::cost::kinds::WorkKind;
+use planc_compiler::cost::op_id::OpId;
 use planc_compiler::plan::{Attention, Norm, Optimizer, Position, Precision, Recompute};
 
 use super::model::{self, Dims, Params, Stage};
+use super::spans::{Part, Span};
 use crate::device::activation::Activation;
 use crate::device::attention::{self, Grads, Heads, Kernels};
 use crate::device::attention_cudnn::{self, Sdpa};
@@ -648,6 +650,19 @@ impl Engine {
         self.push_mark(Some(kind), name)
     }
 
+    /// Marks where `span`, an operation's span, begins: of its operation's kind.
+    fn mark_span(&mut self, span: Span) -> Res {
+        self.mark(span.kind(), || span.name())
+    }
+
+    /// The attention core's operation: the fused kernel's, or the standard core's.
+    fn core_op(&self) -> OpId {
+        match self.shape.attention {
+            Attention::Flash => OpId::Attention,
+            Attention::Standard => OpId::AttentionCore,
+        }
+    }
+
     fn push_mark(&mut self, kind: Option<WorkKind>, name: impl FnOnce() -> String) -> Res {
         if self.marks.is_none() && !trail::is_on() {
             return Ok(());
@@ -964,7 +979,11 @@ impl Engine {
         let nl = self.lrows();
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
         let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
-        self.mark(WorkKind::Norms, || format!("L{l} attention norm"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::InputNorm,
+            part: Part::Forward,
+        })?;
         self.norm_fwd(
             a.ln1,
             a.ln1_mean,
@@ -973,7 +992,11 @@ impl Engine {
             w(self, "ln1_w"),
             w(self, "ln1_b"),
         )?;
-        self.mark(WorkKind::Linear, || format!("L{l} qkv"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::QkvProj,
+            part: Part::Forward,
+        })?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
         self.blas
             .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
@@ -994,14 +1017,22 @@ impl Engine {
         ];
         // The pack-a-thread split adds the bias as it reads; the per-element one needs it
         // added first.
-        self.mark(WorkKind::Attention, || format!("L{l} attention qkv split"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::QkvSplit,
+            part: Part::Forward,
+        })?;
         if split == "qkv_split_v" {
             args.push(Arg::P(w(self, "qkv_b")));
         } else {
             self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
         }
         self.gpu.launch_n(split, threads, &args)?;
-        self.mark(WorkKind::Attention, || format!("L{l} attention core"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: self.core_op(),
+            part: Part::Forward,
+        })?;
         if self.shape.attention == Attention::Flash {
             let hd = self.heads();
             // Straight into the merged layout the projection reads.
@@ -1024,12 +1055,20 @@ impl Engine {
                 ],
             )?;
         }
-        self.mark(WorkKind::Linear, || format!("L{l} attention projection"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::AttentionOutProj,
+            part: Part::Forward,
+        })?;
         self.blas
             .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
         let proj = self.tp_reduce_rows(self.s.tmp)?;
         self.add_residual(a.x2, x_in, proj, w(self, "proj_b"), nl, c)?;
-        self.mark(WorkKind::Norms, || format!("L{l} mlp norm"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpNorm,
+            part: Part::Forward,
+        })?;
         self.norm_fwd(
             a.ln2,
             a.ln2_mean,
@@ -1038,13 +1077,25 @@ impl Engine {
             w(self, "ln2_w"),
             w(self, "ln2_b"),
         )?;
-        self.mark(WorkKind::Linear, || format!("L{l} mlp up"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpUpProj,
+            part: Part::Forward,
+        })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.blas.linear(a.h, ln2, w(self, "fc_w"), n, c, fr)?;
         self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
-        self.mark(WorkKind::Activation, || format!("L{l} mlp activation"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpActivation,
+            part: Part::Forward,
+        })?;
         self.activation().forward(&self.gpu, a.act, a.h)?;
-        self.mark(WorkKind::Linear, || format!("L{l} mlp down"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpDownProj,
+            part: Part::Forward,
+        })?;
         self.blas
             .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
         let down = self.tp_reduce_rows(self.s.tmp)?;
@@ -1090,23 +1141,37 @@ impl Engine {
         let nl = self.lrows();
         let s = &self.s;
         let (dres, dln, dh, dact) = (s.dres, s.dln, s.dh, s.dact);
-        self.mark(WorkKind::Linear, || format!("L{l} mlp down backward"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpDownProj,
+            part: Part::Backward,
+        })?;
         let dfull = self.tp_gather_rows(dres)?;
         self.blas
             .linear_dinp(dact, dfull, w(self, "fc2_w"), n, f, c)?;
         self.blas
             .linear_dw(gr(self, "fc2_w"), dfull, a.act, n, f, c)?;
         self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
-        self.mark(WorkKind::Activation, || {
-            format!("L{l} mlp activation backward")
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpActivation,
+            part: Part::Backward,
         })?;
         self.activation().backward(&self.gpu, dh, a.h, dact)?;
-        self.mark(WorkKind::Linear, || format!("L{l} mlp up backward"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpUpProj,
+            part: Part::Backward,
+        })?;
         self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.blas.linear_dw(gr(self, "fc_w"), dh, ln2, n, c, fr)?;
         self.bias_grad(gr(self, "fc_b"), dh, n, fr)?;
-        self.mark(WorkKind::Norms, || format!("L{l} mlp norm backward"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::MlpNorm,
+            part: Part::Backward,
+        })?;
         let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
@@ -1118,8 +1183,10 @@ impl Engine {
             gr(self, "ln2_w"),
             gr(self, "ln2_b"),
         )?;
-        self.mark(WorkKind::Linear, || {
-            format!("L{l} attention projection backward")
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::AttentionOutProj,
+            part: Part::Backward,
         })?;
         let aw = d.attn_width();
         let dfull = self.tp_gather_rows(dres)?;
@@ -1130,8 +1197,10 @@ impl Engine {
             .linear_dw(gr(self, "proj_w"), dfull, a.a, n, aw, c)?;
         self.bias_grad(gr(self, "proj_b"), dres, nl, c)?;
         let (b, t, h, _, dd) = self.attn_args();
-        self.mark(WorkKind::Attention, || {
-            format!("L{l} attention core backward")
+        self.mark_span(Span::Layer {
+            l,
+            op: self.core_op(),
+            part: Part::Backward,
         })?;
         let into_qkv = self.flash_into_qkv();
         if self.shape.attention == Attention::Flash {
@@ -1168,12 +1237,18 @@ impl Engine {
             self.attention_core_bwd(l, a)?;
         }
         if !into_qkv {
-            self.mark(WorkKind::Attention, || {
-                format!("L{l} attention qkv gradient merge")
+            self.mark_span(Span::Layer {
+                l,
+                op: OpId::QkvSplit,
+                part: Part::Backward,
             })?;
             self.qkv_merge_grad()?;
         }
-        self.mark(WorkKind::Linear, || format!("L{l} qkv backward"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::QkvProj,
+            part: Part::Backward,
+        })?;
         let s = &self.s;
         self.blas
             .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
@@ -1181,7 +1256,11 @@ impl Engine {
         self.blas
             .linear_dw(gr(self, "qkv_w"), self.s.dqkv, ln1, n, c, qr)?;
         self.bias_grad(gr(self, "qkv_b"), self.s.dqkv, n, qr)?;
-        self.mark(WorkKind::Norms, || format!("L{l} attention norm backward"))?;
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::InputNorm,
+            part: Part::Backward,
+        })?;
         let dln_mine = self.tp_reduce_rows(dln)?;
         self.norm_bwd(
             dres,
@@ -1239,16 +1318,20 @@ impl Engine {
         let p = if a.p != Buf::NULL {
             a.p
         } else {
-            self.mark(WorkKind::Attention, || {
-                format!("L{l} attention probabilities recompute")
+            self.mark_span(Span::Layer {
+                l,
+                op: OpId::AttentionCore,
+                part: Part::ProbabilitiesRecompute,
             })?;
             let s = &self.s;
             self.blas.scores(s.p, a.q, a.k, b * h, t, dd)?;
             self.softmax_fwd(s.p)?;
             s.p
         };
-        self.mark(WorkKind::Attention, || {
-            format!("L{l} attention core backward products")
+        self.mark_span(Span::Layer {
+            l,
+            op: OpId::AttentionCore,
+            part: Part::BackwardProducts,
         })?;
         let s = &self.s;
         standard_core_bwd(
@@ -1339,7 +1422,11 @@ impl Engine {
         let n = self.rows();
         let c = d.hidden;
         let v0 = self.shape.tp_rank * d.vocab;
-        self.mark(WorkKind::Embedding, || format!("F{j} embedding"))?;
+        self.mark_span(Span::MicroBatch {
+            j,
+            op: OpId::Embedding,
+            part: Part::Forward,
+        })?;
         {
             let st = &mut self.sets[set];
             st.n_uniq = batch.uniq.len();
@@ -1415,7 +1502,11 @@ impl Engine {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let c = d.hidden;
-        self.mark(WorkKind::Head, || format!("F{j} loss head"))?;
+        self.mark_span(Span::MicroBatch {
+            j,
+            op: OpId::FinalNorm,
+            part: Part::Forward,
+        })?;
         let xl = self.sets[set].xs[top];
         let s = &self.s;
         self.norm_fwd(
@@ -1568,7 +1659,11 @@ impl Engine {
         if !first {
             return Ok(());
         }
-        self.mark(WorkKind::Embedding, || format!("B{j} embedding backward"))?;
+        self.mark_span(Span::MicroBatch {
+            j,
+            op: OpId::Embedding,
+            part: Part::Backward,
+        })?;
         // Every token's gradient (gathered under sequence parallelism): each rank sums the
         // tokens of its rows of the table, and every rank the whole position table.
         let dfull = self.tp_gather_rows(self.s.dres)?;
