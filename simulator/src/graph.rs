@@ -201,9 +201,10 @@ pub fn build(program: &Program, costs: &Costs) -> StepGraph {
                     let (compute, comm) = b.pass_costs(work, rank, split);
                     // Split the pass when its gradients are reduced in buckets right after,
                     // or when it consumes its parameters bucket by bucket as they arrive.
+                    // (Messages may sit between: a regrouped program's, `grouped`.)
                     let reduce_buckets = instrs[i + 1..]
                         .iter()
-                        .find(|x| !matches!(x, Instr::Send { .. }))
+                        .find(|x| !matches!(x, Instr::Send { .. } | Instr::Recv { .. }))
                         .map_or(1, |x| match x {
                             Instr::Collective {
                                 op: CollectiveOp::GradReduce { buckets, .. },

@@ -18,6 +18,7 @@ pub mod deadlock;
 pub mod engine;
 pub mod fold;
 pub mod graph;
+pub mod grouped;
 pub mod label;
 pub mod lower;
 pub mod program;

@@ -1,7 +1,8 @@
 //! From a plan to a program and its costs: the schedule and message flow come from the
 //! parallel layout, every duration from the compiler's cost model (`cost::time::pieces`),
 //! so the simulator and the closed form price the same work and differ only in how they
-//! compose it.
+//! compose it. The program is the one the plan's framework runs: `framework = planc`'s
+//! interleaved programs in the order its runtime issues their messages (`grouped`).
 
 use planc_compiler::cost::memory::{
     dense_layer_params_per_gpu, layer_expert_params_per_gpu, layer_params_per_gpu,
@@ -13,9 +14,10 @@ use planc_compiler::cost::time::{
     dp_collectives, dp_contention, embedding_sync_time, optimizer_time, pieces, placement,
     reduction_tail, Device, BUCKET_PARAMS,
 };
-use planc_compiler::plan::{Plan, Schedule};
+use planc_compiler::plan::{Framework, Plan, Schedule};
 
 use crate::graph::Costs;
+use crate::grouped::regroup;
 use crate::program::{build, Program, StepOptions};
 use crate::schedule::ScheduleKind;
 
@@ -143,5 +145,12 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         overlap_grad_reduce: p.overlap_grad_reduce,
         overlap_p2p: p.overlaps_p2p(),
     };
-    (build(kind, ranks, micro_batches, opts), costs)
+    let mut program = build(kind, ranks, micro_batches, opts);
+    if plan.framework() == Framework::Planc && matches!(kind, ScheduleKind::Interleaved { .. }) {
+        // planc's runtime groups consecutive sends and receives, which deadlocks the
+        // interleaved programs in their built order: it runs them regrouped, and so are
+        // they checked and timed.
+        program.ranks = regroup(&program.ranks);
+    }
+    (program, costs)
 }

@@ -302,3 +302,27 @@ pub fn build(kind: ScheduleKind, ranks: u32, micro_batches: u32, opts: StepOptio
         overlap_p2p: opts.overlap_p2p,
     }
 }
+
+/// Activation sets a rank's program holds at once: a micro-batch's chunk takes one at its
+/// forward or at the receive before it (whichever comes first) and gives it back after
+/// its backward.
+pub fn live_sets(instrs: &[Instr], pp: usize) -> usize {
+    let mut live = std::collections::HashSet::new();
+    let mut most = 1;
+    for i in instrs {
+        match i {
+            Instr::Recv { message, .. } => {
+                live.insert((message.micro_batch, message.virtual_stage as usize / pp));
+            }
+            Instr::Run(w) if w.pass == Pass::Forward => {
+                live.insert((w.micro_batch, w.chunk as usize));
+            }
+            Instr::Run(w) if w.pass == Pass::Backward => {
+                live.remove(&(w.micro_batch, w.chunk as usize));
+            }
+            _ => {}
+        }
+        most = most.max(live.len());
+    }
+    most
+}
