@@ -26,6 +26,22 @@ fn every_kernel_compiles_for_every_precision() {
     }
 }
 
+/// fp8's casts convert with Hopper's instructions (the stub is for GPUs without fp8).
+#[test]
+fn the_fp8_casts_convert_in_hardware_on_hopper() {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED fp8 cast compilation: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    let ptx = compile(Precision::Fp8, Some("compute_90")).unwrap_or_else(|e| panic!("{e}"));
+    for cvt in ["cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32"] {
+        assert!(ptx.contains(cvt), "{cvt} missing from the PTX");
+    }
+    let old = compile(Precision::Fp8, Some("compute_80")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!old.contains("e4m3x2"));
+}
+
 /// The machine code the runtime loads where it can (no JIT in every process): an ELF image
 /// for the real architecture, with every kernel in it.
 #[test]

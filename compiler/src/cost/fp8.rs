@@ -32,8 +32,13 @@
 //!   keeps the column-wise copy and drops the row-wise one, `module/linear.py`) where
 //!   Korthikanti et al. count two.
 //!
-//! Every other framework planc prices is taken to run fp8 the same way; planc's own runtime
-//! has no fp8 path.
+//! Every other framework planc prices is taken to run fp8 the same way, except planc's own
+//! runtime (`runtime/src/device/fp8.rs`), which runs the same products in the same formats
+//! with separate cast passes: a product's input is cast in forward (read 2 bytes, write 1)
+//! and its transposed copy cast again in backward from the 16-bit input the layer keeps (read
+//! 2, write 1: no activation kept in fp8), the output gradient cast and transposed in
+//! backward (4 bytes), the weights once a step (4 bytes a weight); its gathers under
+//! sequence parallelism move bf16.
 
 use super::ops::{Op, OpId, OpKind};
 use crate::plan::{Framework, Plan, Precision};
@@ -49,10 +54,13 @@ pub fn runs_in_fp8(id: OpId) -> bool {
     id.fp8_cast().is_some()
 }
 
-/// Bytes per element the casts around the fp8 product `id` move: (its input, in
-/// forward; its output gradient, in backward). See the module doc.
-fn cast_bytes(id: OpId) -> (f64, f64) {
-    match id {
+/// Bytes per element the casts around the fp8 product `id` move: (its input, in forward;
+/// its output gradient, in backward; its input again, in backward). See the module doc.
+fn cast_bytes(plan: &Plan, id: OpId) -> (f64, f64, f64) {
+    if plan.framework() == Framework::Planc {
+        return (3.0, 4.0, 3.0);
+    }
+    let (input, grad) = match id {
         // The norm writes fp8: only the transpose is added.
         OpId::QkvProj => (1.0, 4.0),
         // LayerNormMLP: the norm writes its input, the activation's backward its gradient.
@@ -61,7 +69,8 @@ fn cast_bytes(id: OpId) -> (f64, f64) {
         OpId::MlpDownProj => (1.0, 4.0),
         // Plain `Linear`/`GroupedLinear`: a cast and transpose each way.
         _ => (4.0, 4.0),
-    }
+    };
+    (input, grad, 0.0)
 }
 
 /// The casts around a layer's fp8 products `ops` for one micro-batch, one operation per
@@ -78,13 +87,13 @@ pub fn casts(plan: &Plan, ops: &[Op]) -> Vec<Op> {
                 OpKind::GroupedGemm { count, m, n, k } => (count, m, n, k),
                 _ => return None,
             };
-            let (input, grad) = cast_bytes(o.id);
+            let (input, grad, input_again) = cast_bytes(plan, o.id);
             let weights = 4.0 * count * n * k / micro_batches;
             Some(Op {
                 id: cast,
                 kind: OpKind::Cast {
                     bytes: input * count * m * k + weights,
-                    backward_bytes: grad * count * m * n,
+                    backward_bytes: grad * count * m * n + input_again * count * m * k,
                 },
             })
         })
@@ -92,10 +101,10 @@ pub fn casts(plan: &Plan, ops: &[Op]) -> Vec<Op> {
 }
 
 /// Bytes an element of the norm's output takes in the sequence-parallel all-gathers before
-/// the fp8 products: one in fp8 (TE quantizes before gathering), else the training
-/// precision's.
+/// the fp8 products: one in fp8 (TE quantizes before gathering; planc's runtime gathers
+/// bf16 and casts after), else the training precision's.
 pub fn gathered_bytes(plan: &Plan) -> f64 {
-    if on(plan) {
+    if on(plan) && plan.framework() != Framework::Planc {
         1.0
     } else {
         plan.train.precision.bytes()
@@ -106,7 +115,8 @@ pub fn gathered_bytes(plan: &Plan) -> f64 {
 pub const WEIGHT_CACHE_BYTES: f64 = 2.0;
 
 /// Whether the framework keeps a product's input for its weight gradient in fp8 (TE) rather
-/// than in 16-bit: every framework but planc's runtime, which has no fp8 path.
+/// than in 16-bit: every framework but planc's runtime, which keeps its 16-bit inputs and
+/// casts them again in backward.
 pub fn keeps_fp8_inputs(plan: &Plan) -> bool {
     on(plan) && plan.framework() != Framework::Planc
 }
@@ -155,6 +165,38 @@ mod tests {
                 backward_bytes: 4.0 * tokens * h,
             }
         );
+    }
+
+    #[test]
+    fn plancs_runtime_casts_each_input_again_in_backward_and_gathers_bf16() {
+        let planc = |precision: &str| {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ preset = \"llama3-8b\" }}
+                 train {{ global_batch = 32, precision = {precision}, attention = flash }}
+                 parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true }}
+                 job j {{ framework = planc }}"
+            );
+            let c = check_source("t.tp", &text);
+            c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
+        };
+        let p = planc("fp8");
+        let ops = layer_forward(&p);
+        let qkv = ops.iter().find(|o| o.id == OpId::QkvProjFp8Cast).unwrap();
+        // Llama 3 8B at tp 2: qkv from h = 4096 to (32 + 2·8)·128 / 2 outputs, 8192 tokens,
+        // 8 micro-batches a step.
+        let (tokens, h, o) = (8192.0, 4096.0, 48.0 * 128.0 / 2.0);
+        let weights = 4.0 * h * o / 8.0;
+        assert_eq!(
+            qkv.kind,
+            OpKind::Cast {
+                bytes: 3.0 * tokens * h + weights,
+                backward_bytes: 4.0 * tokens * o + 3.0 * tokens * h,
+            }
+        );
+        assert_eq!(gathered_bytes(&p), 2.0);
+        assert!(!keeps_fp8_inputs(&p));
+        assert_eq!(gathered_bytes(&planc("bf16")), 2.0);
     }
 
     #[test]

@@ -20,8 +20,8 @@ pub fn err(e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("{e:?}"))
 }
 
-/// The kernels' source (`kernels.cu`), for NVRTC.
-pub const SOURCE: &str = include_str!("kernels.cu");
+/// The kernels' source (`kernels.cu`, then fp8's casts in `fp8.cu`), for NVRTC.
+pub const SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("fp8.cu"));
 
 /// The storage type of activations and compute weights: 0 fp32, 1 bf16, 2 fp16.
 pub fn storage_code(p: Precision) -> u32 {
@@ -227,6 +227,9 @@ pub const KERNELS: &[&str] = &[
     "sum_partial",
     "adamw_flat",
     "sgd_flat",
+    "fp8_cast_t",
+    "fp8_scale_now",
+    "fp8_roll",
 ];
 
 /// A device buffer: a pointer and its size in bytes. Copy, because the GPU owns it.

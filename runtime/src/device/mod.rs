@@ -1,6 +1,7 @@
 //! The device training runs on: one CUDA context and its streams with counted buffers
 //! (`cuda`, the kernels of `kernels.cu` compiled with NVRTC and launched), every matrix
-//! product through cuBLAS (`blas`), the launchers of the kernel families that take more than
+//! product through cuBLAS (`blas`; under `precision = fp8` the linear layers' through
+//! cuBLASLt, `fp8`), the launchers of the kernel families that take more than
 //! one launch or a grid of their own (`attention` the fused attention, with
 //! `attention_cudnn` cuDNN's fused attention where it runs, `rows` the norms and
 //! their partial sums, `activation` the MLP's GELU and SwiGLU), and several GPUs (`dist`:
@@ -15,6 +16,7 @@ pub mod attention_cudnn;
 pub mod blas;
 pub mod cuda;
 pub mod dist;
+pub mod fp8;
 pub mod rows;
 pub mod trail;
 

@@ -26,11 +26,13 @@ use crate::device::attention_cudnn::{self, Sdpa};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::dist::{self, Comm};
+use crate::device::fp8::{self, Fp8, Linear};
 use crate::device::rows::{self, norm_partials, NormGrads, NormSaved, Norms, CHUNK_ROWS};
 use crate::device::trail;
 use crate::error::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use planc_simulator::program::Payload;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 type Res = Result<(), RunError>;
@@ -189,6 +191,11 @@ pub struct Engine {
     /// cuDNN's attention plans where they run (`attention_cudnn`), else planc's kernels.
     /// First, so they are dropped while the GPU's context still lives.
     attn: Option<Sdpa>,
+    /// `precision = fp8`: the fp8 products' state (`device::fp8`; before `gpu`, so that
+    /// cuBLASLt's handle goes while the context lives), and each layer's linear layers that
+    /// run in fp8 by (layer, weight name); the others run in bf16.
+    fp8: Option<Fp8>,
+    fp8_linears: BTreeMap<(usize, &'static str), Linear>,
     pub gpu: Gpu,
     blas: Blas,
     pub shape: Shape,
@@ -563,6 +570,16 @@ impl Engine {
         let decay = decay_mask(&mut gpu, &params, total)?;
         let (rope_cos, rope_sin) = rope_buffers(&mut gpu, &d)?;
         mem.scratch = gpu.held - before;
+        let (fp8, fp8_linears) = if shape.precision == Precision::Fp8 {
+            fp8_products(&mut gpu, &shape, z.n)?
+        } else {
+            (None, BTreeMap::new())
+        };
+        if let Some(f) = &fp8 {
+            // The weights' fp8 copies are weights, as the cost model counts them.
+            mem.weights += f.weight_bytes;
+            mem.scratch += f.scratch_bytes;
+        }
         let State {
             w32,
             wx,
@@ -572,6 +589,8 @@ impl Engine {
         } = state;
         let mut eng = Engine {
             attn: None,
+            fp8,
+            fp8_linears,
             gpu,
             blas,
             shape,
@@ -718,6 +737,71 @@ impl Engine {
 
     pub fn zero_grads(&self) -> Res {
         self.gpu.zero(self.grad)
+    }
+
+    /// What a step does before its passes: under fp8, the scales set from the amax
+    /// histories and the weights cast to fp8 for the step (`device::fp8`).
+    pub fn begin_step(&mut self) -> Res {
+        if self.fp8.is_none() {
+            return Ok(());
+        }
+        self.mark(WorkKind::Linear, || "fp8 weight casts".to_string())?;
+        let weights: Vec<(Linear, Buf)> = self
+            .fp8_linears
+            .iter()
+            .map(|(&(l, name), lin)| (*lin, self.wx_of(&format!("h.{l}.{name}"))))
+            .collect();
+        let fp8 = self.fp8.as_mut().expect("checked above");
+        fp8.begin_step(&self.gpu, &weights)
+    }
+
+    /// How many of this engine's products run in fp8.
+    pub fn fp8_products(&self) -> usize {
+        self.fp8_linears.len()
+    }
+
+    /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `name`: in fp8 where it
+    /// runs so, else through cuBLAS in the storage type.
+    fn linear(&self, l: usize, name: &'static str, out: Buf, inp: Buf, rows: usize) -> Res {
+        let (i, o) = self.linear_shape(name);
+        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+            (Some(f), Some(lin)) => f.forward(&self.gpu, lin, out, inp, rows),
+            _ => {
+                let w = self.wx_of(&format!("h.{l}.{name}"));
+                self.blas.linear(out, inp, w, rows, i, o)
+            }
+        }
+    }
+
+    /// Backward of `linear`: `dinp = dout · W` and the weight gradient `+= doutᵀ · inp`.
+    fn linear_bwd(
+        &self,
+        l: usize,
+        name: &'static str,
+        dinp: Buf,
+        dout: Buf,
+        inp: Buf,
+        rows: usize,
+    ) -> Res {
+        let (i, o) = self.linear_shape(name);
+        let gw = self.g_of(&format!("h.{l}.{name}"));
+        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+            (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows),
+            _ => {
+                let w = self.wx_of(&format!("h.{l}.{name}"));
+                self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
+                self.blas.linear_dw(gw, dout, inp, rows, i, o)
+            }
+        }
+    }
+
+    /// (inputs, outputs) of a layer's linear weight `name` on this rank.
+    fn linear_shape(&self, name: &str) -> (usize, usize) {
+        linear_shapes(&self.shape.dims)
+            .into_iter()
+            .find(|s| s.0 == name)
+            .map(|s| (s.1, s.2))
+            .expect("a layer's linear weight")
     }
 
     /// Tokens of a micro-batch: the rows of the products and of attention.
@@ -978,7 +1062,7 @@ impl Engine {
         let n = self.rows();
         let nl = self.lrows();
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
-        let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
+        let (c, qr, fr) = (d.hidden, d.qkv_rows(), d.fc_rows());
         self.mark_span(Span::Layer {
             l,
             op: OpId::InputNorm,
@@ -998,8 +1082,7 @@ impl Engine {
             part: Part::Forward,
         })?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
-        self.blas
-            .linear(self.s.qkv, ln1, w(self, "qkv_w"), n, c, qr)?;
+        self.linear(l, "qkv_w", self.s.qkv, ln1, n)?;
         let (b, t, h, g, dd) = self.attn_args();
         let (split, threads) = self.per_pack(("qkv_split", "qkv_split_v"), b * h * t * dd);
         let mut args = vec![
@@ -1060,8 +1143,7 @@ impl Engine {
             op: OpId::AttentionOutProj,
             part: Part::Forward,
         })?;
-        self.blas
-            .linear(self.s.tmp, a.a, w(self, "proj_w"), n, d.attn_width(), c)?;
+        self.linear(l, "proj_w", self.s.tmp, a.a, n)?;
         let proj = self.tp_reduce_rows(self.s.tmp)?;
         self.add_residual(a.x2, x_in, proj, w(self, "proj_b"), nl, c)?;
         self.mark_span(Span::Layer {
@@ -1083,7 +1165,7 @@ impl Engine {
             part: Part::Forward,
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
-        self.blas.linear(a.h, ln2, w(self, "fc_w"), n, c, fr)?;
+        self.linear(l, "fc_w", a.h, ln2, n)?;
         self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
         self.mark_span(Span::Layer {
             l,
@@ -1096,8 +1178,7 @@ impl Engine {
             op: OpId::MlpDownProj,
             part: Part::Forward,
         })?;
-        self.blas
-            .linear(self.s.tmp, a.act, w(self, "fc2_w"), n, f, c)?;
+        self.linear(l, "fc2_w", self.s.tmp, a.act, n)?;
         let down = self.tp_reduce_rows(self.s.tmp)?;
         self.add_residual(x_out, a.x2, down, w(self, "fc2_b"), nl, c)
     }
@@ -1137,7 +1218,7 @@ impl Engine {
         let n = self.rows();
         let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
         let gr = |s: &Self, part: &str| s.g_of(&format!("h.{l}.{part}"));
-        let (c, qr, fr, f) = (d.hidden, d.qkv_rows(), d.fc_rows(), d.ffn);
+        let (c, qr, fr) = (d.hidden, d.qkv_rows(), d.fc_rows());
         let nl = self.lrows();
         let s = &self.s;
         let (dres, dln, dh, dact) = (s.dres, s.dln, s.dh, s.dact);
@@ -1147,10 +1228,7 @@ impl Engine {
             part: Part::Backward,
         })?;
         let dfull = self.tp_gather_rows(dres)?;
-        self.blas
-            .linear_dinp(dact, dfull, w(self, "fc2_w"), n, f, c)?;
-        self.blas
-            .linear_dw(gr(self, "fc2_w"), dfull, a.act, n, f, c)?;
+        self.linear_bwd(l, "fc2_w", dact, dfull, a.act, n)?;
         self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
         self.mark_span(Span::Layer {
             l,
@@ -1163,9 +1241,8 @@ impl Engine {
             op: OpId::MlpUpProj,
             part: Part::Backward,
         })?;
-        self.blas.linear_dinp(dln, dh, w(self, "fc_w"), n, c, fr)?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
-        self.blas.linear_dw(gr(self, "fc_w"), dh, ln2, n, c, fr)?;
+        self.linear_bwd(l, "fc_w", dln, dh, ln2, n)?;
         self.bias_grad(gr(self, "fc_b"), dh, n, fr)?;
         self.mark_span(Span::Layer {
             l,
@@ -1188,13 +1265,8 @@ impl Engine {
             op: OpId::AttentionOutProj,
             part: Part::Backward,
         })?;
-        let aw = d.attn_width();
         let dfull = self.tp_gather_rows(dres)?;
-        let s = &self.s;
-        self.blas
-            .linear_dinp(s.da, dfull, w(self, "proj_w"), n, aw, c)?;
-        self.blas
-            .linear_dw(gr(self, "proj_w"), dfull, a.a, n, aw, c)?;
+        self.linear_bwd(l, "proj_w", self.s.da, dfull, a.a, n)?;
         self.bias_grad(gr(self, "proj_b"), dres, nl, c)?;
         let (b, t, h, _, dd) = self.attn_args();
         self.mark_span(Span::Layer {
@@ -1249,12 +1321,8 @@ impl Engine {
             op: OpId::QkvProj,
             part: Part::Backward,
         })?;
-        let s = &self.s;
-        self.blas
-            .linear_dinp(dln, s.dqkv, w(self, "qkv_w"), n, c, qr)?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
-        self.blas
-            .linear_dw(gr(self, "qkv_w"), self.s.dqkv, ln1, n, c, qr)?;
+        self.linear_bwd(l, "qkv_w", dln, self.s.dqkv, ln1, n)?;
         self.bias_grad(gr(self, "qkv_b"), self.s.dqkv, n, qr)?;
         self.mark_span(Span::Layer {
             l,
@@ -1877,6 +1945,39 @@ impl Engine {
             &[Arg::P(out), Arg::P(self.s.partials), Arg::L(blocks as i64)],
         )
     }
+}
+
+/// A layer's linear weights on a rank of dimensions `d`: (name, inputs, outputs).
+fn linear_shapes(d: &Dims) -> [(&'static str, usize, usize); 4] {
+    [
+        ("qkv_w", d.hidden, d.qkv_rows()),
+        ("proj_w", d.attn_width(), d.hidden),
+        ("fc_w", d.hidden, d.fc_rows()),
+        ("fc2_w", d.ffn, d.hidden),
+    ]
+}
+
+type Fp8Products = (Option<Fp8>, BTreeMap<(usize, &'static str), Linear>);
+
+/// The fp8 state of the stage's layers' linear layers over micro-batches of `rows` tokens:
+/// those whose dimensions cuBLASLt's fp8 products take (`fp8::supports`); the others, if
+/// any, run in bf16.
+fn fp8_products(gpu: &mut Gpu, shape: &Shape, rows: usize) -> Result<Fp8Products, RunError> {
+    let mut keys = Vec::new();
+    let mut shapes = Vec::new();
+    for &l in shape.stage.chunks.iter().flatten() {
+        for (name, i, o) in linear_shapes(&shape.dims) {
+            if fp8::supports(rows, i, o) {
+                keys.push((l, name));
+                shapes.push((i, o));
+            }
+        }
+    }
+    if shapes.is_empty() {
+        return Ok((None, BTreeMap::new()));
+    }
+    let (f, linears) = Fp8::new(gpu, &shapes, rows)?;
+    Ok((Some(f), keys.into_iter().zip(linears).collect()))
 }
 
 /// The causal softmax of the scores `p` (`rows` rows of `t`, head size `head_dim`), in

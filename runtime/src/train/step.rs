@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use planc_compiler::plan::{Framework, Plan, Precision};
+use planc_compiler::plan::{Framework, Plan};
 
 use super::data;
 use super::engine::{Engine, Shape};
@@ -215,10 +215,6 @@ struct Part {
 impl Part {
     fn of(plan: &Plan, opts: &Options, world: &World) -> Result<Part, RunError> {
         let dims = Dims::of(plan, opts.layers).map_err(RunError::Plan)?;
-        let precision = plan.train.precision;
-        if precision == Precision::Fp8 {
-            return Err(RunError::Precision(precision));
-        }
         refuse(plan, world)?;
         // From here a stop signal is a request to finish the step and save, not an end.
         stop::install().map_err(|e| RunError::Plan(format!("cannot catch SIGTERM: {e}")))?;
@@ -521,6 +517,7 @@ impl<'a> Steps<'a> {
         eng.mark_step(WorkKind::Optimizer, "zero gradients")?;
         eng.zero_grads()?;
         eng.gpu.zero(eng.loss_sums)?;
+        eng.begin_step()?;
         let io = StepIo {
             comms: ctx.comms,
             pp: ctx.reduction.ranks.pp,

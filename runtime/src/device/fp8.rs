@@ -1,0 +1,744 @@
+//! fp8 training's products (`precision = fp8`): the transformer layers' linear layers in
+//! fp8 through cuBLASLt, everything else as bf16 training runs it.
+//!
+//! What runs in fp8 and how, as Transformer Engine's `DelayedScaling` recipe runs it
+//! (`Format.HYBRID`) and `compiler/src/cost/fp8.rs` prices it:
+//!
+//! - **Which products**: a layer's qkv, attention output, MLP up (gate and up together) and
+//!   down products, forward and both backward products. The output layer (logits), the
+//!   attention core, norms, activations and the optimizer keep bf16; master weights,
+//!   gradients and moments stay fp32. A product whose rows, inputs or outputs are not
+//!   multiples of 16 (cuBLASLt's fp8 alignment) runs in bf16 ([`supports`]).
+//! - **Formats**: weights and activations E4M3 (max 448), output gradients E5M2 (max 57344).
+//!   Forward `Y = X·Wᵀ` takes X and W in E4M3; the input gradient `dX = dY·W` takes dY in
+//!   E5M2 and W in E4M3; the weight gradient `dW += dYᵀ·X` takes both from their transposed
+//!   copies and accumulates into the fp32 gradient (β = 1). Outputs are bf16 (fp32 for dW).
+//! - **Layout**: Hopper's fp8 products take only the "TN" form (A transposed, B not, both
+//!   K-major), so each product reads operands whose contraction dimension is contiguous: W
+//!   `[o, i]` (forward) and its transpose `[i, o]` (input gradient); X `[rows, i]` (forward)
+//!   and its transpose `[i, rows]` (weight gradient); dY `[rows, o]` and its transpose
+//!   `[o, rows]`. One cast kernel writes a tensor's fp8 copy and transposed copy together.
+//! - **Scaling**: one scale per tensor (X, W and dY of each product) from its amax history,
+//!   delayed: the cast kernel folds each tensor's max |x| into its amax as it casts; at a
+//!   step's start ([`Fp8::begin_step`]) the step before's amax joins a ring of the last
+//!   [`AMAX_HISTORY`] and the scale becomes `format max / max(history)` (margin 0; kept when
+//!   that max is 0 or not finite). A step's casts and products all use the scale fixed at
+//!   its start. The very first step has no history: its casts scale from the amax of what
+//!   has been cast so far, the tensor included (an amax pass before the cast), where
+//!   Transformer Engine starts from scale 1 (which would flush most first-step gradients,
+//!   ~1e-5, below E5M2's smallest value). cuBLASLt multiplies the product by the inverse
+//!   scales of both operands (`A_SCALE_POINTER`, `B_SCALE_POINTER`, device pointers).
+//! - **What is cast when**: the weights once a step, after the update (fp8 copy and
+//!   transpose, 2 bytes a parameter, kept for the step's micro-batches); a product's input in
+//!   forward (the fp8 copy, into scratch) and again in backward from the 16-bit input the
+//!   layer kept anyway (the transposed copy): planc keeps its 16-bit inputs, so fp8 adds no
+//!   activation memory; the output gradient in backward (copy and transpose, scratch).
+//!
+//! Differences from Transformer Engine, on purpose or not yet done: amaxes are not reduced
+//! over the tensor- or data-parallel group (each rank scales its own tensors); the history
+//! is not saved in checkpoints (a resumed run's first step scales as a first step does);
+//! the norm and activation do not write fp8 themselves (a separate cast pass each).
+
+use std::cell::RefCell;
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cudarc::cublaslt::result as lt;
+use cudarc::cublaslt::sys;
+
+use super::cuda::{Arg, Buf, Gpu};
+use crate::error::RunError;
+
+/// Amaxes a tensor's scale looks back over (Transformer Engine's `DelayedScaling` default).
+pub const AMAX_HISTORY: usize = 1024;
+/// cuBLASLt's workspace (its guidance for Hopper: 32 MiB).
+const WORKSPACE: usize = 32 << 20;
+/// Floats of state a tensor: inverse scale, scale, amax, the format's largest value.
+const META: usize = 4;
+
+/// The two fp8 formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// 4 exponent bits, 3 mantissa bits: weights and activations.
+    E4m3,
+    /// 5 exponent bits, 2 mantissa bits: gradients.
+    E5m2,
+}
+
+impl Format {
+    /// The largest finite value.
+    pub fn max(self) -> f32 {
+        match self {
+            Format::E4m3 => 448.0,
+            Format::E5m2 => 57344.0,
+        }
+    }
+
+    fn lt_type(self) -> sys::cudaDataType {
+        match self {
+            Format::E4m3 => sys::cudaDataType::CUDA_R_8F_E4M3,
+            Format::E5m2 => sys::cudaDataType::CUDA_R_8F_E5M2,
+        }
+    }
+}
+
+/// The scale delayed scaling sets from an amax history (what `fp8_roll` computes on the
+/// device): `max / amax` over the history's largest amax, or `current` when that is 0 or
+/// not finite.
+pub fn scale_from_history(format: Format, history: &[f32], current: f32) -> f32 {
+    let amax = history.iter().copied().fold(0.0f32, f32::max);
+    if amax > 0.0 && amax.is_finite() {
+        (format.max() / amax).min(3.0e38)
+    } else {
+        current
+    }
+}
+
+/// Whether a product of `rows` tokens from `i` to `o` features can run in fp8: cuBLASLt's
+/// fp8 products need every dimension a multiple of 16 (16-byte aligned fp8 rows), and the
+/// cast kernel 8-element chunks.
+pub fn supports(rows: usize, i: usize, o: usize) -> bool {
+    [rows, i, o].iter().all(|d| *d > 0 && d.is_multiple_of(16))
+}
+
+/// Whether a GPU of compute capability `major.minor` multiplies in fp8 (Ada and Hopper on).
+pub fn device_runs_fp8(major: i32, minor: i32) -> bool {
+    (major, minor) >= (8, 9)
+}
+
+/// One linear layer's fp8 state: its weight's cached copies (`[o, i]` and `[i, o]`), the
+/// indices of its input's, weight's and output gradient's scales, and its shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Linear {
+    pub w8: Buf,
+    pub wt8: Buf,
+    x: usize,
+    w: usize,
+    g: usize,
+    pub i: usize,
+    pub o: usize,
+}
+
+/// The fp8 products of one engine: cuBLASLt, the scales and amax histories of every
+/// tensor, the weights' fp8 copies and the casts' scratch.
+pub struct Fp8 {
+    lt: Lt,
+    /// `META` floats a tensor (see `fp8.cu`).
+    meta: Buf,
+    /// `AMAX_HISTORY` floats a tensor.
+    hist: Buf,
+    tensors: usize,
+    /// Steps begun; the first has no history (`fresh`).
+    steps: u64,
+    fresh: bool,
+    /// A product's input in fp8 (forward) or its transpose (backward), the output gradient
+    /// in fp8 and its transpose.
+    xq: Buf,
+    gq: Buf,
+    gqt: Buf,
+    /// Bytes of the weights' fp8 copies, and of everything else (scratch, workspace, state).
+    pub weight_bytes: usize,
+    pub scratch_bytes: usize,
+}
+
+impl Fp8 {
+    /// The fp8 state for linear layers of shapes `(i, o)` over micro-batches of `rows`
+    /// tokens; returns each layer's [`Linear`] in order. Every shape must be [`supports`]ed.
+    pub fn new(
+        gpu: &mut Gpu,
+        shapes: &[(usize, usize)],
+        rows: usize,
+    ) -> Result<(Fp8, Vec<Linear>), RunError> {
+        let (major, minor) = compute_capability(gpu)?;
+        if !device_runs_fp8(major, minor) {
+            return Err(RunError::Plan(format!(
+                "precision = fp8 needs a GPU that multiplies in fp8 (compute capability 8.9 \
+                 or later: Ada, Hopper); {} is {major}.{minor}: use precision = bf16",
+                gpu.name
+            )));
+        }
+        assert!(shapes.iter().all(|&(i, o)| supports(rows, i, o)));
+        let lt = Lt::new(gpu)?;
+        let before = gpu.held;
+        let tensors = 3 * shapes.len();
+        let meta = gpu.alloc(tensors * META * 4)?;
+        let hist = gpu.alloc(tensors * AMAX_HISTORY * 4)?;
+        let mut state = Vec::with_capacity(tensors * META);
+        for _ in shapes {
+            for f in [Format::E4m3, Format::E4m3, Format::E5m2] {
+                state.extend_from_slice(&[1.0f32, 1.0, 0.0, f.max()]);
+            }
+        }
+        gpu.upload(meta, &state)?;
+        let max_i = shapes.iter().map(|s| s.0).max().unwrap_or(0);
+        let max_o = shapes.iter().map(|s| s.1).max().unwrap_or(0);
+        let xq = gpu.alloc(rows * max_i)?;
+        let gq = gpu.alloc(rows * max_o)?;
+        let gqt = gpu.alloc(rows * max_o)?;
+        let scratch_bytes = gpu.held - before + lt.workspace.bytes;
+        let before = gpu.held;
+        let mut linears = Vec::with_capacity(shapes.len());
+        for (k, &(i, o)) in shapes.iter().enumerate() {
+            // Each copy its own allocation: 256-byte aligned, as cuBLASLt's fastest
+            // kernels want.
+            linears.push(Linear {
+                w8: gpu.alloc(i * o)?,
+                wt8: gpu.alloc(i * o)?,
+                x: 3 * k,
+                w: 3 * k + 1,
+                g: 3 * k + 2,
+                i,
+                o,
+            });
+        }
+        let weight_bytes = gpu.held - before;
+        let f = Fp8 {
+            lt,
+            meta,
+            hist,
+            tensors,
+            steps: 0,
+            fresh: true,
+            xq,
+            gq,
+            gqt,
+            weight_bytes,
+            scratch_bytes,
+        };
+        Ok((f, linears))
+    }
+
+    /// The state of tensor `t` (inverse scale first: what cuBLASLt reads).
+    fn meta_of(&self, t: usize) -> Buf {
+        self.meta.at(META * t, 4)
+    }
+
+    /// A step begins: the step before's amaxes join the histories and set the scales
+    /// (from the second step on), then the weights `(layer, its bf16 weight [o, i])` are
+    /// cast to their fp8 copies for the step.
+    pub fn begin_step(&mut self, gpu: &Gpu, weights: &[(Linear, Buf)]) -> Result<(), RunError> {
+        if self.steps > 0 {
+            let slot = ((self.steps - 1) % AMAX_HISTORY as u64) as i32;
+            gpu.launch(
+                "fp8_roll",
+                (self.tensors as u32, 1),
+                256,
+                &[
+                    Arg::P(self.meta),
+                    Arg::P(self.hist),
+                    Arg::I(AMAX_HISTORY as i32),
+                    Arg::I(slot),
+                ],
+            )?;
+            self.fresh = false;
+        }
+        self.steps += 1;
+        for (lin, w) in weights {
+            self.cast(
+                gpu,
+                lin.w,
+                Format::E4m3,
+                *w,
+                (lin.o, lin.i),
+                lin.w8,
+                lin.wt8,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `x [rows, cols]` (the storage type) cast with tensor `t`'s scale into `q [rows, cols]`
+    /// and `qt [cols, rows]` (either may be NULL), its amax folded into the tensor's.
+    #[allow(clippy::too_many_arguments)]
+    fn cast(
+        &self,
+        gpu: &Gpu,
+        t: usize,
+        format: Format,
+        x: Buf,
+        (rows, cols): (usize, usize),
+        q: Buf,
+        qt: Buf,
+    ) -> Result<(), RunError> {
+        cast(
+            gpu,
+            self.meta_of(t),
+            format,
+            x,
+            (rows, cols),
+            (q, qt),
+            self.fresh,
+        )
+    }
+
+    /// `out [rows, o] = x [rows, i] · Wᵀ` in fp8, out in the storage type (bf16).
+    pub fn forward(
+        &self,
+        gpu: &Gpu,
+        lin: &Linear,
+        out: Buf,
+        x: Buf,
+        rows: usize,
+    ) -> Result<(), RunError> {
+        let (i, o) = (lin.i, lin.o);
+        self.cast(gpu, lin.x, Format::E4m3, x, (rows, i), self.xq, Buf::NULL)?;
+        // Column-major: out (o × rows) = W8ᵀ (o × i) · X8 (i × rows), K = i contiguous in both.
+        self.lt.tn(
+            gpu,
+            Tn {
+                mnk: (o, rows, i),
+                a: (lin.w8, Format::E4m3, self.meta_of(lin.w)),
+                b: (self.xq, Format::E4m3, self.meta_of(lin.x)),
+                d: out,
+                out: Out::Bf16,
+                accumulate: false,
+                // Transformer Engine's forward products accumulate fast (`_2X_ACC_FPROP`
+                // off); its gradients do not.
+                fast: true,
+            },
+        )
+    }
+
+    /// Backward of `forward`: `dx [rows, i] = dy [rows, o] · W` (bf16) and `gw [o, i] +=
+    /// dyᵀ · x` (fp32), from the kept 16-bit input `x`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        gpu: &Gpu,
+        lin: &Linear,
+        dx: Buf,
+        gw: Buf,
+        dy: Buf,
+        x: Buf,
+        rows: usize,
+    ) -> Result<(), RunError> {
+        let (i, o) = (lin.i, lin.o);
+        self.cast(gpu, lin.g, Format::E5m2, dy, (rows, o), self.gq, self.gqt)?;
+        // dx (i × rows) = Wt8ᵀ (i × o) · dY8 (o × rows).
+        self.lt.tn(
+            gpu,
+            Tn {
+                mnk: (i, rows, o),
+                a: (lin.wt8, Format::E4m3, self.meta_of(lin.w)),
+                b: (self.gq, Format::E5m2, self.meta_of(lin.g)),
+                d: dx,
+                out: Out::Bf16,
+                accumulate: false,
+                fast: false,
+            },
+        )?;
+        self.cast(gpu, lin.x, Format::E4m3, x, (rows, i), Buf::NULL, self.xq)?;
+        // dW (i × o, i.e. [o, i] row-major) += Xt8ᵀ (i × rows) · dYt8 (rows × o).
+        self.lt.tn(
+            gpu,
+            Tn {
+                mnk: (i, o, rows),
+                a: (self.xq, Format::E4m3, self.meta_of(lin.x)),
+                b: (self.gqt, Format::E5m2, self.meta_of(lin.g)),
+                d: gw,
+                out: Out::F32,
+                accumulate: true,
+                fast: false,
+            },
+        )
+    }
+
+    /// Every tensor's (inverse scale, scale, amax since the last roll), for tests.
+    pub fn scales(&self, gpu: &Gpu) -> Result<Vec<[f32; 3]>, RunError> {
+        let v: Vec<f32> = gpu.download(self.meta, self.tensors * META)?;
+        Ok(v.chunks(META).map(|m| [m[0], m[1], m[2]]).collect())
+    }
+}
+
+/// Casts `x [rows, cols]` with the scale in `meta` (a tensor's state) into `q [rows, cols]`
+/// and `qt [cols, rows]` (either NULL), folding its amax into the state's; `fresh`: first
+/// set the scale from the amax (no history yet). What training runs, and what the GPU test
+/// checks bit by bit against [`quantize`].
+pub fn cast(
+    gpu: &Gpu,
+    meta: Buf,
+    format: Format,
+    x: Buf,
+    (rows, cols): (usize, usize),
+    (q, qt): (Buf, Buf),
+    fresh: bool,
+) -> Result<(), RunError> {
+    let grid = (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32);
+    let e5m2 = (format == Format::E5m2) as i32;
+    let args = |q: Buf, qt: Buf| {
+        [
+            Arg::P(q),
+            Arg::P(qt),
+            Arg::P(x),
+            Arg::L(rows as i64),
+            Arg::I(cols as i32),
+            Arg::P(meta),
+            Arg::I(e5m2),
+        ]
+    };
+    if fresh {
+        gpu.launch("fp8_cast_t", grid, 256, &args(Buf::NULL, Buf::NULL))?;
+        gpu.launch("fp8_scale_now", (1, 1), 1, &[Arg::P(meta)])?;
+    }
+    gpu.launch("fp8_cast_t", grid, 256, &args(q, qt))
+}
+
+/// A fresh tensor state for [`cast`] (scale 1, no amax) in `format`, as floats to upload.
+pub fn fresh_meta(format: Format) -> [f32; META] {
+    [1.0, 1.0, 0.0, format.max()]
+}
+
+/// `x` rounded to `format` (nearest, ties to even, saturating at the largest finite value;
+/// NaN stays NaN): the value the cast kernel's hardware conversion gives, for the host-side
+/// checks.
+pub fn quantize(format: Format, x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let (mant_bits, min_exp) = match format {
+        Format::E4m3 => (3, -6),
+        Format::E5m2 => (2, -14),
+    };
+    let a = x.abs();
+    if a == 0.0 {
+        return x;
+    }
+    // The spacing of representable values at a's binade (subnormals share the smallest).
+    let e = (a.log2().floor() as i32).max(min_exp);
+    let step = 2f64.powi(e - mant_bits);
+    let q = (a as f64 / step).round_ties_even() * step;
+    let q = (q as f32).min(format.max());
+    q.copysign(x)
+}
+
+fn compute_capability(gpu: &Gpu) -> Result<(i32, i32), RunError> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    let err = super::cuda::err;
+    Ok((
+        gpu.ctx
+            .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(err)?,
+        gpu.ctx
+            .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+            .map_err(err)?,
+    ))
+}
+
+/// An fp8 product's output type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Out {
+    Bf16,
+    F32,
+}
+
+/// One "TN" product in cuBLASLt's column-major terms: `D (m × n) = α·Aᵀ·B (+ D)`, A stored
+/// `k × m` and B `k × n` (leading dimension k), each operand with its format and its
+/// tensor's state (whose first float, the inverse scale, cuBLASLt multiplies by).
+struct Tn {
+    mnk: (usize, usize, usize),
+    a: (Buf, Format, Buf),
+    b: (Buf, Format, Buf),
+    d: Buf,
+    out: Out,
+    accumulate: bool,
+    fast: bool,
+}
+
+/// What one product's plan depends on.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    mnk: (usize, usize, usize),
+    a: Format,
+    b: Format,
+    out: Out,
+    fast: bool,
+    /// The operands' common alignment in bytes (16 to 256): the heuristic only offers
+    /// kernels that work at it.
+    align: u32,
+}
+
+/// A product's descriptors and the algorithm cuBLASLt's heuristic chose, made once a shape.
+struct Plan {
+    desc: sys::cublasLtMatmulDesc_t,
+    a: sys::cublasLtMatrixLayout_t,
+    b: sys::cublasLtMatrixLayout_t,
+    d: sys::cublasLtMatrixLayout_t,
+    algo: sys::cublasLtMatmulAlgo_t,
+}
+
+/// cuBLASLt (libcublasLt, opened at run time beside libcublas): a handle, its workspace and
+/// the plans made so far.
+struct Lt {
+    handle: sys::cublasLtHandle_t,
+    workspace: Buf,
+    plans: RefCell<HashMap<Key, Plan>>,
+}
+
+fn lt_err(what: &str) -> impl Fn(lt::CublasError) -> RunError + '_ {
+    move |e| RunError::Cuda(format!("cuBLASLt ({what}): {e:?}"))
+}
+
+impl Lt {
+    fn new(gpu: &mut Gpu) -> Result<Lt, RunError> {
+        // SAFETY: probes whether the shared library loads with every symbol.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(RunError::Cuda(
+                "precision = fp8 runs its products through cuBLASLt, and libcublasLt (beside \
+                 libcublas) was not found: add its folder to LD_LIBRARY_PATH"
+                    .into(),
+            ));
+        }
+        gpu.ctx.bind_to_thread().map_err(super::cuda::err)?;
+        let handle = lt::create_handle().map_err(lt_err("create"))?;
+        let workspace = gpu.alloc(WORKSPACE)?;
+        Ok(Lt {
+            handle,
+            workspace,
+            plans: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// Runs the product `p` on the GPU's compute stream.
+    fn tn(&self, gpu: &Gpu, p: Tn) -> Result<(), RunError> {
+        let align = [p.a.0, p.b.0, p.d]
+            .iter()
+            .map(|b| 1u32 << b.ptr.trailing_zeros().min(8))
+            .min()
+            .unwrap_or(256);
+        if align < 16 {
+            return Err(RunError::Cuda(format!(
+                "an fp8 product's operand is {align}-byte aligned; cuBLASLt needs 16"
+            )));
+        }
+        let key = Key {
+            mnk: p.mnk,
+            a: p.a.1,
+            b: p.b.1,
+            out: p.out,
+            fast: p.fast,
+            align,
+        };
+        let mut plans = self.plans.borrow_mut();
+        let plan = match plans.entry(key) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => v.insert(self.plan(&key)?),
+        };
+        let set = |attr, ptr: &u64| {
+            // SAFETY: the descriptor is live; the attribute is a device pointer (8 bytes).
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    plan.desc,
+                    attr,
+                    ptr as *const u64 as *const c_void,
+                    std::mem::size_of::<u64>(),
+                )
+            }
+            .map_err(lt_err("scale pointer"))
+        };
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        set(D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.a.2.ptr)?;
+        set(D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.b.2.ptr)?;
+        let (alpha, beta) = (1.0f32, if p.accumulate { 1.0f32 } else { 0.0 });
+        // SAFETY: the buffers are live device allocations of the sizes the layouts describe
+        // (the engine sized them from the same dimensions); C is D (β = 1 reads it).
+        unsafe {
+            lt::matmul(
+                self.handle,
+                plan.desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                p.a.0.ptr as *const c_void,
+                plan.a,
+                p.b.0.ptr as *const c_void,
+                plan.b,
+                p.d.ptr as *const c_void,
+                plan.d,
+                p.d.ptr as *mut c_void,
+                plan.d,
+                &plan.algo,
+                self.workspace.ptr as *mut c_void,
+                self.workspace.bytes,
+                gpu.stream as sys::cudaStream_t,
+            )
+        }
+        .map_err(lt_err("matmul"))
+    }
+
+    /// The descriptors of a product and the heuristic's fastest algorithm for it.
+    fn plan(&self, key: &Key) -> Result<Plan, RunError> {
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        use sys::cublasLtMatmulPreferenceAttributes_t as P;
+        let (m, n, k) = key.mnk;
+        let desc = lt::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(lt_err("descriptor"))?;
+        // SAFETY (every call below): live descriptors, attribute values of the documented
+        // types and sizes (cublasOperation_t is an int, FAST_ACCUM an int8_t, the workspace
+        // size a size_t, the alignments uint32_t).
+        let set = |attr, v: *const c_void, size: usize| unsafe {
+            lt::set_matmul_desc_attribute(desc, attr, v, size).map_err(lt_err("descriptor"))
+        };
+        let (t, nn) = (1i32, 0i32); // CUBLAS_OP_T, CUBLAS_OP_N
+        set(D::CUBLASLT_MATMUL_DESC_TRANSA, &t as *const i32 as _, 4)?;
+        set(D::CUBLASLT_MATMUL_DESC_TRANSB, &nn as *const i32 as _, 4)?;
+        let fast = key.fast as i8;
+        set(
+            D::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+            &fast as *const i8 as _,
+            1,
+        )?;
+        let layout = |ty, rows: usize, cols: usize, ld: usize| {
+            lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
+                .map_err(lt_err("layout"))
+        };
+        let a = layout(key.a.lt_type(), k, m, k)?;
+        let b = layout(key.b.lt_type(), k, n, k)?;
+        let d_type = match key.out {
+            Out::Bf16 => sys::cudaDataType::CUDA_R_16BF,
+            Out::F32 => sys::cudaDataType::CUDA_R_32F,
+        };
+        let d = layout(d_type, m, n, m)?;
+        let pref = lt::create_matmul_pref().map_err(lt_err("preference"))?;
+        let ws = self.workspace.bytes;
+        let setp = |attr, v: *const c_void, size: usize| unsafe {
+            lt::set_matmul_pref_attribute(pref, attr, v, size).map_err(lt_err("preference"))
+        };
+        setp(
+            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &ws as *const usize as _,
+            std::mem::size_of::<usize>(),
+        )?;
+        for attr in [
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+        ] {
+            setp(attr, &key.align as *const u32 as _, 4)?;
+        }
+        // SAFETY: every descriptor is live.
+        let found = unsafe { lt::get_matmul_algo_heuristic(self.handle, desc, a, b, d, d, pref) };
+        // SAFETY: created above, not used after.
+        unsafe {
+            let _ = lt::destroy_matmul_pref(pref);
+        }
+        let algo = found
+            .map_err(|e| {
+                RunError::Cuda(format!(
+                    "cuBLASLt has no fp8 product for m={m} n={n} k={k} ({:?} × {:?} → {:?}): \
+                     {e:?}",
+                    key.a, key.b, key.out
+                ))
+            })?
+            .algo;
+        Ok(Plan {
+            desc,
+            a,
+            b,
+            d,
+            algo,
+        })
+    }
+}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        // SAFETY: everything here was created by this Lt and is not used after.
+        unsafe {
+            for (_, p) in self.plans.borrow_mut().drain() {
+                let _ = lt::destroy_matrix_layout(p.a);
+                let _ = lt::destroy_matrix_layout(p.b);
+                let _ = lt::destroy_matrix_layout(p.d);
+                let _ = lt::destroy_matmul_desc(p.desc);
+            }
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scale_is_the_format_max_over_the_largest_amax_of_the_history() {
+        let h = [0.5f32, 2.0, 1.0, 0.0];
+        assert_eq!(scale_from_history(Format::E4m3, &h, 1.0), 224.0);
+        assert_eq!(scale_from_history(Format::E5m2, &h, 1.0), 28672.0);
+        // The largest of the window, not the latest: a spike holds the scale down until
+        // it leaves the window.
+        let later = [0.5f32, 0.25, 0.125];
+        assert_eq!(scale_from_history(Format::E4m3, &later, 1.0), 896.0);
+    }
+
+    #[test]
+    fn an_empty_or_overflowed_history_keeps_the_scale() {
+        assert_eq!(scale_from_history(Format::E4m3, &[0.0; 8], 7.0), 7.0);
+        assert_eq!(scale_from_history(Format::E4m3, &[], 7.0), 7.0);
+        assert_eq!(
+            scale_from_history(Format::E4m3, &[1.0, f32::INFINITY], 7.0),
+            7.0
+        );
+        // NaN is ignored by the max (as fmaxf on the device).
+        assert_eq!(
+            scale_from_history(Format::E4m3, &[f32::NAN, 2.0], 7.0),
+            224.0
+        );
+        // A tiny amax does not make an infinite scale.
+        assert!(scale_from_history(Format::E5m2, &[1e-40], 1.0).is_finite());
+    }
+
+    #[test]
+    fn quantize_rounds_to_the_formats_grid_and_saturates() {
+        // E4M3: 3 mantissa bits, so 1.0625 (halfway between 1 and 1.125) rounds to even (1).
+        assert_eq!(quantize(Format::E4m3, 1.0625), 1.0);
+        assert_eq!(quantize(Format::E4m3, 1.07), 1.125);
+        assert_eq!(quantize(Format::E4m3, 448.0), 448.0);
+        assert_eq!(quantize(Format::E4m3, 1e6), 448.0);
+        assert_eq!(quantize(Format::E4m3, -1e6), -448.0);
+        // Smallest subnormal 2^-9.
+        assert_eq!(quantize(Format::E4m3, 2f32.powi(-9)), 2f32.powi(-9));
+        assert_eq!(quantize(Format::E4m3, 2f32.powi(-11)), 0.0);
+        // E5M2: 2 mantissa bits, max 57344, smallest subnormal 2^-16.
+        assert_eq!(quantize(Format::E5m2, 1.1), 1.0);
+        assert_eq!(quantize(Format::E5m2, 1.2), 1.25);
+        assert_eq!(quantize(Format::E5m2, 1e9), 57344.0);
+        assert_eq!(quantize(Format::E5m2, 2f32.powi(-16)), 2f32.powi(-16));
+        // Relative error at most half a step: 2^-4 (E4M3), 2^-3 (E5M2) for normal values.
+        for k in 0..1000 {
+            let x = 0.02 + k as f32 * 0.731;
+            if x > 448.0 {
+                break;
+            }
+            assert!(
+                (quantize(Format::E4m3, x) - x).abs() <= x / 16.0 + 1e-6,
+                "{x}"
+            );
+            assert!(
+                (quantize(Format::E5m2, x) - x).abs() <= x / 8.0 + 1e-6,
+                "{x}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_whole_multiples_of_16_run_in_fp8() {
+        assert!(supports(2048, 4096, 12288));
+        assert!(supports(16, 768, 2304));
+        assert!(!supports(2048, 4096, 12290));
+        assert!(!supports(100, 768, 768));
+        assert!(!supports(0, 768, 768));
+    }
+
+    #[test]
+    fn fp8_needs_ada_or_hopper() {
+        assert!(device_runs_fp8(9, 0));
+        assert!(device_runs_fp8(8, 9));
+        assert!(device_runs_fp8(10, 0));
+        assert!(!device_runs_fp8(8, 6));
+        assert!(!device_runs_fp8(8, 0));
+    }
+}
