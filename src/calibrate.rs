@@ -163,6 +163,7 @@ fn summary(p: &Profile) -> String {
         let pass = match a.kind.as_str() {
             "flash" => "fused forward",
             "flash_backward" => "fused backward",
+            "standard_backward" => "standard backward",
             _ => "standard forward",
         };
         s += &format!(
@@ -173,6 +174,22 @@ fn summary(p: &Profile) -> String {
             a.seconds * 1e3,
             a.tflops
         );
+    }
+    if let Some(c) = &p.power {
+        s += &format!(
+            "power    products ({:.0} TFLOP/s in a burst) in a steady mix with copies: \
+             how much slower each runs at the power limit\n",
+            c.product_tflops
+        );
+        for pt in &c.points {
+            s += &format!(
+                "         at {:>3.0} % of the burst rate ({:>2} copies a product): products {:.3}×, copies {:.3}×\n",
+                pt.utilisation * 100.0,
+                pt.copies,
+                pt.product_slowdown,
+                pt.memory_slowdown
+            );
+        }
     }
     if p.collectives.is_empty() {
         s += "collectives: one GPU here, none measured\n";

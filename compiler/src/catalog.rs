@@ -218,6 +218,7 @@ fn gpu_from_entry(e: GpuEntry, entry: toml::Table) -> ((Vec<String>, Gpu), GpuIn
         host_link: e.host_link_gbs.map(|b| b * 1e9),
         host_memory_bandwidth: e.host_memory_gbs_per_gpu.map(|b| b * 1e9),
         nvlink_domain: e.nvlink_domain,
+        power_slowdown: None,
     };
     let info = GpuInfo {
         name: gpu.name.clone(),

@@ -142,7 +142,7 @@ pub fn check_file_with(
         let layout_ok = !layout_diags.iter().any(Diagnostic::is_error);
         checked.diagnostics.extend(layout_diags);
         if layout_ok {
-            let plan = Plan {
+            let mut plan = Plan {
                 cluster: spec.cluster.clone(),
                 model: spec.model.clone(),
                 train: spec.train.clone(),
@@ -150,6 +150,7 @@ pub fn check_file_with(
                 parallel,
                 framework: spec.framework(),
             };
+            crate::cost::power::settle(&mut plan);
             let est = estimate(&plan);
             checked
                 .diagnostics

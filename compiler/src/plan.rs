@@ -152,6 +152,12 @@ pub struct Gpu {
     /// How many GPUs one NVLink (or Infinity Fabric) fabric joins at `intra_node`'s
     /// bandwidth (8 on an HGX board, 72 in a GB200 NVL72 rack), where known.
     pub nvlink_domain: Option<u64>,
+    /// How much slower this plan's compute-bound and memory-bound kernels run than the
+    /// profile's bursts timed them, at the board's power limit: the profile's power curve
+    /// at how hard the plan's step drives the tensor cores (`cost::power::settle`). `None`
+    /// until a plan is settled, and where its profile measured no curve.
+    #[serde(skip)]
+    pub power_slowdown: Option<(f64, f64)>,
 }
 
 /// A fused attention kernel's FLOP/s at long sequences (head size 128), counted as

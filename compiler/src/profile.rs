@@ -155,6 +155,54 @@ impl OverlapPoint {
     }
 }
 
+/// How the board's power limit slows a step's kernels, by how hard the step drives the
+/// tensor cores (`runtime/src/probe/power.rs` measures it): `utilisation` is the share of
+/// the square product's burst rate a steady mix of products and copies ran at, priced in
+/// burst times; the slowdowns are the product's and the copies' time in the settled mix
+/// over their burst times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PowerCurve {
+    /// The square product's burst rate (TFLOP/s) the utilisations are shares of.
+    pub product_tflops: f64,
+    pub points: Vec<PowerPoint>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PowerPoint {
+    pub utilisation: f64,
+    /// Copies a product in the mix's cycle.
+    pub copies: usize,
+    pub product_slowdown: f64,
+    pub memory_slowdown: f64,
+}
+
+impl PowerCurve {
+    /// The products' and the memory-bound kernels' slowdown at `utilisation`: linear
+    /// between the measured points, from none at an idle GPU to the lightest point, and
+    /// the heaviest point's beyond it. Never a speed-up: a mix timed faster than its
+    /// burst is noise.
+    pub fn slowdown(&self, utilisation: f64) -> (f64, f64) {
+        let mut pts: Vec<(f64, f64, f64)> = vec![(0.0, 1.0, 1.0)];
+        pts.extend(
+            self.points
+                .iter()
+                .map(|p| (p.utilisation, p.product_slowdown, p.memory_slowdown)),
+        );
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let u = utilisation.max(0.0);
+        let last = pts[pts.len() - 1];
+        let (g, m) = if u >= last.0 {
+            (last.1, last.2)
+        } else {
+            let i = pts.iter().rposition(|p| p.0 <= u).unwrap_or(0);
+            let (a, b) = (pts[i], pts[i + 1]);
+            let t = (u - a.0) / (b.0 - a.0).max(f64::MIN_POSITIVE);
+            (a.1 + t * (b.1 - a.1), a.2 + t * (b.2 - a.2))
+        };
+        (g.max(1.0), m.max(1.0))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Profile {
     pub provenance: Provenance,
@@ -175,6 +223,9 @@ pub struct Profile {
     /// Absent from profiles measured before planc timed its optimizer update.
     #[serde(default)]
     pub optimizer: Vec<OptimizerPoint>,
+    /// Absent from profiles measured before planc timed the power limit's slowdown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power: Option<PowerCurve>,
 }
 
 /// The profiles planc ships (`compiler/catalog/profiles/`), measured on the lent machines with
@@ -248,6 +299,7 @@ impl Profile {
             collectives: vec![],
             overlap: vec![],
             optimizer: vec![],
+            power: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod offload;
 pub mod op_id;
 pub mod ops;
 pub mod params;
+pub mod power;
 pub mod standard_attention;
 pub mod time;
 

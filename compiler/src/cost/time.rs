@@ -112,6 +112,16 @@ impl<'a> Device<'a> {
         self.gpu.hbm_bandwidth * self.gpu.memory_efficiency
     }
 
+    /// How much slower than the profile's bursts this plan's compute-bound and memory-bound
+    /// kernels run at the board's power limit (`cost::power`); none without a profile, whose
+    /// constants were given their sustained rate ([`Self::sustained`]).
+    fn power(&self) -> (f64, f64) {
+        match self.profile() {
+            Some(_) => self.gpu.power_slowdown.unwrap_or((1.0, 1.0)),
+            None => (1.0, 1.0),
+        }
+    }
+
     /// The device profile, where it was measured at this precision.
     fn profile(&self) -> Option<&crate::profile::Profile> {
         self.gpu
@@ -125,7 +135,7 @@ impl<'a> Device<'a> {
     /// efficiency replaces both (it holds the tile, wave and thin-shape losses).
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
         if let Some(e) = self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
-            return (2.0 * m * n * k / (self.peak() * e)).max(KERNEL_FLOOR_S);
+            return (2.0 * m * n * k / (self.peak() * e) * self.power().0).max(KERNEL_FLOOR_S);
         }
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
         self.catalog_gemm_math(m, n, k)
@@ -137,7 +147,7 @@ impl<'a> Device<'a> {
     /// as [`Self::catalog_gemm_math`].
     fn gemm_math(&self, m: f64, n: f64, k: f64) -> f64 {
         match self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
-            Some(e) => 2.0 * m * n * k / (self.peak() * e),
+            Some(e) => 2.0 * m * n * k / (self.peak() * e) * self.power().0,
             None => self.catalog_gemm_math(m, n, k),
         }
     }
@@ -181,6 +191,7 @@ impl<'a> Device<'a> {
         self.measured(planc_kernel, |p| {
             p.activation_seconds(mlp.as_str(), "forward", width, bytes)
         })
+        .map(|s| s * self.power().1)
         .unwrap_or_else(|| self.memory(bytes))
     }
 
@@ -190,6 +201,7 @@ impl<'a> Device<'a> {
         self.measured(planc_kernel, |p| {
             p.activation_seconds(mlp.as_str(), "backward", width, 2.0 * bytes)
         })
+        .map(|s| s * self.power().1)
         .unwrap_or_else(|| 2.0 * self.memory(bytes))
     }
 
@@ -214,10 +226,12 @@ impl<'a> Device<'a> {
         planc: bool,
     ) -> Option<f64> {
         self.measured(planc, |p| p.attention_seconds(pass, flops, seq, head_dim))
+            .map(|s| s * self.power().0)
     }
 
     fn measured_norm(&self, pass: &str, bytes: f64, width: f64, planc: bool) -> Option<f64> {
         self.measured(planc, |p| p.norm_seconds(pass, width, bytes))
+            .map(|s| s * self.power().1)
     }
 
     /// The published rates of the frameworks' FlashAttention-class kernel on this device,
@@ -279,6 +293,7 @@ impl<'a> Device<'a> {
         self.measured(core.planc, |p| {
             p.attention_seconds(pass, core.causal_flops(), core.seq_full, core.head_dim)
         })
+        .map(|s| s * self.power().0)
     }
 
     /// The standard attention core's forward: as the profile measured planc's kernels

@@ -114,6 +114,7 @@ impl<'a> Resolver<'a> {
             host_link,
             host_memory_bandwidth,
             nvlink_domain,
+            power_slowdown: None,
         };
         Some(match preset {
             Some(p) => inherit(gpu, &p),

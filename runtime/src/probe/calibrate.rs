@@ -125,6 +125,9 @@ pub fn calibrate(
     let activations = measure_activations(&mut gpu, precision, &grids.activation, &mut progress)?;
     let (attention, fused_attention) =
         measure_attention(&mut gpu, precision, &grids, &mut progress)?;
+    progress.before("products and copies at the power limit");
+    let power = Some(super::power::curve(&mut gpu, precision)?);
+    progress.done();
     drop(gpu);
 
     let collectives = measure_collectives(&grids, &mut progress)?;
@@ -154,6 +157,7 @@ pub fn calibrate(
         collectives,
         overlap,
         optimizer,
+        power,
     })
 }
 
@@ -213,11 +217,12 @@ impl Grids {
         }
     }
 
-    /// How many measurements calibration makes (the optimizer's one included).
+    /// How many measurements calibration makes (the optimizer's and the power limit's one
+    /// each included).
     fn total(&self) -> usize {
         self.gemm.len()
             + self.memory.len()
-            + 1
+            + 2
             + self.norm.len()
             + self.activation.len() * MLPS.len()
             + self.standard.len()

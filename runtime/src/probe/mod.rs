@@ -9,3 +9,4 @@ mod collectives;
 pub mod gpu;
 mod load;
 pub mod ops;
+mod power;

@@ -36,6 +36,10 @@ pub struct Prediction {
     pub by_kind: ByKind,
     /// The same from the catalog's constants, where a profile priced `by_kind`.
     pub by_kind_constants: Option<ByKind>,
+    /// Where the profile measured the power limit (`cost::power`): how hard the step drives
+    /// the tensor cores (a share of their burst rate) and how much slower that makes its
+    /// products and memory-bound kernels than the profile's bursts.
+    pub power: Option<Power>,
     /// Bytes per layer and the layer-independent rest, for `--layers` advice.
     per_layer: f64,
     fixed: f64,
@@ -49,6 +53,26 @@ impl Prediction {
         }
         ((bytes - self.fixed) / self.per_layer).max(0.0).floor() as u64
     }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Power {
+    pub utilisation: f64,
+    pub products: f64,
+    pub memory: f64,
+}
+
+/// The line a run prints where the power limit priced it.
+pub fn power_note(pred: &Prediction) -> Option<String> {
+    let p = pred.power?;
+    Some(format!(
+        "note: this step drives the tensor cores at {:.0} % of their burst rate; at the board's \
+         power limit the profile's power curve prices its products {:.2}× and memory-bound \
+         kernels {:.2}× their burst times",
+        p.utilisation * 100.0,
+        p.products,
+        p.memory
+    ))
 }
 
 /// Seconds of a step by kind of work.
@@ -111,7 +135,7 @@ pub fn attention_path_note(pred: &Prediction, on_cudnn: bool) -> Option<String> 
 
 /// `plan` as the run prices it: on the local device's catalog GPU with its profile and
 /// planc's own kernels.
-fn as_run(plan: &Plan, device_name: &str) -> (Plan, Gpu) {
+fn as_run(plan: &Plan, device_name: &str) -> (Plan, Gpu, Option<Power>) {
     let mut p = plan.clone();
     let mut gpu = catalog_gpu_for(device_name, &p.cluster.groups[0].gpu);
     // Without a measured profile of this device, planc's shipped one for it (said so in
@@ -124,11 +148,21 @@ fn as_run(plan: &Plan, device_name: &str) -> (Plan, Gpu) {
     }
     // What runs is planc's own kernels, whatever framework the plan's job names.
     p.framework = planc_compiler::plan::Framework::Planc;
-    (p, gpu)
+    // Priced on another GPU's profile than the plan named: the power limit settles anew.
+    let utilisation = planc_compiler::cost::power::settle(&mut p);
+    let power = utilisation.and_then(|u| {
+        let (products, memory) = p.cluster.groups[0].gpu.power_slowdown?;
+        Some(Power {
+            utilisation: u,
+            products,
+            memory,
+        })
+    });
+    (p, gpu, power)
 }
 
 pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
-    let (p, gpu) = as_run(plan, device_name);
+    let (p, gpu, power) = as_run(plan, device_name);
     let est = estimate(&p);
     let sim = planc_simulator::simulate(&p).ok().map(|s| s.breakdown);
     let step_s = sim.as_ref().map_or(est.step_s, |b| b.step_s);
@@ -143,6 +177,7 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
     Prediction {
         by_kind,
         by_kind_constants,
+        power,
         catalog_gpu: gpu.name.clone(),
         profile: planc_compiler::report::profile_note(&p),
         attention_timed_on: gpu.profile.as_ref().map(|pr| {
@@ -252,7 +287,7 @@ mod tests {
         let p = plan("tp = 1, pp = 2, dp = 1, schedule = gpipe");
         let piped = predict(&p, "NVIDIA H100");
         // As `predict` prices it: planc's own kernels, the device's shipped profile.
-        let (q, _) = as_run(&p, "NVIDIA H100");
+        let (q, _, _) = as_run(&p, "NVIDIA H100");
         let sim = planc_simulator::simulate(&q).unwrap().breakdown;
         let busy: f64 = piped
             .by_kind

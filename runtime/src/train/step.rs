@@ -168,6 +168,9 @@ pub fn train(
         if let Some(note) = predict::attention_path_note(&prediction, eng.attention_on_cudnn()) {
             eprintln!("{note}");
         }
+        if let Some(note) = predict::power_note(&prediction) {
+            eprintln!("{note}");
+        }
     }
     eng.tpc = comms.tp.clone();
     if let Some(c) = &comms.pp {

@@ -1,0 +1,163 @@
+//! The board's power limit, applied to a plan priced from a profile. A profile's products
+//! and kernels were timed in bursts; a training step that drives the tensor cores hard
+//! holds the GPU at its power limit, at a lower clock, for as long as it trains (Llama 3 8B's
+//! layers on an H200: 1515 MHz against the bursts' 1980, products 1.16x their burst
+//! times), while a step of small products (GPT-2: 533 W of 700) keeps the boost clock.
+//! `planc calibrate` measures how much slower products and memory-bound kernels run in a
+//! steady mix that drives the tensor cores at a given share of their burst rate
+//! ([`crate::profile::PowerCurve`]); [`settle`] reads that curve at the share the plan's
+//! own step drives them at, its executed FLOPs over its compute time, both at burst rates.
+
+use super::stage_group;
+use super::time::{placement, stage_time, Device};
+use crate::plan::{NodeGroup, Plan};
+use crate::profile::PowerCurve;
+
+fn curve(g: &NodeGroup) -> Option<&PowerCurve> {
+    g.gpu.profile.as_deref()?.power.as_ref()
+}
+
+/// How hard `plan`'s busiest stage drives its tensor cores: executed FLOPs per second of
+/// the stage's forward and backward compute, as a share of the curve's burst product rate.
+pub fn utilisation(plan: &Plan) -> Option<f64> {
+    let mut u: Option<f64> = None;
+    for s in 0..plan.parallel.pp {
+        let group = stage_group(plan, s);
+        let Some(c) = curve(group) else { continue };
+        let dev = Device {
+            gpu: &group.gpu,
+            precision: plan.train.precision,
+        };
+        let t = stage_time(plan, s, &dev, &placement(plan, group));
+        let compute = t.forward.compute + t.backward.compute;
+        if compute > 0.0 && c.product_tflops > 0.0 {
+            let share = (t.forward.flops + t.backward.flops) / compute / (c.product_tflops * 1e12);
+            u = Some(u.map_or(share, |x| x.max(share)));
+        }
+    }
+    u
+}
+
+/// Sets each profiled GPU's power-limit slowdown for `plan` (`Gpu::power_slowdown`), from
+/// its profile's curve at the plan's [`utilisation`] priced at burst rates, and returns
+/// that utilisation. Plans whose GPUs' profiles measured no curve are left as they are.
+pub fn settle(plan: &mut Plan) -> Option<f64> {
+    if !plan.cluster.groups.iter().any(|g| curve(g).is_some()) {
+        return None;
+    }
+    for g in &mut plan.cluster.groups {
+        g.gpu.power_slowdown = None;
+    }
+    let u = utilisation(plan)?;
+    for g in &mut plan.cluster.groups {
+        g.gpu.power_slowdown = curve(g).map(|c| c.slowdown(u));
+    }
+    Some(u)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::PowerPoint;
+
+    fn h200_curve() -> PowerCurve {
+        // The shape of a curve as calibration measures it: no slowdown until the mix
+        // nears the limit, then products and copies slower.
+        PowerCurve {
+            product_tflops: 800.0,
+            points: vec![
+                PowerPoint {
+                    utilisation: 0.3,
+                    copies: 20,
+                    product_slowdown: 1.0,
+                    memory_slowdown: 1.0,
+                },
+                PowerPoint {
+                    utilisation: 0.5,
+                    copies: 9,
+                    product_slowdown: 1.0,
+                    memory_slowdown: 1.0,
+                },
+                PowerPoint {
+                    utilisation: 0.7,
+                    copies: 4,
+                    product_slowdown: 1.05,
+                    memory_slowdown: 1.02,
+                },
+                PowerPoint {
+                    utilisation: 1.0,
+                    copies: 0,
+                    product_slowdown: 1.2,
+                    memory_slowdown: 1.0,
+                },
+            ],
+        }
+    }
+
+    fn plan(model: &str, micro_batch: u64, with_curve: bool) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }}
+             model m {{ {model} }}
+             train {{ global_batch = {micro_batch}, precision = bf16, attention = flash }}
+             parallel {{ micro_batch = {micro_batch} }}
+             job {{ framework = planc }}"
+        );
+        let checked = crate::check::check_source("t.tp", &text);
+        assert!(checked.ok(), "{:#?}", checked.diagnostics);
+        let mut p = checked.plan.expect("a plan");
+        let mut profile = (**p.cluster.groups[0].gpu.profile.as_ref().expect("shipped")).clone();
+        profile.power = with_curve.then(h200_curve);
+        p.cluster.groups[0].gpu.profile = Some(std::sync::Arc::new(profile));
+        p.cluster.groups[0].gpu.power_slowdown = None;
+        p
+    }
+
+    #[test]
+    fn the_curve_is_read_between_its_points_and_never_speeds_a_kernel_up() {
+        let c = h200_curve();
+        assert_eq!(c.slowdown(0.1), (1.0, 1.0));
+        let (g, m) = c.slowdown(0.85);
+        assert!(
+            (g - 1.125).abs() < 1e-9 && (m - 1.01).abs() < 1e-9,
+            "{g} {m}"
+        );
+        assert_eq!(c.slowdown(1.4), (1.2, 1.0));
+        let fast = PowerCurve {
+            product_tflops: 800.0,
+            points: vec![PowerPoint {
+                utilisation: 0.5,
+                copies: 9,
+                product_slowdown: 0.97,
+                memory_slowdown: 0.9,
+            }],
+        };
+        assert_eq!(fast.slowdown(0.5), (1.0, 1.0));
+    }
+
+    #[test]
+    fn a_step_of_large_products_is_slowed_more_than_one_of_small_ones() {
+        let big = "layers = 4, hidden = 4096, heads = 32, ffn_hidden = 14336, vocab = 32000, \
+                   seq_len = 4096, mlp = swiglu, norm = rmsnorm, position = rope, bias = false";
+        let small = "layers = 4, hidden = 768, heads = 12, vocab = 50304, seq_len = 1024";
+        let (mut b, mut s) = (plan(big, 2, true), plan(small, 16, true));
+        let (ub, us) = (utilisation(&b).unwrap(), utilisation(&s).unwrap());
+        assert!(ub > us, "{ub} {us}");
+        let before = crate::cost::estimate(&b).step_s;
+        settle(&mut b);
+        settle(&mut s);
+        let (gb, _) = b.cluster.groups[0].gpu.power_slowdown.unwrap();
+        let (gs, _) = s.cluster.groups[0].gpu.power_slowdown.unwrap();
+        assert!(gb > gs, "{gb} {gs}");
+        assert!(crate::cost::estimate(&b).step_s > before * 1.02);
+    }
+
+    #[test]
+    fn a_profile_without_a_curve_leaves_the_plan_as_it_was() {
+        let big = "layers = 4, hidden = 4096, heads = 32, vocab = 32000, seq_len = 4096";
+        let mut p = plan(big, 2, false);
+        let before = crate::cost::estimate(&p).step_s;
+        settle(&mut p);
+        assert_eq!(p.cluster.groups[0].gpu.power_slowdown, None);
+        assert_eq!(crate::cost::estimate(&p).step_s, before);
+    }
+}

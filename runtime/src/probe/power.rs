@@ -1,0 +1,155 @@
+//! How the board's power limit slows a training step, as a curve over how hard the step
+//! drives the tensor cores. A step that keeps them busy (Llama 3 8B's layers, ~650 TFLOP/s
+//! on an H200) holds the GPU at its power limit, at 1515 MHz where a probe's bursts ran at
+//! 1980, and its products run 1.16x slower than their burst times; GPT-2's small products
+//! (276 TFLOP/s) draw 533 W of 700 and keep the boost clock (2026-11-28, clocks sampled
+//! through `planc run`). So calibration times the same square product in a burst, then
+//! inside a steady mix of products and memory-bound copies, at several shares of the
+//! products' burst rate, each mix run long enough for the limiter to settle: the product's
+//! and the copies' slowdown at each share is what the cost model applies to a step that
+//! drives the tensor cores as hard ([`planc_compiler::profile::PowerCurve`]).
+
+use planc_compiler::plan::Precision;
+use planc_compiler::profile::{PowerCurve, PowerPoint};
+
+use crate::device::blas::Blas;
+use crate::device::cuda::{Buf, Event, Gpu};
+use crate::error::RunError;
+
+/// The square product's side: large enough to reach the device's best product rate.
+const SIDE: usize = 8192;
+/// Bytes each copy reads and writes: far past the L2, at the streaming rate.
+const COPY_BYTES: usize = 256 << 20;
+/// Shares of the products' burst rate the mixes drive (1: products alone).
+pub const UTILISATIONS: [f64; 5] = [0.3, 0.5, 0.7, 0.85, 1.0];
+/// How long each mix runs before its cycles are timed: the power limiter reacts within
+/// milliseconds, the board's temperature over seconds; a step repeats for minutes.
+const SETTLE_S: f64 = 1.5;
+/// Cycles timed at the end of each mix.
+const TIMED: usize = 12;
+
+struct Mix {
+    blas: Blas,
+    bufs: [Buf; 3],
+    src: Buf,
+    dst: Buf,
+}
+
+impl Mix {
+    fn product(&self) -> Result<(), RunError> {
+        let [a, b, c] = self.bufs;
+        self.blas.linear(c, a, b, SIDE, SIDE, SIDE)
+    }
+
+    fn copies(&self, gpu: &Gpu, n: usize) -> Result<(), RunError> {
+        for _ in 0..n {
+            gpu.copy(self.dst, self.src, COPY_BYTES / 2)?;
+        }
+        Ok(())
+    }
+}
+
+/// Median seconds of `f` over `repeats` launches after two, each timed alone.
+fn burst(gpu: &Gpu, repeats: usize, f: impl Fn() -> Result<(), RunError>) -> Result<f64, RunError> {
+    f()?;
+    f()?;
+    gpu.sync()?;
+    let mut t = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let a = gpu.event()?;
+        f()?;
+        let b = gpu.event()?;
+        t.push(a.ms_to(&b)? as f64 / 1e3);
+    }
+    Ok(median(t))
+}
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Copies a cycle holds so that the product is `u` of its burst time.
+pub fn copies_for(u: f64, product_s: f64, copy_s: f64) -> usize {
+    if u >= 1.0 {
+        return 0;
+    }
+    (product_s * (1.0 - u) / (u * copy_s)).round().max(1.0) as usize
+}
+
+/// Measures the curve on `gpu` (bursts first, then the mixes from the lightest).
+pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError> {
+    let blas = Blas::new(gpu, precision)?;
+    let bytes = SIDE * SIDE * precision.bytes() as usize;
+    let bufs = [gpu.alloc(bytes)?, gpu.alloc(bytes)?, gpu.alloc(bytes)?];
+    let (src, dst) = (gpu.alloc(COPY_BYTES / 2)?, gpu.alloc(COPY_BYTES / 2)?);
+    for b in bufs.iter().chain([&src, &dst]) {
+        gpu.zero(*b)?;
+    }
+    let mix = Mix {
+        blas,
+        bufs,
+        src,
+        dst,
+    };
+    // Idle a moment, as a probe's burst follows a pause.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let product_s = burst(gpu, 5, || mix.product())?;
+    let copy_s = burst(gpu, 5, || mix.copies(gpu, 1))?;
+    let mut points = Vec::new();
+    for u in UTILISATIONS {
+        let n = copies_for(u, product_s, copy_s);
+        let cycle_s = product_s + n as f64 * copy_s;
+        for _ in 0..(SETTLE_S / cycle_s).ceil() as usize {
+            mix.product()?;
+            mix.copies(gpu, n)?;
+        }
+        let mut marks: Vec<(Event, Event, Event)> = Vec::with_capacity(TIMED);
+        for _ in 0..TIMED {
+            let a = gpu.event()?;
+            mix.product()?;
+            let b = gpu.event()?;
+            mix.copies(gpu, n)?;
+            let c = gpu.event()?;
+            marks.push((a, b, c));
+        }
+        let mut prod = Vec::with_capacity(TIMED);
+        let mut copy = Vec::with_capacity(TIMED);
+        for (a, b, c) in &marks {
+            prod.push(a.ms_to(b)? as f64 / 1e3);
+            copy.push(b.ms_to(c)? as f64 / 1e3);
+        }
+        points.push(PowerPoint {
+            utilisation: u,
+            copies: n,
+            product_slowdown: median(prod) / product_s,
+            memory_slowdown: if n == 0 {
+                1.0
+            } else {
+                median(copy) / (n as f64 * copy_s)
+            },
+        });
+    }
+    for b in bufs.into_iter().chain([src, dst]) {
+        gpu.free(b)?;
+    }
+    Ok(PowerCurve {
+        product_tflops: 2.0 * (SIDE as f64).powi(3) / product_s / 1e12,
+        points,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mix_holds_the_copies_that_make_the_product_its_share_of_the_cycle() {
+        // 1 ms products, 0.1 ms copies: at half the burst rate, 10 copies a product.
+        assert_eq!(copies_for(0.5, 1e-3, 1e-4), 10);
+        assert_eq!(copies_for(0.85, 1e-3, 1e-4), 2);
+        assert_eq!(copies_for(1.0, 1e-3, 1e-4), 0);
+        // Never a mix without a copy below full load.
+        assert_eq!(copies_for(0.99, 1e-3, 1e-4), 1);
+    }
+}
