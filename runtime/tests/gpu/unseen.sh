@@ -9,7 +9,8 @@
 #   runtime/tests/gpu/unseen.sh OUTDIR
 #
 # PARTS picks the parts (default "calibrate plans speed torch"); PROFILE=file skips the
-# calibration and prices from that file; STEPS (default 20) steps a run; MARKS=file gets
+# calibration and prices from that file; SHIPPED=0 skips the runs priced from the shipped
+# profile; STEPS (default 20) steps a run; MARKS=file gets
 # each run's start and end time (clocks.sh reads them beside the sampled SM clock).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,13 +52,13 @@ both() {
             sed -i -e "s#^\(cluster [a-z0-9_]* {\)#\1 profile = \"$profile\",#" "$f"
         run "$name-profiled" "$f" "$@"
     fi
-    run "$name-shipped" "$src" "$@"
+    [ "${SHIPPED:-1}" = 1 ] && run "$name-shipped" "$src" "$@"
 }
 if want plans; then
     for p in llama3b-gqa gpt1p3b-standard llama3-8b-8layers; do
         both "$p" "$here/plans/$p.tp"
     done
-    run llama3-8b-layers2 "$here/plans/llama3-8b.tp" --layers 2
+    SHIPPED=${SHIPPED:-1} both llama3-8b-layers2 "$here/plans/llama3-8b.tp" --layers 2
 fi
 if want speed; then
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
