@@ -301,32 +301,60 @@ pub fn in_flight(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
 
 /// Layer activations (one micro-batch through one layer = 1) stage `stage` holds at its
 /// peak: the forward passes it has run and not yet run backward when its first backward
-/// starts.
+/// starts ([`in_flight_sets`] of its chunks).
 pub fn in_flight_layers(plan: &Plan, stage: u64, micro_batches: u64) -> f64 {
     let p = &plan.parallel;
     let pp = p.pp;
-    let m = micro_batches as f64;
     let layers = plan.stage_layers(stage) as f64;
+    let sets = in_flight_sets(plan, stage, micro_batches);
     match p.schedule {
-        Schedule::Gpipe => m * layers,
-        // ZB-H1 holds what 1F1B holds (its deferred W passes keep only weight inputs).
-        Schedule::OneFOneB | Schedule::ZeroBubble => ((pp - stage) as f64).min(m) * layers,
+        Schedule::Gpipe | Schedule::OneFOneB | Schedule::ZeroBubble => sets as f64 * layers,
         Schedule::Interleaved => {
-            // Megatron's warm-up for rank i: (pp − i − 1)·2 + (vpp − 1)·pp forwards, plus
-            // the one its first backward follows. Forwards visit the chunks in groups of pp
-            // micro-batches, so with uneven chunks the sum follows that order.
+            // Forwards visit the chunks in groups of pp micro-batches, so with uneven
+            // chunks the sum follows that order.
             let v = p.vpp.max(1);
-            let warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
-            let forwards = warmup.min(micro_batches * v);
             if !p.is_uneven() {
-                return forwards as f64 * layers / v as f64;
+                return sets as f64 * layers / v as f64;
             }
-            (0..forwards)
+            (0..sets)
                 .map(|i| p.chunk_layers(plan.model.layers, stage, (i / pp.max(1)) % v) as f64)
                 .sum()
         }
     }
 }
+
+/// Sets of activations (one micro-batch through one of the stage's chunks each) stage
+/// `stage` holds at its peak, as the plan's framework orders its program: what planc's
+/// runtime allocates (`live_sets` of the simulator's program, which a test holds equal on
+/// every example).
+pub fn in_flight_sets(plan: &Plan, stage: u64, micro_batches: u64) -> u64 {
+    let p = &plan.parallel;
+    let pp = p.pp;
+    match p.schedule {
+        Schedule::Gpipe => micro_batches,
+        // ZB-H1 holds what 1F1B holds (its deferred W passes keep only weight inputs).
+        Schedule::OneFOneB | Schedule::ZeroBubble => (pp - stage).min(micro_batches),
+        Schedule::Interleaved => {
+            // Megatron's warm-up for rank i: (pp − i − 1)·2 + (vpp − 1)·pp forwards, plus
+            // the one its first backward follows.
+            let v = p.vpp.max(1);
+            let warmup = (pp - stage - 1) * 2 + (v - 1) * pp + 1;
+            // planc's runtime posts a forward's receive before the backward ahead of it
+            // (`planc_simulator::grouped`): up to two sets more (two with pp ≥ 4, vpp ≥ 3
+            // and two micro-batches a rank or more; fewer on smaller pipelines).
+            let ahead = if plan.framework() == Framework::Planc {
+                PLANC_RECEIVES_AHEAD
+            } else {
+                0
+            };
+            (warmup + ahead).min(micro_batches * v)
+        }
+    }
+}
+
+/// Activation sets planc's runtime holds beyond Megatron's warm-up under the interleaved
+/// schedule, at most (see [`in_flight_sets`]).
+pub const PLANC_RECEIVES_AHEAD: u64 = 2;
 
 pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory {
     let p = &plan.parallel;
