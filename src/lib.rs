@@ -397,6 +397,11 @@ enum Command {
         /// Replace an existing --trace file.
         #[arg(long)]
         force: bool,
+        /// Launch every step's kernels from the host. By default a one-GPU run records its
+        /// step's passes once as a CUDA graph and replays it each step (the first step and
+        /// the timed ones excepted), the same kernels in the same order with one launch.
+        #[arg(long)]
+        no_graphs: bool,
         /// Nodes of the run (each runs `planc run` with its --node-rank); default: Slurm's
         /// SLURM_NNODES, else 1.
         #[arg(long, value_name = "N")]
@@ -626,6 +631,7 @@ where
             trace,
             layers,
             force,
+            no_graphs,
             nnodes,
             node_rank,
             master,
@@ -645,6 +651,7 @@ where
                 layers,
                 json: format == Format::Json,
                 force,
+                no_graphs,
                 nnodes,
                 node_rank,
                 master,

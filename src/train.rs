@@ -29,6 +29,8 @@ pub struct Args {
     pub layers: Option<usize>,
     pub json: bool,
     pub force: bool,
+    /// `--no-graphs`: every step's kernels launched from the host.
+    pub no_graphs: bool,
     pub nnodes: Option<usize>,
     pub node_rank: Option<usize>,
     pub master: Option<String>,
@@ -130,6 +132,7 @@ pub fn run(file: &Path, args: Args, color: ColorChoice) -> ExitCode {
             .unwrap_or_else(|| PathBuf::from(".")),
         plan_hash: planc_runtime::train::plan_hash(&text),
         trace: args.trace.is_some(),
+        no_graphs: args.no_graphs,
     };
     let metrics_path = args.metrics.as_ref().filter(|_| lead);
     let mut metrics = match metrics_path {
@@ -327,13 +330,17 @@ fn human(s: &Summary) -> String {
         out += &format!("         {name:<12} {:>11} {:>11}\n", gib(m), gib(p));
     }
     if let Some(last) = s.steps.last() {
+        // At the median step (the `time` line's): the last step is timed operation by
+        // operation and launched kernel by kernel, slower than the replayed steps.
+        let at = |x: f64| x * last.step_s / s.measured_step_s.max(1e-12);
         out += &format!(
-            "speed    {:.0} tokens/s  {:.1} model TFLOP/s  MFU {:.1} %  (last step)\n",
-            last.tokens_per_s,
-            last.tflops_per_gpu,
-            last.mfu * 100.0
+            "speed    {:.0} tokens/s  {:.1} model TFLOP/s  MFU {:.1} %  (median step)\n",
+            at(last.tokens_per_s),
+            at(last.tflops_per_gpu),
+            at(last.mfu) * 100.0
         );
     }
+    out += &graphs_line(s);
     out += &by_kind(s);
     if s.skipped_steps > 0 {
         out += &format!(
@@ -346,6 +353,26 @@ fn human(s: &Summary) -> String {
         out += &format!("saved    {}\n", c.display());
     }
     out
+}
+
+/// How the steps were launched: how many replayed from a CUDA graph, or why none.
+fn graphs_line(s: &Summary) -> String {
+    let g = &s.graphs;
+    match &g.off {
+        Some(why) if g.replayed_steps == 0 => {
+            format!("graphs   off ({why}): every step launched kernel by kernel\n")
+        }
+        _ => format!(
+            "graphs   {} of {} steps replayed from one CUDA graph (the first and the timed \
+             last launched kernel by kernel){}\n",
+            g.replayed_steps,
+            s.steps.len(),
+            g.off
+                .as_ref()
+                .map(|w| format!("; then off: {w}"))
+                .unwrap_or_default()
+        ),
+    }
 }
 
 /// The traced step by kind of work: measured, predicted, and (with a profile) what the

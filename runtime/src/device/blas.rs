@@ -27,6 +27,10 @@ fn err(e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("cuBLAS: {e:?}"))
 }
 
+/// cuBLAS's workspace for training: what its documentation recommends on Hopper (32 MiB;
+/// 4 MiB elsewhere), the size its default pool takes there.
+pub const WORKSPACE: usize = 32 << 20;
+
 /// Whether a product's output is in the storage type or fp32.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Out {
@@ -53,6 +57,21 @@ impl Blas {
             Precision::Bf16 | Precision::Fp8 => cudaDataType::CUDA_R_16BF,
         };
         Ok(Blas { handle, x })
+    }
+
+    /// Gives cuBLAS `ws` as its workspace on this handle's stream, for good: a product
+    /// recorded into a CUDA graph (`graph`) must not allocate, and cuBLAS's own pool may
+    /// allocate on first use; training sets it whether it records graphs or not, so both
+    /// ways choose the same algorithms. Set after the stream (`cublasSetStream` goes back to
+    /// the default pool).
+    pub fn use_workspace(&self, ws: Buf) -> Result<(), RunError> {
+        // SAFETY: `ws` is a live device buffer of `ws.bytes` that outlives the handle's use
+        // (the engine's, freed with its GPU).
+        unsafe {
+            cudarc::cublas::sys::cublasSetWorkspace_v2(self.handle, ws.ptr as *mut c_void, ws.bytes)
+        }
+        .result()
+        .map_err(err)
     }
 
     /// Column-major `C (m×n) = α·op(A)·op(B) + β·C`, batched with strides (elements).

@@ -192,9 +192,13 @@ __global__ void add_positions(X* x, const X* wpe, long rows, long row0, int S, i
 
 // Token-embedding gradient, one block per distinct token of the batch: the positions of
 // token `uniq[b]` are pos[start[b] .. start[b+1]] (sorted on the host), summed in order.
+// Blocks past the batch's distinct tokens (an empty range: the launch takes one block per
+// token of the batch, so that its grid does not change from batch to batch and a CUDA
+// graph can replay it) do nothing.
 __global__ void embed_bwd_tokens(float* dwte, const X* dout, const int* uniq, const int* start,
                                  const int* pos, int C) {
     int b = blockIdx.x;
+    if (start[b] >= start[b + 1]) return;
     long row = (long)uniq[b] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float s = 0.0f;

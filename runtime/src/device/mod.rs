@@ -6,7 +6,8 @@
 //! `attention_cudnn` cuDNN's fused attention where it runs, `rows` the norms and
 //! their partial sums, `activation` the MLP's GELU and SwiGLU), and several GPUs (`dist`:
 //! ranks, rendezvous, NCCL communicators and the watchdog; `trail`: the NCCL operations a
-//! rank queued, for the watchdog to name the one the GPU is stuck in).
+//! rank queued, for the watchdog to name the one the GPU is stuck in), and `graph`: stream
+//! work recorded once as a CUDA graph and replayed with one launch.
 //!
 //! Nothing here knows the plan's model or step: `train` and `probe` build on it.
 
@@ -17,6 +18,7 @@ pub mod blas;
 pub mod cuda;
 pub mod dist;
 pub mod fp8;
+pub mod graph;
 pub mod rows;
 pub mod trail;
 

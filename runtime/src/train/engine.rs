@@ -23,7 +23,7 @@ use super::spans::{Part, Span};
 use crate::device::activation::Activation;
 use crate::device::attention::{self, Grads, Heads, Kernels};
 use crate::device::attention_cudnn::{self, Sdpa};
-use crate::device::blas::Blas;
+use crate::device::blas::{self, Blas};
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::dist::{self, Comm};
 use crate::device::fp8::{self, Fp8, Linear};
@@ -125,7 +125,6 @@ struct ActSet {
     uniq: Buf,
     start: Buf,
     pos: Buf,
-    n_uniq: usize,
 }
 
 /// Buffers reused by every layer and micro-batch.
@@ -223,6 +222,9 @@ pub struct Engine {
     rope_sin: Buf,
     /// Tracing: the marks; each span runs to the next mark.
     pub marks: Option<Vec<Mark>>,
+    /// Each micro-batch's inputs in device memory, for steps replayed from a CUDA graph
+    /// (`Input::Staged`); empty until such a step stages them.
+    staged: Vec<Staged>,
     /// The tensor-parallel group's communicator (None on one rank of it).
     pub tpc: Option<Arc<Comm>>,
     /// NCCL's name for the activations' element type.
@@ -407,7 +409,6 @@ fn alloc_act_sets(gpu: &mut Gpu, shape: &Shape, z: &Sizes) -> Result<Vec<ActSet>
             uniq: gpu.alloc(n * 4)?,
             start: gpu.alloc((n + 1) * 4)?,
             pos: gpu.alloc(n * 4)?,
-            n_uniq: 0,
         });
     }
     Ok(sets)
@@ -547,6 +548,8 @@ impl Engine {
     pub fn new(gpu: Gpu, shape: Shape, micro_batches: usize) -> Result<Engine, RunError> {
         let mut gpu = gpu;
         let blas = Blas::new(&gpu, shape.precision)?;
+        let blas_workspace = gpu.alloc(blas::WORKSPACE)?;
+        blas.use_workspace(blas_workspace)?;
         let shape_precision = shape.precision;
         let d = shape.dims.clone();
         let params = Params::of_stage(&d, &shape.stage);
@@ -569,7 +572,7 @@ impl Engine {
         let scalars = gpu.alloc(64 * 4)?;
         let decay = decay_mask(&mut gpu, &params, total)?;
         let (rope_cos, rope_sin) = rope_buffers(&mut gpu, &d)?;
-        mem.scratch = gpu.held - before;
+        mem.scratch = gpu.held - before + blas_workspace.bytes;
         let (fp8, fp8_linears) = if shape.precision == Precision::Fp8 {
             fp8_products(&mut gpu, &shape, z.n)?
         } else {
@@ -610,6 +613,7 @@ impl Engine {
             rope_cos,
             rope_sin,
             marks: None,
+            staged: Vec::new(),
             tpc: None,
             nty: dist::activation_type(shape_precision),
         };
@@ -1445,6 +1449,96 @@ impl Engine {
         }
     }
 
+    /// Copies the step's micro-batches (`(j, batch)`: micro-batch `j`'s) into device
+    /// memory of their own, in one upload, for a step whose forwards read them with
+    /// `Input::Staged` (a replayed CUDA graph cannot read the host). Allocates on first
+    /// use: call it outside a graph capture.
+    pub fn stage(&mut self, batches: &[(usize, HostBatch)]) -> Res {
+        let n = self.rows();
+        // Each micro-batch's tokens, token order (uniq, start, pos) and targets, in a row.
+        let lens = [n, n, n + 1, n, n];
+        let per: usize = lens.iter().sum();
+        let count = batches.iter().map(|(j, _)| j + 1).max().unwrap_or(0);
+        if self.staged.len() < count {
+            let all = self.gpu.alloc(count * per * 4)?;
+            self.memory.scratch += all.bytes;
+            self.staged = (0..count)
+                .map(|j| {
+                    let mut at = j * per;
+                    let mut next = |len: usize| {
+                        let b = Buf {
+                            bytes: len * 4,
+                            ..all.at(at, 4)
+                        };
+                        at += len;
+                        b
+                    };
+                    Staged {
+                        tokens: next(lens[0]),
+                        uniq: next(lens[1]),
+                        start: next(lens[2]),
+                        pos: next(lens[3]),
+                        targets: next(lens[4]),
+                    }
+                })
+                .collect();
+        }
+        let mut host = vec![0i32; count * per];
+        for (j, b) in batches {
+            let mut at = j * per;
+            for (part, len) in [&b.tokens, &b.uniq, &b.start, &b.pos, &b.targets]
+                .into_iter()
+                .zip(lens)
+            {
+                host[at..at + part.len()].copy_from_slice(part);
+                at += len;
+            }
+        }
+        let first = self.staged[0].tokens;
+        self.gpu.upload(
+            Buf {
+                bytes: count * per * 4,
+                ..first
+            },
+            &host,
+        )
+    }
+
+    /// Micro-batch `j`'s tokens and token order into activation set `set`, and its targets
+    /// where this chunk ends in the loss head: uploaded from the host, or copied from where
+    /// `stage` put them.
+    fn feed(&mut self, set: usize, j: usize, (first, last): (bool, bool), input: Input) -> Res {
+        let st = &self.sets[set];
+        let mut pairs = Vec::new();
+        if first {
+            pairs.extend([(st.tokens, 0), (st.uniq, 1), (st.start, 2), (st.pos, 3)]);
+        }
+        if last {
+            pairs.push((self.s.targets, 4));
+        }
+        match input {
+            Input::Host(batch) => {
+                let host = [
+                    &batch.tokens[..],
+                    &batch.uniq[..],
+                    &batch.start[..],
+                    &batch.pos[..],
+                    &batch.targets[..],
+                ];
+                let copies: Vec<(Buf, &[i32])> = pairs.iter().map(|&(b, k)| (b, host[k])).collect();
+                self.gpu.upload_all(&copies)
+            }
+            Input::Staged => {
+                let sg = self.staged[j];
+                let dev = [sg.tokens, sg.uniq, sg.start, sg.pos, sg.targets];
+                for (b, k) in pairs {
+                    self.gpu.copy(b, dev[k], b.bytes.min(dev[k].bytes))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Forward of micro-batch `j` (activation set `set`) through the loss; the loss head's
     /// backward runs here too (see the module comment). `dscale` scales the loss gradient:
     /// 1 / (tokens of the step), times the fp16 loss scale.
@@ -1459,16 +1553,16 @@ impl Engine {
         set: usize,
         j: usize,
         chunk: usize,
-        batch: &HostBatch,
+        input: Input,
         dscale: f32,
     ) -> Res {
         let (first, last) = self.ends(chunk);
         let layers = self.shape.stage.chunks[chunk].clone();
         if last && !first {
-            self.gpu.upload(self.s.targets, &batch.targets)?;
+            self.feed(set, j, (first, last), input)?;
         }
         if first {
-            self.embed_fwd(set, j, batch, last)?;
+            self.embed_fwd(set, j, input, last)?;
         }
         let full = self.shape.recompute == Recompute::Full;
         for (i, &l) in layers.iter().enumerate() {
@@ -1484,8 +1578,8 @@ impl Engine {
     }
 
     /// The embedding of micro-batch `j` into activation set `set`'s first layer input,
-    /// after its tokens (and with the loss head on this rank, its targets) are uploaded.
-    fn embed_fwd(&mut self, set: usize, j: usize, batch: &HostBatch, last: bool) -> Res {
+    /// after its tokens (and with the loss head on this rank, its targets) are fed in.
+    fn embed_fwd(&mut self, set: usize, j: usize, input: Input, last: bool) -> Res {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let c = d.hidden;
@@ -1495,20 +1589,7 @@ impl Engine {
             op: OpId::Embedding,
             part: Part::Forward,
         })?;
-        {
-            let st = &mut self.sets[set];
-            st.n_uniq = batch.uniq.len();
-            let mut copies = vec![
-                (st.tokens, &batch.tokens[..]),
-                (st.uniq, &batch.uniq[..]),
-                (st.start, &batch.start[..]),
-                (st.pos, &batch.pos[..]),
-            ];
-            if last {
-                copies.push((self.s.targets, &batch.targets[..]));
-            }
-            self.gpu.upload_all(&copies)?;
-        }
+        self.feed(set, j, (true, last), input)?;
         let (x0, tokens) = (self.sets[set].xs[0], self.sets[set].tokens);
         if self.tp_comm().is_none() {
             return self.gpu.launch_n(
@@ -1736,21 +1817,21 @@ impl Engine {
         // tokens of its rows of the table, and every rank the whole position table.
         let dfull = self.tp_gather_rows(self.s.dres)?;
         let st = &self.sets[set];
-        if st.n_uniq > 0 {
-            self.gpu.launch(
-                "embed_bwd_tokens",
-                (st.n_uniq as u32, 1),
-                256,
-                &[
-                    Arg::P(self.g_of("wte")),
-                    Arg::P(dfull),
-                    Arg::P(st.uniq),
-                    Arg::P(st.start),
-                    Arg::P(st.pos),
-                    Arg::I(c as i32),
-                ],
-            )?;
-        }
+        // A block per token of the batch, not per distinct one (`token_order`): the grid
+        // stays the same from batch to batch, as a replayed graph has it.
+        self.gpu.launch(
+            "embed_bwd_tokens",
+            (self.rows() as u32, 1),
+            256,
+            &[
+                Arg::P(self.g_of("wte")),
+                Arg::P(dfull),
+                Arg::P(st.uniq),
+                Arg::P(st.start),
+                Arg::P(st.pos),
+                Arg::I(c as i32),
+            ],
+        )?;
         if d.position == Position::Learned {
             let t = d.seq_len;
             self.gpu.launch_n(
@@ -2036,6 +2117,25 @@ pub fn standard_core_bwd(
     blas.d_keys(g.dk, g.dp, q, bh, t, dd)
 }
 
+/// Where a forward pass takes its micro-batch from: the host (uploaded as the pass is
+/// queued) or the device copy `Engine::stage` made before a replayed step.
+#[derive(Clone, Copy)]
+pub enum Input<'a> {
+    Host(&'a HostBatch),
+    Staged,
+}
+
+/// A micro-batch's inputs staged in device memory (`Engine::stage`), each buffer the size
+/// of its activation set's.
+#[derive(Clone, Copy)]
+struct Staged {
+    tokens: Buf,
+    uniq: Buf,
+    start: Buf,
+    pos: Buf,
+    targets: Buf,
+}
+
 /// A micro-batch prepared on the host for `Engine::forward` (`Engine::host_batch`): the
 /// tokens (first stage), the targets (last stage) and the embedding gradient's token order.
 #[derive(Debug, Default)]
@@ -2053,6 +2153,11 @@ pub struct HostBatch {
 /// at the end), and the positions. A counting sort: the host prepares this while the GPU
 /// waits at the start of a step, and a comparison sort of a micro-batch's tokens took
 /// most of that wait.
+///
+/// `uniq` and `start` are padded to one entry per input (and one more), the padding an
+/// empty range at the end: the embedding gradient takes a block per input whatever the
+/// number of distinct tokens, so its grid is the same for every batch (a replayed CUDA
+/// graph fixes it), and its blocks past the distinct tokens do nothing.
 pub fn token_order(inputs: &[u32], v0: usize, vocab: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>) {
     let mut count = vec![0u32; vocab + 1];
     for &t in inputs {
@@ -2081,6 +2186,8 @@ pub fn token_order(inputs: &[u32], v0: usize, vocab: usize) -> (Vec<i32>, Vec<i3
         }
     }
     start.push(pos.len() as i32);
+    uniq.resize(inputs.len(), 0);
+    start.resize(inputs.len() + 1, pos.len() as i32);
     (uniq, start, pos)
 }
 
@@ -2167,8 +2274,17 @@ mod host_tests {
             order.sort_by_key(|&i| (inputs[i as usize], i));
             let want: Vec<i32> = order.iter().map(|&i| i as i32).collect();
             assert_eq!(pos, want);
+            assert_eq!(uniq.len(), inputs.len());
             assert_eq!(start.len(), uniq.len() + 1);
-            for (k, &row) in uniq.iter().enumerate() {
+            // Every distinct token's range, then empty ranges only (the padding).
+            let distinct = start.windows(2).take_while(|w| w[1] > w[0]).count();
+            let mut rows: Vec<u32> = inputs[..].to_vec();
+            rows.retain(|&t| (v0..v0 + vocab).contains(&(t as usize)));
+            rows.sort();
+            rows.dedup();
+            assert_eq!(distinct, rows.len(), "v0 {v0} vocab {vocab}");
+            assert!(start[distinct..].iter().all(|&s| s == pos.len() as i32));
+            for (k, &row) in uniq[..distinct].iter().enumerate() {
                 for &p in &pos[start[k] as usize..start[k + 1] as usize] {
                     assert_eq!(inputs[p as usize] as usize, row as usize + v0);
                 }

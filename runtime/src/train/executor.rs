@@ -10,7 +10,7 @@ use planc_simulator::program::{CollectiveOp, Instr, Message, Payload};
 use planc_simulator::schedule::Pass;
 
 use super::data;
-use super::engine::{Dir, Engine, HostBatch};
+use super::engine::{Dir, Engine, HostBatch, Input};
 use super::program::Program;
 use super::ranks::Comms;
 use crate::device::cuda::Buf;
@@ -53,6 +53,21 @@ impl Batches {
         }
     }
 
+    /// Copies every micro-batch of `step` into the engine's device memory (`Engine::stage`),
+    /// for a step whose program reads them there (`Inputs::Staged`).
+    pub fn stage(&mut self, eng: &mut Engine, prog: &Program, step: u64) -> Result<(), RunError> {
+        let mut all = Vec::new();
+        for ins in &prog.instrs {
+            if let Instr::Run(w) = ins {
+                if w.pass == Pass::Forward {
+                    let (j, chunk) = (w.micro_batch as usize, w.chunk as usize);
+                    all.push((j, self.take(eng, step, j, chunk)));
+                }
+            }
+        }
+        eng.stage(&all)
+    }
+
     /// Prepares `step`'s first micro-batch now, while the GPU is busy.
     pub fn prepare_ahead(&mut self, eng: &Engine, step: u64, first: Option<(usize, usize)>) {
         if let Some((j, chunk)) = first {
@@ -92,14 +107,26 @@ pub struct StepIo<'a> {
     pub dscale: f32,
 }
 
-/// Runs `prog` on `eng`; returns the gradient ranges already reduced over the
-/// data-parallel group (by layer, on the communication stream).
+/// Where the step's forward passes take their micro-batches from.
+pub enum Inputs<'a> {
+    /// Read and uploaded as each forward is queued.
+    Host(&'a mut Batches),
+    /// Already in the engine's device memory (`Batches::stage`), one copy per micro-batch
+    /// (one chunk each: a rank without a pipeline).
+    Staged,
+}
+
+/// Runs `prog` on `eng` from zeroed gradients and loss sums; returns the gradient ranges
+/// already reduced over the data-parallel group (by layer, on the communication stream).
 pub fn run(
     eng: &mut Engine,
     prog: &Program,
     io: &StepIo,
-    batches: &mut Batches,
+    mut inputs: Inputs,
 ) -> Result<Vec<(usize, usize)>, RunError> {
+    eng.mark_step(WorkKind::Optimizer, "zero gradients")?;
+    eng.zero_grads()?;
+    eng.gpu.zero(eng.loss_sums)?;
     let mut sets = Sets {
         of: HashMap::new(),
         free: (0..prog.in_flight).rev().collect(),
@@ -129,8 +156,15 @@ pub fn run(
                 match w.pass {
                     Pass::Forward => {
                         let set = sets.take((j, chunk));
-                        let batch = batches.take(eng, io.step, j, chunk);
-                        eng.forward(set, j, chunk, &batch, io.dscale)?;
+                        match &mut inputs {
+                            Inputs::Host(batches) => {
+                                let batch = batches.take(eng, io.step, j, chunk);
+                                eng.forward(set, j, chunk, Input::Host(&batch), io.dscale)?;
+                            }
+                            Inputs::Staged => {
+                                eng.forward(set, j, chunk, Input::Staged, io.dscale)?
+                            }
+                        }
                     }
                     Pass::Backward | Pass::WeightGrad => {
                         let set = sets

@@ -79,6 +79,19 @@ pub struct Summary {
     pub by_kind: Vec<KindRow>,
     /// Seconds from the start of the run to its first step, by phase.
     pub startup: Vec<StartPhase>,
+    /// How the steps were launched: replayed from a CUDA graph, or kernel by kernel.
+    pub graphs: Graphs,
+}
+
+/// How a run's steps were launched (`train::replay`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Graphs {
+    /// Steps whose program was replayed from one CUDA graph (the others, the first and
+    /// the timed ones, launched it kernel by kernel).
+    pub replayed_steps: u64,
+    /// Why no step was replayed (or, after a failed recording, none after it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off: Option<String>,
 }
 
 /// A run ended early by SIGTERM or SIGUSR1, after finishing a step and saving it: the

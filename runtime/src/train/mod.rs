@@ -3,8 +3,10 @@
 //! the Hugging Face checkpoints, `engine` the memory plan and the passes, `step` the loop
 //! and its rooms: `ranks` (the rank's place and communicators), `resume` and `save` (where
 //! a run starts, what it keeps), `program` and `executor` (the step's program and its
-//! execution), `reduce` and `update` (the sums across ranks, the optimizer with its
-//! schedule, clipping and loss scale), `metrics` (what a run reports), `spans` (the trace's spans by operation id); `stop` when a run
+//! execution, `replay` the same program recorded once as a CUDA graph and replayed),
+//! `reduce` and `update` (the sums across ranks, the optimizer with its schedule, clipping
+//! and loss scale), `metrics` (what a run reports), `spans` (the trace's spans by operation
+//! id); `stop` when a run
 //! ends early (divergence, a preemption signal) and how its ranks agree on it, `predict`
 //! what planc expects of the run.
 
@@ -18,6 +20,7 @@ pub mod predict;
 pub mod program;
 pub mod ranks;
 pub mod reduce;
+pub mod replay;
 pub mod resume;
 pub mod save;
 pub mod spans;

@@ -16,13 +16,14 @@ use planc_compiler::plan::{Framework, Plan};
 
 use super::data;
 use super::engine::{Engine, Shape};
-use super::executor::{self, Batches, StepIo};
+use super::executor::{Batches, StepIo};
 use super::metrics::{self, Event, Phases, Span, StepMetrics, Stopped, Summary};
 use super::model::{Dims, Params, Stage, TpMap};
 use super::predict::{self, Prediction};
 use super::program::Program;
 use super::ranks::{Comms, Ranks};
 use super::reduce::Reduction;
+use super::replay::{self, Replay};
 use super::resume::{self, Share};
 use super::save::Saver;
 use super::stop::{self, Verdict};
@@ -31,7 +32,6 @@ use crate::device::cuda::{Gpu, GIB};
 use crate::device::dist::{Watchdog, World};
 use crate::device::trail;
 use crate::error::RunError;
-use planc_compiler::cost::kinds::WorkKind;
 
 /// What the command line adds to the plan.
 #[derive(Clone, Debug, Default)]
@@ -47,6 +47,9 @@ pub struct Options {
     pub plan_hash: String,
     /// Record per-operation times for a trace.
     pub trace: bool,
+    /// Launch every step's kernels from the host, never replaying a recorded CUDA graph
+    /// (`replay`).
+    pub no_graphs: bool,
 }
 
 /// Refuses what this runtime cannot run (yet), with the way out.
@@ -398,6 +401,7 @@ struct Steps<'a> {
     checkpoints: Vec<PathBuf>,
     stopped: Option<Stopped>,
     trace_origin: Instant,
+    replay: Replay,
 }
 
 /// What a step leaves for the decisions after it.
@@ -437,6 +441,7 @@ impl<'a> Steps<'a> {
             checkpoints: Vec::new(),
             stopped: None,
             trace_origin: Instant::now(),
+            replay: Replay::new(replay::off_reason(opts.no_graphs, world.size, opts.trace)),
         }
     }
 
@@ -465,6 +470,7 @@ impl<'a> Steps<'a> {
             spans: self.spans,
             steps: self.metrics,
             startup: phases.done,
+            graphs: self.replay.summary(),
         }
     }
 
@@ -510,16 +516,16 @@ impl<'a> Steps<'a> {
         let (plan, settings) = (self.plan, &self.plan.train.run);
         let last = step + 1 == self.end;
         // The last step is always timed operation by operation (CUDA events, no host
-        // waits), for the by-kind comparison at the end; every step with --trace.
+        // waits), for the by-kind comparison at the end; every step with --trace. Timed
+        // steps are launched kernel by kernel, the others replayed (`replay`).
         if self.opts.trace || last {
             eng.marks = Some(Vec::new());
         }
         trail::new_step();
         ctx.watchdog.step(step + 1);
         let t0 = Instant::now();
-        eng.mark_step(WorkKind::Optimizer, "zero gradients")?;
-        eng.zero_grads()?;
-        eng.gpu.zero(eng.loss_sums)?;
+        // Under fp8, the scales from the amax histories and the weights' casts, launched
+        // before the step's program (their history slot changes every step).
         eng.begin_step()?;
         let io = StepIo {
             comms: ctx.comms,
@@ -528,7 +534,9 @@ impl<'a> Steps<'a> {
             step,
             dscale: 1.0 / self.tokens_per_step as f32 * self.scale.scale,
         };
-        let reduced = executor::run(eng, self.prog, &io, &mut self.batches)?;
+        let reduced = self
+            .replay
+            .program(eng, self.prog, &io, &mut self.batches)?;
         ctx.reduction.gradients(eng, reduced, step)?;
         ctx.watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",

@@ -8,12 +8,13 @@
 #   runtime/tests/gpu/two_gpu.sh $OUT      # on 2 GPUs: calibrate --gpus 2, speed, DDP
 #   runtime/tests/gpu/attention_cudnn.sh $OUT/attn   # cuDNN's attention: autograd, speed, runs
 #   runtime/tests/gpu/fp8.sh $OUT/fp8        # fp8: kernels, the 6.6B step, losses beside bf16
+#   runtime/tests/gpu/graphs.sh $OUT/graphs    # CUDA graphs: bit for bit, step time with and without
 set -eu
 cd "$(dirname "$0")/../../.."
 cargo build --release
 mkdir -p .dev/tests .dev/lib
 cp target/release/planc .dev/planc && strip .dev/planc
-for t in autograd norms tp_kernels flash attention_cudnn fp8; do
+for t in autograd norms tp_kernels flash attention_cudnn fp8 graphs; do
     bin=$(cargo test --release -p planc-runtime --test "$t" --no-run --message-format=json 2>/dev/null |
         python3 -c 'import json,sys
 for l in sys.stdin:
