@@ -20,7 +20,8 @@ use crate::error::RunError;
 use planc_compiler::cost::kinds::WorkKind;
 
 /// The micro-batches of the run, read and prepared on the host; the next step's first one
-/// is prepared (`ahead`) while the GPU still runs the step before it.
+/// (all of them when it is replayed from a CUDA graph, which stages them all before it
+/// starts) is prepared (`ahead`) while the GPU still runs the step before it.
 pub struct Batches {
     pub source: data::Source,
     pub global_batch: usize,
@@ -28,7 +29,7 @@ pub struct Batches {
     pub dp_rank: usize,
     pub micro_batch: usize,
     pub seq_len: usize,
-    pub ahead: Option<((u64, usize, usize), HostBatch)>,
+    pub ahead: Vec<((u64, usize, usize), HostBatch)>,
 }
 
 impl Batches {
@@ -47,33 +48,59 @@ impl Batches {
 
     /// Micro-batch `j` of `step` for chunk `chunk`: the one prepared ahead, if it is.
     fn take(&mut self, eng: &Engine, step: u64, j: usize, chunk: usize) -> HostBatch {
-        match self.ahead.take() {
-            Some((at, b)) if at == (step, j, chunk) => b,
-            _ => self.prepare(eng, step, j, chunk),
+        self.ahead.retain(|(at, _)| at.0 >= step);
+        match self
+            .ahead
+            .iter()
+            .position(|(at, _)| *at == (step, j, chunk))
+        {
+            Some(i) => self.ahead.swap_remove(i).1,
+            None => self.prepare(eng, step, j, chunk),
+        }
+    }
+
+    /// Prepares micro-batch `j` of `step` for chunk `chunk` ahead, unless it is.
+    fn ahead_of(&mut self, eng: &Engine, step: u64, j: usize, chunk: usize) {
+        let at = (step, j, chunk);
+        if !self.ahead.iter().any(|(a, _)| *a == at) {
+            let b = self.prepare(eng, step, j, chunk);
+            self.ahead.push((at, b));
+        }
+    }
+
+    /// Prepares every micro-batch of `step` now, while the GPU runs the step before (a
+    /// replayed step stages them all before it starts).
+    pub fn prepare_step_ahead(&mut self, eng: &Engine, prog: &Program, step: u64) {
+        for (j, chunk) in forwards(prog) {
+            self.ahead_of(eng, step, j, chunk);
         }
     }
 
     /// Copies every micro-batch of `step` into the engine's device memory (`Engine::stage`),
     /// for a step whose program reads them there (`Inputs::Staged`).
     pub fn stage(&mut self, eng: &mut Engine, prog: &Program, step: u64) -> Result<(), RunError> {
-        let mut all = Vec::new();
-        for ins in &prog.instrs {
-            if let Instr::Run(w) = ins {
-                if w.pass == Pass::Forward {
-                    let (j, chunk) = (w.micro_batch as usize, w.chunk as usize);
-                    all.push((j, self.take(eng, step, j, chunk)));
-                }
-            }
-        }
+        let all: Vec<(usize, HostBatch)> = forwards(prog)
+            .map(|(j, chunk)| (j, self.take(eng, step, j, chunk)))
+            .collect();
         eng.stage(&all)
     }
 
     /// Prepares `step`'s first micro-batch now, while the GPU is busy.
     pub fn prepare_ahead(&mut self, eng: &Engine, step: u64, first: Option<(usize, usize)>) {
         if let Some((j, chunk)) = first {
-            self.ahead = Some(((step, j, chunk), self.prepare(eng, step, j, chunk)));
+            self.ahead_of(eng, step, j, chunk);
         }
     }
+}
+
+/// The (micro-batch, chunk) of each forward pass of `prog`, in its order.
+fn forwards(prog: &Program) -> impl Iterator<Item = (usize, usize)> + '_ {
+    prog.instrs.iter().filter_map(|ins| match ins {
+        Instr::Run(w) if w.pass == Pass::Forward => {
+            Some((w.micro_batch as usize, w.chunk as usize))
+        }
+        _ => None,
+    })
 }
 
 /// One pipeline operation waiting for its group: (send, peer, buffer, count, what).

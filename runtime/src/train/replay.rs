@@ -131,6 +131,11 @@ impl Replay {
         Ok(rec.reduced.clone())
     }
 
+    /// Whether the next step not timed operation by operation will be replayed.
+    pub fn on(&self) -> bool {
+        self.off.is_none() && self.warm
+    }
+
     /// How the run's steps were launched, for its summary.
     pub fn summary(&self) -> Graphs {
         Graphs {

@@ -295,7 +295,7 @@ impl Part {
             dp_rank: ranks.dp_rank,
             micro_batch: plan.parallel.micro_batch as usize,
             seq_len: dims.seq_len,
-            ahead: None,
+            ahead: Vec::new(),
         };
         Ok((start, batches))
     }
@@ -537,6 +537,11 @@ impl<'a> Steps<'a> {
         let reduced = self
             .replay
             .program(eng, self.prog, &io, &mut self.batches)?;
+        // A replayed step stages all its micro-batches before it starts: the next one's
+        // are prepared while the GPU runs this one (the step after is timed when last).
+        if self.replay.on() && step + 2 < self.end {
+            self.batches.prepare_step_ahead(eng, self.prog, step + 1);
+        }
         ctx.reduction.gradients(eng, reduced, step)?;
         ctx.watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",
