@@ -777,7 +777,7 @@ pub(crate) fn flash_points(
 
 /// `n` elements of the storage type, uniform in [−1, 1) (a fixed sequence): random data
 /// draws the power real activations draw, zeros would not.
-fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
+pub(crate) fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
     let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
     let mut next = move || {
         state = state

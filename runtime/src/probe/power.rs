@@ -13,26 +13,30 @@ use planc_compiler::plan::Precision;
 use planc_compiler::profile::{PowerCurve, PowerPoint};
 
 use crate::device::blas::Blas;
-use crate::device::cuda::{Buf, Event, Gpu};
+use crate::device::cuda::{Arg, Buf, Event, Gpu};
 use crate::error::RunError;
 
 /// The square product's side: large enough to reach the device's best product rate.
 const SIDE: usize = 8192;
-/// Bytes each copy reads and writes: far past the L2, at the streaming rate.
+/// Bytes each memory-bound launch reads and writes: far past the L2, at the streaming
+/// rate. The launch is training's residual add (`add_x`) on the SMs: a copy engine's
+/// `cuMemcpy` left the SMs idle, and the mix drew 450-500 W where training drew 693.
 const COPY_BYTES: usize = 256 << 20;
 /// Shares of the products' burst rate the mixes drive (1: products alone).
 pub const UTILISATIONS: [f64; 5] = [0.3, 0.5, 0.7, 0.85, 1.0];
 /// How long each mix runs before its cycles are timed: the power limiter reacts within
 /// milliseconds, the board's temperature over seconds; a step repeats for minutes.
-const SETTLE_S: f64 = 1.5;
+const SETTLE_S: f64 = 3.0;
 /// Cycles timed at the end of each mix.
 const TIMED: usize = 12;
 
 struct Mix {
     blas: Blas,
     bufs: [Buf; 3],
-    src: Buf,
-    dst: Buf,
+    /// The residual add's two inputs and output.
+    adds: [Buf; 3],
+    /// Elements each add reads twice and writes once.
+    add_n: usize,
 }
 
 impl Mix {
@@ -42,8 +46,13 @@ impl Mix {
     }
 
     fn copies(&self, gpu: &Gpu, n: usize) -> Result<(), RunError> {
+        let [out, a, b] = self.adds;
         for _ in 0..n {
-            gpu.copy(self.dst, self.src, COPY_BYTES / 2)?;
+            gpu.launch_v(
+                "add_x",
+                self.add_n,
+                &[Arg::P(out), Arg::P(a), Arg::P(b), Arg::L(self.add_n as i64)],
+            )?;
         }
         Ok(())
     }
@@ -80,17 +89,24 @@ pub fn copies_for(u: f64, product_s: f64, copy_s: f64) -> usize {
 /// Measures the curve on `gpu` (bursts first, then the mixes from the lightest).
 pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError> {
     let blas = Blas::new(gpu, precision)?;
-    let bytes = SIDE * SIDE * precision.bytes() as usize;
-    let bufs = [gpu.alloc(bytes)?, gpu.alloc(bytes)?, gpu.alloc(bytes)?];
-    let (src, dst) = (gpu.alloc(COPY_BYTES / 2)?, gpu.alloc(COPY_BYTES / 2)?);
-    for b in bufs.iter().chain([&src, &dst]) {
-        gpu.zero(*b)?;
-    }
+    // Random operands: a product of zeros draws less power than training's.
+    let random = |gpu: &mut Gpu, n| super::calibrate::random_x(gpu, precision, n);
+    let bufs = [
+        random(gpu, SIDE * SIDE)?,
+        random(gpu, SIDE * SIDE)?,
+        random(gpu, SIDE * SIDE)?,
+    ];
+    let add_n = COPY_BYTES / (3 * gpu.xsz);
+    let adds = [
+        random(gpu, add_n)?,
+        random(gpu, add_n)?,
+        random(gpu, add_n)?,
+    ];
     let mix = Mix {
         blas,
         bufs,
-        src,
-        dst,
+        adds,
+        add_n,
     };
     // Idle a moment, as a probe's burst follows a pause.
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -130,7 +146,7 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
             },
         });
     }
-    for b in bufs.into_iter().chain([src, dst]) {
+    for b in bufs.into_iter().chain(adds) {
         gpu.free(b)?;
     }
     Ok(PowerCurve {
