@@ -68,6 +68,9 @@ if want speed; then
         sed -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" -e '/profile = /d' "$root/examples/$ex.tp" >"$f"
         both "$ex" "$f"
     done
+    # GPT-2 with flash attention too: issue 26 sets it beside torch.compile's.
+    sed -e "s/attention = standard/attention = flash/" "$out/plans/gpt2-124m-1gpu.tp" >"$out/plans/gpt2-124m-flash.tp"
+    both gpt2-124m-flash "$out/plans/gpt2-124m-flash.tp"
     both gpt6.6b "$here/plans/gpt6.6b.tp"
 fi
 if want torch; then
