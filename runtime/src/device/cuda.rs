@@ -262,6 +262,9 @@ pub enum Arg {
     F(f32),
 }
 
+/// The fewest bytes a buffer takes ([`Gpu::alloc`] rounds up to it).
+pub const MIN_ALLOC: usize = 256;
+
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: sys::CUstream,
@@ -371,7 +374,7 @@ impl Gpu {
 
     /// A zeroed buffer of `bytes`, counted in the memory plan.
     pub fn alloc(&mut self, bytes: usize) -> Result<Buf, RunError> {
-        let bytes = bytes.max(256);
+        let bytes = bytes.max(MIN_ALLOC);
         // SAFETY: a plain device allocation, freed in Drop.
         let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| {
             RunError::Cuda(format!(
