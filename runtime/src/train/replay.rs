@@ -98,7 +98,8 @@ impl Replay {
         }
         batches.stage(eng, prog, io.step)?;
         let key = io.dscale.to_bits();
-        if self.graph.as_ref().map(|g| g.dscale) != Some(key) {
+        let fresh = self.graph.as_ref().map(|g| g.dscale) != Some(key);
+        if fresh {
             // Recorded again (fp16's loss scale moved): the old one goes first.
             self.graph = None;
             let stream = eng.gpu.stream as u64;
@@ -116,19 +117,43 @@ impl Replay {
                     })
                 }
                 Err(why) => {
-                    eprintln!(
-                        "note: this run's steps are launched kernel by kernel: recording the \
-                         step as a CUDA graph failed ({why}); --no-graphs does so without trying"
-                    );
-                    self.off = Some(format!("recording the step failed: {why}"));
-                    return executor::run(eng, prog, io, Inputs::Staged);
+                    return self.give_up(eng, prog, io, format!("recording the step failed: {why}"))
                 }
             }
         }
         let rec = self.graph.as_ref().expect("recorded above");
-        rec.graph.launch(eng.gpu.stream as u64)?;
-        self.replayed += 1;
-        Ok(rec.reduced.clone())
+        match rec.graph.launch(eng.gpu.stream as u64) {
+            Ok(()) => {
+                self.replayed += 1;
+                Ok(rec.reduced.clone())
+            }
+            // A graph the driver will not launch the first time: nothing of it ran.
+            Err(e) if fresh => self.give_up(
+                eng,
+                prog,
+                io,
+                format!("launching the recorded step failed: {e}"),
+            ),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Launches this step (its micro-batches staged) and the rest of the run kernel by
+    /// kernel, saying why once.
+    fn give_up(
+        &mut self,
+        eng: &mut Engine,
+        prog: &Program,
+        io: &StepIo,
+        why: String,
+    ) -> Result<Vec<(usize, usize)>, RunError> {
+        eprintln!(
+            "note: this run's steps are launched kernel by kernel: the step was not replayed \
+             from a CUDA graph ({why}); --no-graphs does so without trying"
+        );
+        self.graph = None;
+        self.off = Some(why);
+        executor::run(eng, prog, io, Inputs::Staged)
     }
 
     /// Whether the next step not timed operation by operation will be replayed.
