@@ -72,13 +72,13 @@ if want loss; then
     echo "== GPT-2 small on the Python standard library's bytes: bf16 and fp8"
     data=$out/plans/stdlib.bin
     python3 - "$data" <<'EOF'
-import array, pathlib, sys, sysconfig
+import pathlib, sys, sysconfig
 lib = pathlib.Path(sysconfig.get_paths()["stdlib"])
 text = b"".join(p.read_bytes() for p in sorted(lib.rglob("*.py")) if "site-packages" not in p.parts)
-tokens = array.array("H", text)  # one token a byte, u16 little-endian (the token file's layout)
-if sys.byteorder != "little":
-    tokens.byteswap()
-pathlib.Path(sys.argv[1]).write_bytes(tokens.tobytes())
+# One token a byte, u16 little-endian (the token file's layout): each byte, then a zero.
+tokens = bytearray(2 * len(text))
+tokens[0::2] = text
+pathlib.Path(sys.argv[1]).write_bytes(bytes(tokens))
 print(f"{len(text)/1e6:.1f} MB of Python sources from {lib}")
 EOF
     cp "$here/plans/gpt2-bytes.tp" "$out/plans/"
