@@ -385,7 +385,14 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     // ZeRO-3 (DeepSpeed's, FSDP's) shards frozen weights as it shards the rest.
     let weights = sharded((params, experts), w, p.zero >= 3);
     let gradients = sharded((trained, trained_experts), g, p.zero >= 2);
-    let mut optimizer = sharded((trained, trained_experts), o, p.zero >= 1);
+    let mut optimizer = if plan.framework() == Framework::Planc {
+        // planc's runtime shards Adam's moments under ZeRO but keeps the fp32 master
+        // weights whole: each rank updates its shard into the one flat buffer, which the
+        // ZeRO gather then reads (`runtime/src/train/update.rs`).
+        sharded((trained, trained_experts), moments, p.zero >= 1) + trained * master
+    } else {
+        sharded((trained, trained_experts), o, p.zero >= 1)
+    };
     let mut weights_on_gpu = weights;
     if p.offload != Offload::None {
         optimizer = 0.0;

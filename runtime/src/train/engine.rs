@@ -242,6 +242,21 @@ struct State {
 }
 
 impl State {
+    /// (weights, gradients, optimizer state) bytes, counted as the cost model counts them
+    /// (Megatron's convention): in mixed precision the compute copy is the weights and the
+    /// fp32 master copy is optimizer state.
+    fn bytes(shape: &Shape, params: &Params, xsz: usize) -> (usize, usize, usize) {
+        let total = shape.padded(params.total);
+        let (lo, hi) = shape.shard(params.total);
+        let moments = if shape.optimizer == Optimizer::Sgd {
+            0
+        } else {
+            (hi - lo) * 8
+        };
+        let master = if xsz == 4 { 0 } else { total * 4 };
+        (total * xsz, total * 4, moments + master)
+    }
+
     fn alloc(
         gpu: &mut Gpu,
         shape: &Shape,
@@ -257,21 +272,13 @@ impl State {
         } else {
             gpu.alloc(total * xsz)?
         };
-        // Counted as the cost model counts them (Megatron's convention): in mixed precision
-        // the compute copy is the weights and the fp32 master copy is optimizer state.
-        mem.weights = total * xsz;
         let grad = gpu.alloc(total * 4)?;
-        mem.gradients = total * 4;
         let (m, v) = if shape.optimizer == Optimizer::Sgd {
             (Buf::NULL, Buf::NULL)
         } else {
             (gpu.alloc((hi - lo) * 4)?, gpu.alloc((hi - lo) * 4)?)
         };
-        mem.optimizer = if shape.optimizer == Optimizer::Sgd {
-            0
-        } else {
-            (hi - lo) * 8
-        } + if xsz == 4 { 0 } else { total * 4 };
+        (mem.weights, mem.gradients, mem.optimizer) = State::bytes(shape, params, xsz);
         Ok(State {
             w32,
             wx,
@@ -450,6 +457,44 @@ pub fn activation_bytes(shape: &Shape) -> Result<usize, RunError> {
     Ok(shape.in_flight.max(1) * (layer * z.kept_layers(shape) + rest))
 }
 
+/// The engine's memory plan for `shape` and `micro_batches`, without a GPU: what
+/// `Engine::new` allocates and reports (`Engine::memory`), fp8's weight copies and casts
+/// aside (`device::fp8`).
+pub fn memory_plan(shape: &Shape, micro_batches: usize) -> Result<MemoryPlan, RunError> {
+    let xsz = if shape.precision == Precision::Fp32 {
+        4
+    } else {
+        2
+    };
+    let params = Params::of_stage(&shape.dims, &shape.stage);
+    let (weights, gradients, optimizer) = State::bytes(shape, &params, xsz);
+    let z = Sizes::new(shape, xsz)?;
+    let held = |b: usize| if b == 0 { 0 } else { b.max(MIN_ALLOC) };
+    let total = shape.padded(params.total);
+    let rope = if shape.dims.position == Position::Rope {
+        2 * held(shape.dims.seq_len * (shape.dims.head_dim / 2) * 4)
+    } else {
+        0
+    };
+    let scratch = ScratchBytes::of(shape, &z, &params)
+        .all()
+        .into_iter()
+        .map(held)
+        .sum::<usize>()
+        // The loss sums, the reduced scalars, the weight-decay mask, rope's tables.
+        + held(micro_batches.max(1) * 4)
+        + held(64 * 4)
+        + held(total.div_ceil(model::ALIGN))
+        + rope;
+    Ok(MemoryPlan {
+        weights,
+        gradients,
+        optimizer,
+        activations: activation_bytes(shape)?,
+        scratch,
+    })
+}
+
 /// A buffer of `bytes`, or NULL for none.
 fn alloc_or_null(gpu: &mut Gpu, bytes: usize) -> Result<Buf, RunError> {
     if bytes == 0 {
@@ -507,13 +552,40 @@ fn alloc_act_sets(gpu: &mut Gpu, shape: &Shape, z: &Sizes) -> Result<Vec<ActSet>
     Ok(sets)
 }
 
-impl Scratch {
-    fn alloc(
-        gpu: &mut Gpu,
-        shape: &Shape,
-        z: &Sizes,
-        params: &Params,
-    ) -> Result<Scratch, RunError> {
+/// Bytes of each scratch buffer ([`Scratch`]): 0 where there is none (NULL).
+struct ScratchBytes {
+    qkv: usize,
+    o: usize,
+    p: usize,
+    tmp: usize,
+    dres: usize,
+    dln: usize,
+    dqkv: usize,
+    dq: usize,
+    dk: usize,
+    dv: usize,
+    dp: usize,
+    dd: usize,
+    d_o: usize,
+    da: usize,
+    dh: usize,
+    dact: usize,
+    lnf: usize,
+    lnf_mean: usize,
+    lnf_rstd: usize,
+    logits: usize,
+    losses: usize,
+    targets: usize,
+    partials: usize,
+    xout: usize,
+    gath: usize,
+    lse: usize,
+    stats: usize,
+    stats_all: usize,
+}
+
+impl ScratchBytes {
+    fn of(shape: &Shape, z: &Sizes, params: &Params) -> ScratchBytes {
         let Sizes {
             ref d,
             xsz,
@@ -533,72 +605,124 @@ impl Scratch {
         // key/value heads writes dq, dk, dv into the merged qkv gradient.
         let heads_bufs = !flash;
         let grad_bufs = !flash || d.kv_heads != d.heads || d.position == Position::Rope;
-        let mut maybe = |keep: bool, bytes: usize| {
-            if keep {
-                gpu.alloc(bytes)
-            } else {
-                Ok(Buf::NULL)
-            }
-        };
-        let (o, d_o) = (
-            maybe(heads_bufs, bhtd * xsz)?,
-            maybe(heads_bufs, bhtd * xsz)?,
-        );
+        let when = |keep: bool, bytes: usize| if keep { bytes } else { 0 };
+        ScratchBytes {
+            qkv: n * d.qkv_rows() * xsz,
+            o: when(heads_bufs, bhtd * xsz),
+            p: when(!(keep_p || flash), bhtt * xsz),
+            tmp: n * c * xsz,
+            dres: n * c * xsz,
+            dln: n * c * xsz,
+            dqkv: n * d.qkv_rows() * xsz,
+            dq: when(grad_bufs, bhtd * xsz),
+            dk: when(grad_bufs, bhtd * xsz),
+            dv: when(grad_bufs, bhtd * xsz),
+            dp: when(!flash, bhtt * xsz),
+            dd: when(flash, bht * 4),
+            d_o: when(heads_bufs, bhtd * xsz),
+            da: n * d.attn_width() * xsz,
+            dh: n * d.fc_rows() * xsz,
+            dact: n * d.ffn * xsz,
+            lnf: nl * c * xsz,
+            lnf_mean: nl * 4,
+            lnf_rstd: nl * 4,
+            // The logits only where the output layer is: under a pipeline, the last stage
+            // (a micro-batch's logits are the largest tensor of a large-vocabulary model).
+            logits: when(shape.stage.last, n * d.vocab * xsz),
+            losses: n * 4,
+            targets: n * 4,
+            partials: (2 * n.div_ceil(CHUNK_ROWS) * max_cols)
+                .max(norm_partials(nl, c))
+                .max(1024)
+                .max(REP_BLOCKS * params.list.len())
+                * 4,
+            xout: nl * c * xsz,
+            gath: when(tp > 1 && shape.sp, n * c * xsz),
+            lse: when(tp > 1, n * 4),
+            stats: when(tp > 1, n * 3 * 4),
+            stats_all: when(tp > 1, tp * n * 3 * 4),
+        }
+    }
+
+    fn all(&self) -> [usize; 28] {
+        [
+            self.qkv,
+            self.o,
+            self.p,
+            self.tmp,
+            self.dres,
+            self.dln,
+            self.dqkv,
+            self.dq,
+            self.dk,
+            self.dv,
+            self.dp,
+            self.dd,
+            self.d_o,
+            self.da,
+            self.dh,
+            self.dact,
+            self.lnf,
+            self.lnf_mean,
+            self.lnf_rstd,
+            self.logits,
+            self.losses,
+            self.targets,
+            self.partials,
+            self.xout,
+            self.gath,
+            self.lse,
+            self.stats,
+            self.stats_all,
+        ]
+    }
+}
+
+impl Scratch {
+    fn alloc(
+        gpu: &mut Gpu,
+        shape: &Shape,
+        z: &Sizes,
+        params: &Params,
+    ) -> Result<Scratch, RunError> {
+        let b = ScratchBytes::of(shape, z, params);
+        // In the order they have always been allocated.
+        let (o, d_o) = (alloc_or_null(gpu, b.o)?, alloc_or_null(gpu, b.d_o)?);
         let (dq, dk, dv) = (
-            maybe(grad_bufs, bhtd * xsz)?,
-            maybe(grad_bufs, bhtd * xsz)?,
-            maybe(grad_bufs, bhtd * xsz)?,
+            alloc_or_null(gpu, b.dq)?,
+            alloc_or_null(gpu, b.dk)?,
+            alloc_or_null(gpu, b.dv)?,
         );
-        let gath = maybe(tp > 1 && shape.sp, n * c * xsz)?;
-        let lse = maybe(tp > 1, n * 4)?;
-        let stats = maybe(tp > 1, n * 3 * 4)?;
-        let stats_all = maybe(tp > 1, tp * n * 3 * 4)?;
-        // The logits only where the output layer is: under a pipeline, the last stage
-        // (a micro-batch's logits are the largest tensor of a large-vocabulary model).
-        let logits = maybe(shape.stage.last, n * d.vocab * xsz)?;
+        let gath = alloc_or_null(gpu, b.gath)?;
+        let lse = alloc_or_null(gpu, b.lse)?;
+        let stats = alloc_or_null(gpu, b.stats)?;
+        let stats_all = alloc_or_null(gpu, b.stats_all)?;
+        let logits = alloc_or_null(gpu, b.logits)?;
         Ok(Scratch {
-            qkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
+            qkv: gpu.alloc(b.qkv)?,
             o,
-            p: if keep_p || flash {
-                Buf::NULL
-            } else {
-                gpu.alloc(bhtt * xsz)?
-            },
-            tmp: gpu.alloc(n * c * xsz)?,
-            dres: gpu.alloc(n * c * xsz)?,
-            dln: gpu.alloc(n * c * xsz)?,
-            dqkv: gpu.alloc(n * d.qkv_rows() * xsz)?,
+            p: alloc_or_null(gpu, b.p)?,
+            tmp: gpu.alloc(b.tmp)?,
+            dres: gpu.alloc(b.dres)?,
+            dln: gpu.alloc(b.dln)?,
+            dqkv: gpu.alloc(b.dqkv)?,
             dq,
             dk,
             dv,
-            dp: if flash {
-                Buf::NULL
-            } else {
-                gpu.alloc(bhtt * xsz)?
-            },
-            dd: if flash {
-                gpu.alloc(bht * 4)?
-            } else {
-                Buf::NULL
-            },
+            dp: alloc_or_null(gpu, b.dp)?,
+            dd: alloc_or_null(gpu, b.dd)?,
             d_o,
-            da: gpu.alloc(n * d.attn_width() * xsz)?,
-            dh: gpu.alloc(n * d.fc_rows() * xsz)?,
-            dact: gpu.alloc(n * d.ffn * xsz)?,
-            lnf: gpu.alloc(nl * c * xsz)?,
-            lnf_mean: gpu.alloc(nl * 4)?,
-            lnf_rstd: gpu.alloc(nl * 4)?,
+            da: gpu.alloc(b.da)?,
+            dh: gpu.alloc(b.dh)?,
+            dact: gpu.alloc(b.dact)?,
+            lnf: gpu.alloc(b.lnf)?,
+            lnf_mean: gpu.alloc(b.lnf_mean)?,
+            lnf_rstd: gpu.alloc(b.lnf_rstd)?,
             logits,
-            losses: gpu.alloc(n * 4)?,
-            targets: gpu.alloc(n * 4)?,
-            partials: gpu.alloc(
-                (2 * n.div_ceil(CHUNK_ROWS) * max_cols)
-                    .max(norm_partials(nl, c))
-                    .max(1024)
-                    .max(REP_BLOCKS * params.list.len())
-                    * 4,
-            )?,
-            xout: gpu.alloc(nl * c * xsz)?,
+            losses: gpu.alloc(b.losses)?,
+            targets: gpu.alloc(b.targets)?,
+            partials: gpu.alloc(b.partials)?,
+            xout: gpu.alloc(b.xout)?,
             gath,
             lse,
             stats,
@@ -2378,19 +2502,17 @@ mod tests {
             .collect()
     }
 
-    /// What `planc run` allocates for activations (sized on the CPU from the buffers
-    /// `alloc_act_sets` allocates; Llama 3.2 1B's 10.08 GiB is what two H200s measured) is
-    /// what `check` counts for the same plan, on every example it runs.
-    #[test]
-    fn the_runtimes_activations_are_what_the_memory_model_counts_on_every_example() {
+    /// The examples planc's runtime runs (dense models, no context or expert parallelism,
+    /// full training, at most 16 GPUs), as it runs them.
+    fn runnable_examples() -> Vec<(String, planc_compiler::plan::Plan)> {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-        let mut runnable = 0;
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .expect("examples")
             .map(|e| e.expect("entry").path())
             .filter(|p| p.extension().is_some_and(|e| e == "tp"))
             .collect();
         files.sort();
+        let mut out = Vec::new();
         for f in files {
             let c = planc_compiler::check::check_file(&f, &planc_compiler::source::FsLoader)
                 .expect("readable");
@@ -2398,22 +2520,53 @@ mod tests {
                 continue;
             };
             plan.framework = planc_compiler::plan::Framework::Planc;
-            // What planc's runtime runs (dense models, no context or expert parallelism).
             let runs = Dims::of(&plan, None).is_ok()
                 && plan.parallel.cp == 1
                 && plan.parallel.ep == 1
                 && plan.train.dropout == 0.0
                 && plan.cluster.world_size() <= 16
                 && plan.train.method.is_full();
-            if !runs {
-                continue;
-            }
-            runnable += 1;
-            for r in activation_ratios(&plan) {
-                assert!((r - 1.0).abs() < 0.01, "{}: {r:.4}", f.display());
+            if runs {
+                out.push((f.display().to_string(), plan));
             }
         }
-        assert!(runnable >= 5, "{runnable} examples planc runs");
+        assert!(out.len() >= 5, "{} examples planc runs", out.len());
+        out
+    }
+
+    /// What `planc run` allocates for activations (sized on the CPU from the buffers
+    /// `alloc_act_sets` allocates; Llama 3.2 1B's 10.08 GiB is what two H200s measured) is
+    /// what `check` counts for the same plan, on every example it runs.
+    #[test]
+    fn the_runtimes_activations_are_what_the_memory_model_counts_on_every_example() {
+        for (name, plan) in runnable_examples() {
+            for r in activation_ratios(&plan) {
+                assert!((r - 1.0).abs() < 0.01, "{name}: {r:.4}");
+            }
+        }
+    }
+
+    /// The weights, gradients and optimizer state `planc run` allocates (`memory_plan`,
+    /// what the engine reports) are the model's, on every example it runs (under ZeRO:
+    /// Adam's moments sharded, the fp32 master weights whole).
+    #[test]
+    fn the_runtimes_state_is_what_the_memory_model_counts_on_every_example() {
+        for (name, plan) in runnable_examples() {
+            let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
+            for stage in 0..plan.parallel.pp as usize {
+                let rt = memory_plan(&run_shape(&plan, stage), mb as usize).expect("sizes");
+                let m = planc_compiler::cost::memory::stage_memory(&plan, stage as u64, mb);
+                let close = |a: usize, b: f64| (a as f64 - b).abs() <= 1e-3 * b;
+                assert!(close(rt.weights, m.weights_bytes), "{name}: weights");
+                assert!(close(rt.gradients, m.gradients_bytes), "{name}: gradients");
+                assert!(close(rt.optimizer, m.optimizer_bytes), "{name}: optimizer");
+                assert!(
+                    (rt.activations as f64 - m.activations_bytes).abs()
+                        < 0.01 * m.activations_bytes,
+                    "{name}: activations"
+                );
+            }
+        }
     }
 
     /// The same over layouts: within 3 % (each set's layer inputs and tokens, which the
