@@ -9,7 +9,7 @@
 use serde::Serialize;
 
 use super::params::{embedding_params, head_params, layer_params};
-use crate::plan::{Attention, Framework, Mlp, Offload, Plan, Recompute, Schedule};
+use crate::plan::{Attention, Framework, Mlp, Offload, Optimizer, Plan, Recompute, Schedule};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StageMemory {
@@ -388,7 +388,13 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     let mut optimizer = if plan.framework() == Framework::Planc {
         // planc's runtime shards Adam's moments under ZeRO but keeps the fp32 master
         // weights whole: each rank updates its shard into the one flat buffer, which the
-        // ZeRO gather then reads (`runtime/src/train/update.rs`).
+        // ZeRO gather then reads (`runtime/src/train/update.rs`). Its SGD keeps no
+        // momentum.
+        let moments = if plan.train.optimizer == Optimizer::Sgd {
+            0.0
+        } else {
+            moments
+        };
         sharded((trained, trained_experts), moments, p.zero >= 1) + trained * master
     } else {
         sharded((trained, trained_experts), o, p.zero >= 1)

@@ -2569,6 +2569,35 @@ mod tests {
         }
     }
 
+    /// The optimizer's state over optimizers and ZeRO: Adam's moments and SGD's none,
+    /// sharded or not, beside the whole fp32 master copy.
+    #[test]
+    fn the_runtimes_optimizer_state_is_what_the_memory_model_counts() {
+        for optimizer in ["adamw", "adam", "sgd"] {
+            for (dp, zero) in [(1, 0), (4, 0), (4, 1)] {
+                let text = format!(
+                    "cluster c {{ nodes = 1, gpus_per_node = {dp}, gpu = H100_SXM_80GB }}
+                     model m {{ preset = \"gpt2-124m\", seq_len = 512 }}
+                     train {{ global_batch = 16, precision = bf16, optimizer = {optimizer} }}
+                     parallel {{ tp = 1, pp = 1, dp = {dp}, micro_batch = 4, zero = {zero} }}
+                     job j {{ framework = planc }}"
+                );
+                let c = planc_compiler::check::check_source("t.tp", &text);
+                let plan = c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics));
+                let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
+                let rt = memory_plan(&run_shape(&plan, 0), mb as usize).expect("sizes");
+                let m = planc_compiler::cost::memory::stage_memory(&plan, 0, mb);
+                let what = format!("{optimizer}, dp {dp}, zero {zero}");
+                assert!(
+                    (rt.optimizer as f64 - m.optimizer_bytes).abs() <= 1e-3 * m.optimizer_bytes,
+                    "{what}: {} vs {}",
+                    rt.optimizer,
+                    m.optimizer_bytes
+                );
+            }
+        }
+    }
+
     /// The same over layouts: within 3 % (each set's layer inputs and tokens, which the
     /// model counts a layer at a time), 6 % under interleaving (sets sized for the longest
     /// chunk; the model's bound on receives posted ahead). Full recomputation with more
