@@ -169,7 +169,7 @@ struct Scratch {
 }
 
 /// Bytes by what they hold, as the memory plan allocated them.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct MemoryPlan {
     pub weights: usize,
     pub gradients: usize,
@@ -481,7 +481,9 @@ pub fn memory_plan(shape: &Shape, micro_batches: usize) -> Result<MemoryPlan, Ru
         .into_iter()
         .map(held)
         .sum::<usize>()
-        // The loss sums, the reduced scalars, the weight-decay mask, rope's tables.
+        // cuBLAS's workspace, the loss sums, the reduced scalars, the weight-decay mask,
+        // rope's tables.
+        + held(blas::WORKSPACE)
         + held(micro_batches.max(1) * 4)
         + held(64 * 4)
         + held(total.div_ceil(model::ALIGN))
@@ -790,6 +792,13 @@ impl Engine {
         let decay = decay_mask(&mut gpu, &params, total)?;
         let (rope_cos, rope_sin) = rope_buffers(&mut gpu, &d)?;
         mem.scratch = gpu.held - before + blas_workspace.bytes;
+        // What was allocated is what `memory_plan` lists without a GPU, which CPU tests
+        // hold to the compiler's memory model (checked where GPU tests build in debug).
+        #[cfg(debug_assertions)]
+        {
+            let listed = memory_plan(&shape, micro_batches)?;
+            debug_assert_eq!(mem, listed, "the engine's allocations left memory_plan");
+        }
         let (fp8, fp8_linears) = if shape.precision == Precision::Fp8 {
             fp8_products(&mut gpu, &shape, z.n)?
         } else {
