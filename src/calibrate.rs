@@ -97,6 +97,19 @@ fn summary(p: &Profile) -> String {
             g.efficiency * 100.0
         );
     }
+    if !p.fp8_gemm.is_empty() {
+        s += "fp8 products m×n×k        TFLOP/s  efficiency (of the fp8 peak)\n";
+        for g in &p.fp8_gemm {
+            s += &format!(
+                "         {:>6}×{:>6}×{:>6} {:>8.1} {:>9.1} %\n",
+                g.m,
+                g.n,
+                g.k,
+                g.tflops,
+                g.efficiency * 100.0
+            );
+        }
+    }
     s += "memory   bytes moved        GB/s  efficiency\n";
     for m in &p.memory {
         s += &format!(

@@ -226,6 +226,12 @@ pub struct Profile {
     /// Absent from profiles measured before planc timed the power limit's slowdown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<PowerCurve>,
+    /// fp8 products (E4M3 × E4M3 into bf16 through cuBLASLt, as `precision = fp8` runs a
+    /// linear layer's forward; the input's cast not included), their efficiency against the
+    /// catalog's dense fp8 peak: what fp8 products are priced at (`cost::time`). Absent
+    /// from profiles measured before planc timed them and on GPUs without fp8.
+    #[serde(default)]
+    pub fp8_gemm: Vec<GemmPoint>,
 }
 
 /// The profiles planc ships (`compiler/catalog/profiles/`), measured on the lent machines with
@@ -300,6 +306,7 @@ impl Profile {
             overlap: vec![],
             optimizer: vec![],
             power: None,
+            fp8_gemm: vec![],
         }
     }
 
@@ -331,16 +338,18 @@ impl Profile {
                 Err(format!("[[{what}]] point {} has {name} = 0", i + 1))
             }
         }
-        for (i, g) in self.gemm.iter().enumerate() {
-            for (n, v) in [("m", g.m), ("n", g.n), ("k", g.k)] {
-                size("gemm", i, n, v)?;
-            }
-            for (n, v) in [
-                ("seconds", g.seconds),
-                ("tflops", g.tflops),
-                ("efficiency", g.efficiency),
-            ] {
-                pos("gemm", i, n, v)?;
+        for (what, points) in [("gemm", &self.gemm), ("fp8_gemm", &self.fp8_gemm)] {
+            for (i, g) in points.iter().enumerate() {
+                for (n, v) in [("m", g.m), ("n", g.n), ("k", g.k)] {
+                    size(what, i, n, v)?;
+                }
+                for (n, v) in [
+                    ("seconds", g.seconds),
+                    ("tflops", g.tflops),
+                    ("efficiency", g.efficiency),
+                ] {
+                    pos(what, i, n, v)?;
+                }
             }
         }
         for (i, m) in self.memory.iter().enumerate() {
@@ -428,19 +437,12 @@ impl Profile {
     /// ones: each shipped grid point predicted from the others was off by 25 % on average
     /// (16 % this way), and planc's products in training ran 0.87-0.95x of what it priced.
     pub fn gemm_efficiency(&self, m: f64, n: f64, k: f64) -> Option<f64> {
-        let q = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
-        let (mut w, mut acc) = (0.0, 0.0);
-        for g in &self.gemm {
-            let p = [(g.m as f64).ln(), (g.n as f64).ln(), (g.k as f64).ln()];
-            let d2: f64 = q.iter().zip(&p).map(|(a, b)| (a - b).powi(2)).sum();
-            if d2 < 1e-12 {
-                return Some(g.efficiency);
-            }
-            let wi = 1.0 / (d2 * d2);
-            w += wi;
-            acc += wi * g.efficiency;
-        }
-        (w > 0.0).then(|| acc / w)
+        shape_efficiency(&self.gemm, m, n, k)
+    }
+
+    /// [`Self::gemm_efficiency`] of the fp8 products (`fp8_gemm`), against the fp8 peak.
+    pub fn fp8_gemm_efficiency(&self, m: f64, n: f64, k: f64) -> Option<f64> {
+        shape_efficiency(&self.fp8_gemm, m, n, k)
     }
 
     /// Memory-bound efficiency for a kernel moving `bytes`: piecewise linear in log bytes.
@@ -581,6 +583,24 @@ fn interpolate(mut pts: Vec<(f64, f64)>, x: f64) -> Option<f64> {
     })
 }
 
+/// The efficiency of an `m×n×k` product from measured `points`, as
+/// [`Profile::gemm_efficiency`] weighs them.
+fn shape_efficiency(points: &[GemmPoint], m: f64, n: f64, k: f64) -> Option<f64> {
+    let q = [m.max(1.0).ln(), n.max(1.0).ln(), k.max(1.0).ln()];
+    let (mut w, mut acc) = (0.0, 0.0);
+    for g in points {
+        let p = [(g.m as f64).ln(), (g.n as f64).ln(), (g.k as f64).ln()];
+        let d2: f64 = q.iter().zip(&p).map(|(a, b)| (a - b).powi(2)).sum();
+        if d2 < 1e-12 {
+            return Some(g.efficiency);
+        }
+        let wi = 1.0 / (d2 * d2);
+        w += wi;
+        acc += wi * g.efficiency;
+    }
+    (w > 0.0).then(|| acc / w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,6 +682,44 @@ mod tests {
         // Inverse squares would give the far ten as much weight as the neighbour (0.5).
         assert!(e > 0.7, "{e}");
         assert_eq!(p.gemm_efficiency(8192.0, 8192.0, 8192.0), Some(0.8));
+    }
+
+    #[test]
+    fn fp8_products_have_their_own_curve_checked_as_the_16_bit_one() {
+        let point = |m: usize, e: f64| GemmPoint {
+            m,
+            n: 8192,
+            k: 8192,
+            seconds: 1e-3,
+            tflops: 1.0,
+            efficiency: e,
+        };
+        let mut p = Profile {
+            gemm: vec![point(8192, 0.8)],
+            fp8_gemm: vec![point(8192, 0.6), point(2048, 0.4)],
+            ..Profile::empty_for_tests()
+        };
+        assert_eq!(p.gemm_efficiency(8192.0, 8192.0, 8192.0), Some(0.8));
+        assert_eq!(p.fp8_gemm_efficiency(8192.0, 8192.0, 8192.0), Some(0.6));
+        let mid = p.fp8_gemm_efficiency(4096.0, 8192.0, 8192.0).unwrap();
+        assert!(mid > 0.4 && mid < 0.6, "{mid}");
+        assert_eq!(
+            Profile::empty_for_tests().fp8_gemm_efficiency(1.0, 1.0, 1.0),
+            None
+        );
+        assert_eq!(p.check(), Ok(()));
+        p.fp8_gemm[1].seconds = -1.0;
+        assert_eq!(
+            p.check(),
+            Err("[[fp8_gemm]] point 2 has seconds = -1".into())
+        );
+        // Profiles written before fp8 was timed have none.
+        let old = toml::to_string(&Profile::empty_for_tests())
+            .unwrap()
+            .replace("fp8_gemm = []\n", "");
+        assert!(!old.contains("fp8_gemm"));
+        let back: Profile = toml::from_str(&old).unwrap();
+        assert!(back.fp8_gemm.is_empty());
     }
 
     #[test]

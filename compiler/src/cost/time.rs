@@ -134,7 +134,7 @@ impl<'a> Device<'a> {
     /// included): the k overhead is measured relative to that. A profile's measured
     /// efficiency replaces both (it holds the tile, wave and thin-shape losses).
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
-        if let Some(e) = self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
+        if let Some(e) = self.profile_gemm_efficiency(m, n, k) {
             return (2.0 * m * n * k / (self.peak() * e) * self.power().0).max(KERNEL_FLOOR_S);
         }
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
@@ -143,10 +143,24 @@ impl<'a> Device<'a> {
             .max(KERNEL_FLOOR_S)
     }
 
+    /// The profile's measured efficiency for an `m×n×k` product at this device's precision.
+    /// fp8 products are timed by `planc calibrate` beside the 16-bit ones, into the 16-bit
+    /// profile's `fp8_gemm` curve (against the fp8 peak); without that curve they take the
+    /// catalog's efficiency.
+    fn profile_gemm_efficiency(&self, m: f64, n: f64, k: f64) -> Option<f64> {
+        if self.precision == Precision::Fp8 {
+            return self
+                .sixteen_bit()
+                .profile()
+                .and_then(|p| p.fp8_gemm_efficiency(m, n, k));
+        }
+        self.profile().and_then(|p| p.gemm_efficiency(m, n, k))
+    }
+
     /// A product's math alone: at the profile's measured efficiency for its shape, else
     /// as [`Self::catalog_gemm_math`].
     fn gemm_math(&self, m: f64, n: f64, k: f64) -> f64 {
-        match self.profile().and_then(|p| p.gemm_efficiency(m, n, k)) {
+        match self.profile_gemm_efficiency(m, n, k) {
             Some(e) => 2.0 * m * n * k / (self.peak() * e) * self.power().0,
             None => self.catalog_gemm_math(m, n, k),
         }
@@ -1302,6 +1316,56 @@ mod tests {
 
     /// An H200 whose profile measured the standard attention core at 50 TFLOP/s (causal
     /// forward FLOPs) for head size 64.
+    #[test]
+    fn fp8_products_take_the_16_bit_profiles_fp8_curve_where_it_has_one() {
+        use crate::profile::{GemmPoint, Profile};
+        let point = |e: f64| GemmPoint {
+            m: 8192,
+            n: 8192,
+            k: 8192,
+            seconds: 1e-3,
+            tflops: 1.0,
+            efficiency: e,
+        };
+        let with = |fp8_gemm: Vec<GemmPoint>| {
+            let mut gpu = Catalog::builtin().gpu("H100_SXM_80GB").unwrap().clone();
+            gpu.profile = Some(std::sync::Arc::new(Profile {
+                gemm: vec![point(0.8)],
+                fp8_gemm,
+                ..Profile::empty_for_tests()
+            }));
+            gpu
+        };
+        let x = 8192.0;
+        let flops = 2.0 * x * x * x;
+        let gpu = with(vec![point(0.5)]);
+        let (fp8, bf16) = (
+            Device {
+                gpu: &gpu,
+                precision: Precision::Fp8,
+            },
+            Device {
+                gpu: &gpu,
+                precision: Precision::Bf16,
+            },
+        );
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9 * b;
+        assert!(close(bf16.gemm(x, x, x), flops / (bf16.peak() * 0.8)));
+        assert!(close(fp8.gemm(x, x, x), flops / (fp8.peak() * 0.5)));
+        // A profile without fp8 products: the catalog's efficiency at the fp8 peak, as
+        // before planc timed them (compute-bound at this shape).
+        let old = with(vec![]);
+        let fp8_old = Device {
+            gpu: &old,
+            precision: Precision::Fp8,
+        };
+        assert!(close(
+            fp8_old.gemm(x, x, x),
+            fp8_old.catalog_gemm_math(x, x, x)
+        ));
+        assert!(!close(fp8_old.gemm(x, x, x), flops / (fp8.peak() * 0.5)));
+    }
+
     fn h200_with_standard_attention() -> Gpu {
         use crate::profile::{AttentionPoint, Profile};
         let mut gpu = Catalog::builtin().gpu("H200_SXM_141GB").unwrap().clone();

@@ -140,6 +140,8 @@ pub struct Fp8 {
     /// Bytes of the weights' fp8 copies, and of everything else (scratch, workspace, state).
     pub weight_bytes: usize,
     pub scratch_bytes: usize,
+    /// Every buffer allocated here, for `release`.
+    owned: Vec<Buf>,
 }
 
 impl Fp8 {
@@ -160,6 +162,7 @@ impl Fp8 {
         }
         assert!(shapes.iter().all(|&(i, o)| supports(rows, i, o)));
         let lt = Lt::new(gpu)?;
+        let mut owned = vec![lt.workspace];
         let before = gpu.held;
         let tensors = 3 * shapes.len();
         let meta = gpu.alloc(tensors * META * 4)?;
@@ -176,6 +179,7 @@ impl Fp8 {
         let xq = gpu.alloc(rows * max_i)?;
         let gq = gpu.alloc(rows * max_o)?;
         let gqt = gpu.alloc(rows * max_o)?;
+        owned.extend([meta, hist, xq, gq, gqt]);
         let scratch_bytes = gpu.held - before + lt.workspace.bytes;
         let before = gpu.held;
         let mut linears = Vec::with_capacity(shapes.len());
@@ -193,6 +197,7 @@ impl Fp8 {
             });
         }
         let weight_bytes = gpu.held - before;
+        owned.extend(linears.iter().flat_map(|l| [l.w8, l.wt8]));
         let f = Fp8 {
             lt,
             meta,
@@ -205,8 +210,17 @@ impl Fp8 {
             gqt,
             weight_bytes,
             scratch_bytes,
+            owned,
         };
         Ok((f, linears))
+    }
+
+    /// Frees every buffer of this state (its layers' weight copies too).
+    pub fn release(self, gpu: &mut Gpu) -> Result<(), RunError> {
+        for b in &self.owned {
+            gpu.free(*b)?;
+        }
+        Ok(())
     }
 
     /// The state of tensor `t` (inverse scale first: what cuBLASLt reads).
@@ -281,8 +295,21 @@ impl Fp8 {
         x: Buf,
         rows: usize,
     ) -> Result<(), RunError> {
+        self.cast(
+            gpu,
+            lin.x,
+            Format::E4m3,
+            x,
+            (rows, lin.i),
+            self.xq,
+            Buf::NULL,
+        )?;
+        self.product(gpu, lin, out, rows)
+    }
+
+    /// `forward`'s product alone, of the input `forward` cast last.
+    pub fn product(&self, gpu: &Gpu, lin: &Linear, out: Buf, rows: usize) -> Result<(), RunError> {
         let (i, o) = (lin.i, lin.o);
-        self.cast(gpu, lin.x, Format::E4m3, x, (rows, i), self.xq, Buf::NULL)?;
         // Column-major: out (o × rows) = W8ᵀ (o × i) · X8 (i × rows), K = i contiguous in both.
         self.lt.tn(
             gpu,
@@ -410,6 +437,12 @@ pub fn quantize(format: Format, x: f32) -> f32 {
     let q = (a as f64 / step).round_ties_even() * step;
     let q = (q as f32).min(format.max());
     q.copysign(x)
+}
+
+/// Whether `gpu` multiplies in fp8.
+pub fn gpu_runs_fp8(gpu: &Gpu) -> Result<bool, RunError> {
+    let (major, minor) = compute_capability(gpu)?;
+    Ok(device_runs_fp8(major, minor))
 }
 
 fn compute_capability(gpu: &Gpu) -> Result<(i32, i32), RunError> {

@@ -20,6 +20,7 @@ use crate::device::attention::{self, Grads, Heads, Kernels};
 use crate::device::attention_cudnn;
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
+use crate::device::fp8;
 use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::error::RunError;
 use crate::train::engine::{softmax_causal_fwd, standard_core_bwd, StandardGrads};
@@ -117,6 +118,7 @@ pub fn calibrate(
     drop(runner);
 
     let mut gpu = Gpu::open(0, precision)?;
+    let fp8_gemm = measure_fp8_gemms(&mut gpu, precision, &grids.gemm, &catalog, &mut progress)?;
     let memory = measure_memory(&mut gpu, precision, &grids.memory, &catalog, &mut progress)?;
     progress.before("optimizer update");
     let optimizer = vec![optimizer_point(&mut gpu, catalog.hbm_bandwidth)?];
@@ -158,6 +160,7 @@ pub fn calibrate(
         overlap,
         optimizer,
         power,
+        fp8_gemm,
     })
 }
 
@@ -220,7 +223,7 @@ impl Grids {
     /// How many measurements calibration makes (the optimizer's and the power limit's one
     /// each included).
     fn total(&self) -> usize {
-        self.gemm.len()
+        2 * self.gemm.len()
             + self.memory.len()
             + 2
             + self.norm.len()
@@ -297,6 +300,51 @@ fn measure_gemms(
         }
     }
     Ok(gemm)
+}
+
+/// fp8 products (`device::fp8`: E4M3 × E4M3 into bf16 through cuBLASLt, as `precision =
+/// fp8` runs a linear layer's forward) over the grid, their input cast once before the
+/// timing (the cost model prices the casts as memory passes of their own), against the
+/// catalog's fp8 peak. None where calibration runs at fp32 or fp16 (fp8 training's other
+/// kernels are bf16's) or the GPU has no fp8.
+fn measure_fp8_gemms(
+    gpu: &mut Gpu,
+    precision: Precision,
+    grid: &[(usize, usize, usize)],
+    catalog: &CatalogGpu,
+    progress: &mut Progress,
+) -> Result<Vec<GemmPoint>, RunError> {
+    let peak = catalog.peak(Precision::Fp8);
+    let shapes: Vec<_> = grid
+        .iter()
+        .copied()
+        .filter(|&(m, n, k)| fp8::supports(m, k, n))
+        .collect();
+    if precision != Precision::Bf16 || peak.is_none() || !fp8::gpu_runs_fp8(gpu)? {
+        progress.done += grid.len();
+        return Ok(Vec::new());
+    }
+    let peak = peak.expect("checked above");
+    progress.done += grid.len() - shapes.len();
+    let most = |f: fn(&(usize, usize, usize)) -> usize| shapes.iter().map(f).max().unwrap_or(0);
+    let x = random_tiled(gpu, precision, most(|s| s.0 * s.2))?;
+    let w = random_tiled(gpu, precision, most(|s| s.1 * s.2))?;
+    let out = gpu.alloc(most(|s| s.0 * s.1) * 2)?;
+    let mut points = Vec::new();
+    for &(m, n, k) in &shapes {
+        progress.before(&format!("fp8 product {m}×{n}×{k}"));
+        let (mut f8, lins) = fp8::Fp8::new(gpu, &[(k, n)], m)?;
+        f8.begin_step(gpu, &[(lins[0], w)])?;
+        f8.forward(gpu, &lins[0], out, x, m)?;
+        let s = time(gpu, 10, || f8.product(gpu, &lins[0], out, m))?;
+        f8.release(gpu)?;
+        points.push(gemm_point(m, n, k, s, peak));
+        progress.done();
+    }
+    for b in [x, w, out] {
+        gpu.free(b)?;
+    }
+    Ok(points)
 }
 
 /// The memory-bound training kernel `add_x` by size.

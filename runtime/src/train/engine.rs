@@ -990,6 +990,31 @@ impl Engine {
         self.fp8_linears.len()
     }
 
+    /// Under `precision = fp8`, a line when some of the layers' products run in bf16
+    /// (dimensions cuBLASLt's fp8 products do not take).
+    pub fn fp8_note(&self) -> Option<String> {
+        if self.shape.precision != Precision::Fp8 {
+            return None;
+        }
+        let layers = self.shape.stage.chunks.iter().map(Vec::len).sum::<usize>();
+        let all = 4 * layers;
+        let bf16: Vec<String> = linear_shapes(&self.shape.dims)
+            .iter()
+            .filter(|(_, i, o)| !fp8::supports(self.rows(), *i, *o))
+            .map(|(name, i, o)| format!("{name} ({i} → {o})"))
+            .collect();
+        (self.fp8_products() < all).then(|| {
+            format!(
+                "note: precision = fp8 runs {} of the layers' {all} linear products in fp8; \
+                 {} stay bf16 (fp8 products need the tokens of a micro-batch, {}, and each \
+                 side to be multiples of 16)",
+                self.fp8_products(),
+                bf16.join(", "),
+                self.rows()
+            )
+        })
+    }
+
     /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `name`: in fp8 where it
     /// runs so, else through cuBLAS in the storage type.
     fn linear(&self, l: usize, name: &'static str, out: Buf, inp: Buf, rows: usize) -> Res {

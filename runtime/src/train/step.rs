@@ -174,6 +174,9 @@ pub fn train(
         if let Some(note) = predict::power_note(&prediction) {
             eprintln!("{note}");
         }
+        if let Some(note) = eng.fp8_note() {
+            eprintln!("{note}");
+        }
     }
     eng.tpc = comms.tp.clone();
     if let Some(c) = &comms.pp {
