@@ -107,6 +107,28 @@ pub fn device_runs_fp8(major: i32, minor: i32) -> bool {
     (major, minor) >= (8, 9)
 }
 
+/// The bytes [`Fp8::new`] allocates for linear layers of shapes `(i, o)` over `rows`
+/// tokens, each buffer as `held` counts it: (the weights' fp8 copies, everything else).
+pub fn bytes(
+    shapes: &[(usize, usize)],
+    rows: usize,
+    held: impl Fn(usize) -> usize,
+) -> (usize, usize) {
+    if shapes.is_empty() {
+        return (0, 0);
+    }
+    let tensors = 3 * shapes.len();
+    let max_i = shapes.iter().map(|s| s.0).max().unwrap_or(0);
+    let max_o = shapes.iter().map(|s| s.1).max().unwrap_or(0);
+    let scratch = held(WORKSPACE)
+        + held(tensors * META * 4)
+        + held(tensors * AMAX_HISTORY * 4)
+        + held(rows * max_i)
+        + 2 * held(rows * max_o);
+    let weights = shapes.iter().map(|&(i, o)| 2 * held(i * o)).sum();
+    (weights, scratch)
+}
+
 /// One linear layer's fp8 state: its weight's cached copies (`[o, i]` and `[i, o]`), the
 /// indices of its input's, weight's and output gradient's scales, and its shape.
 #[derive(Clone, Copy, Debug)]
@@ -198,6 +220,11 @@ impl Fp8 {
         }
         let weight_bytes = gpu.held - before;
         owned.extend(linears.iter().flat_map(|l| [l.w8, l.wt8]));
+        debug_assert_eq!(
+            (weight_bytes, scratch_bytes),
+            bytes(shapes, rows, |b| b.max(super::cuda::MIN_ALLOC)),
+            "fp8::bytes lists what Fp8::new allocates"
+        );
         let f = Fp8 {
             lt,
             meta,

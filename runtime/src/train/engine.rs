@@ -488,12 +488,23 @@ pub fn memory_plan(shape: &Shape, micro_batches: usize) -> Result<MemoryPlan, Ru
         + held(64 * 4)
         + held(total.div_ceil(model::ALIGN))
         + rope;
+    // Under fp8: the weights' fp8 copies (weights, as the cost model counts them) and the
+    // casts' scratch, cuBLASLt's workspace and the scales' state.
+    let (fp8_weights, fp8_scratch) = if shape.precision == Precision::Fp8 {
+        let shapes: Vec<(usize, usize)> = fp8_linears(shape, z.n)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        fp8::bytes(&shapes, z.n, held)
+    } else {
+        (0, 0)
+    };
     Ok(MemoryPlan {
-        weights,
+        weights: weights + fp8_weights,
         gradients,
         optimizer,
         activations: activation_bytes(shape)?,
-        scratch,
+        scratch: scratch + fp8_scratch,
     })
 }
 
@@ -792,13 +803,6 @@ impl Engine {
         let decay = decay_mask(&mut gpu, &params, total)?;
         let (rope_cos, rope_sin) = rope_buffers(&mut gpu, &d)?;
         mem.scratch = gpu.held - before + blas_workspace.bytes;
-        // What was allocated is what `memory_plan` lists without a GPU, which CPU tests
-        // hold to the compiler's memory model (checked where GPU tests build in debug).
-        #[cfg(debug_assertions)]
-        {
-            let listed = memory_plan(&shape, micro_batches)?;
-            debug_assert_eq!(mem, listed, "the engine's allocations left memory_plan");
-        }
         let (fp8, fp8_linears) = if shape.precision == Precision::Fp8 {
             fp8_products(&mut gpu, &shape, z.n)?
         } else {
@@ -808,6 +812,13 @@ impl Engine {
             // The weights' fp8 copies are weights, as the cost model counts them.
             mem.weights += f.weight_bytes;
             mem.scratch += f.scratch_bytes;
+        }
+        // What was allocated is what `memory_plan` lists without a GPU, which CPU tests
+        // hold to the compiler's memory model (checked where GPU tests build in debug).
+        #[cfg(debug_assertions)]
+        {
+            let listed = memory_plan(&shape, micro_batches)?;
+            debug_assert_eq!(mem, listed, "the engine's allocations left memory_plan");
         }
         let State {
             w32,
@@ -2295,21 +2306,27 @@ type Fp8Products = (Option<Fp8>, BTreeMap<(usize, &'static str), Linear>);
 /// those whose dimensions cuBLASLt's fp8 products take (`fp8::supports`); the others, if
 /// any, run in bf16.
 fn fp8_products(gpu: &mut Gpu, shape: &Shape, rows: usize) -> Result<Fp8Products, RunError> {
-    let mut keys = Vec::new();
-    let mut shapes = Vec::new();
-    for &l in shape.stage.chunks.iter().flatten() {
-        for (name, i, o) in linear_shapes(&shape.dims) {
-            if fp8::supports(rows, i, o) {
-                keys.push((l, name));
-                shapes.push((i, o));
-            }
-        }
-    }
+    let (keys, shapes): (Vec<_>, Vec<_>) = fp8_linears(shape, rows).into_iter().unzip();
     if shapes.is_empty() {
         return Ok((None, BTreeMap::new()));
     }
     let (f, linears) = Fp8::new(gpu, &shapes, rows)?;
     Ok((Some(f), keys.into_iter().zip(linears).collect()))
+}
+
+/// The stage's linear layers that run in fp8 over micro-batches of `rows` tokens, in the
+/// order `fp8_products` allocates them: ((layer, weight name), (inputs, outputs)).
+#[allow(clippy::type_complexity)]
+fn fp8_linears(shape: &Shape, rows: usize) -> Vec<((usize, &'static str), (usize, usize))> {
+    let mut out = Vec::new();
+    for &l in shape.stage.chunks.iter().flatten() {
+        for (name, i, o) in linear_shapes(&shape.dims) {
+            if fp8::supports(rows, i, o) {
+                out.push(((l, name), (i, o)));
+            }
+        }
+    }
+    out
 }
 
 /// The causal softmax of the scores `p` (`rows` rows of `t`, head size `head_dim`), in
@@ -2599,6 +2616,46 @@ mod tests {
                         < 0.01 * m.activations_bytes,
                     "{name}: activations"
                 );
+            }
+        }
+    }
+
+    /// Under fp8 the weights' fp8 copies and transposes are weights to the runtime as to the
+    /// model (2 bytes a parameter of the linear layers), over layouts.
+    #[test]
+    fn the_runtimes_fp8_weight_copies_are_what_the_memory_model_counts() {
+        for (model, par) in [
+            ("gpt2-124m", "tp = 1, pp = 1"),
+            ("llama3.2-1b", "tp = 2, pp = 1, sequence_parallel = true"),
+            ("llama3.2-1b", "tp = 1, pp = 2"),
+        ] {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 4, gpu = H100_SXM_80GB }}
+                 model m {{ preset = \"{model}\", seq_len = 1024 }}
+                 train {{ global_batch = 16, precision = fp8 }}
+                 parallel {{ {par}, dp = auto, micro_batch = 2 }}
+                 job j {{ framework = planc }}"
+            );
+            let c = planc_compiler::check::check_source("t.tp", &text);
+            let plan = c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics));
+            let mb = plan.parallel.grad_accum(plan.train.global_batch).max(1);
+            for stage in 0..plan.parallel.pp as usize {
+                let shape = run_shape(&plan, stage);
+                let rt = memory_plan(&shape, mb as usize).expect("sizes");
+                let m = planc_compiler::cost::memory::stage_memory(&plan, stage as u64, mb);
+                let close = |a: usize, b: f64| (a as f64 - b).abs() <= 1e-3 * b;
+                assert!(
+                    close(rt.weights, m.weights_bytes),
+                    "{model}, {par}: {} vs {}",
+                    rt.weights,
+                    m.weights_bytes
+                );
+                let bf16 = Shape {
+                    precision: Precision::Bf16,
+                    ..shape
+                };
+                let plain = memory_plan(&bf16, mb as usize).expect("sizes");
+                assert!(rt.weights > plain.weights && rt.scratch > plain.scratch);
             }
         }
     }
