@@ -13,7 +13,8 @@
 #   of the last 20 steps of each and their relative difference (issue 26: within 1 %).
 #
 # PARTS picks the parts (default "kernels speed loss"); STEPS the speed runs' steps
-# (default 8), LOSS_STEPS the loss runs' (default 300).
+# (default 8), LOSS_STEPS the loss runs' (default 300); LAYERS=K runs the 6.6B plan's
+# first K layers (`--layers`) in both precisions, should its fp8 run not fit the GPU.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -59,7 +60,7 @@ if want speed; then
     echo "== GPT 6.6B, global batch 8: bf16 and fp8"
     steps=${STEPS:-8}
     for p in bf16 fp8; do
-        run "gpt6.6b-$p" "$here/plans/gpt6.6b.tp" --steps "$steps" \
+        run "gpt6.6b-$p" "$here/plans/gpt6.6b.tp" --steps "$steps" ${LAYERS:+--layers "$LAYERS"} \
             --set train.global_batch=8 --set train.precision=$p
     done
     if [ -s "$out/gpt6.6b-bf16.jsonl" ] && [ -s "$out/gpt6.6b-fp8.jsonl" ]; then
