@@ -21,7 +21,7 @@ want() { [[ "$parts" == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 if want kernels; then
     echo "== kernel tests"
-    for t in autograd norms tp_kernels flash attention_cudnn; do
+    for t in autograd norms tp_kernels flash attention_cudnn fp8; do
         "$root/.dev/tests/$t" --nocapture 2>&1 | grep -E "max rel|^test |SKIPPED|panicked|FAIL" | tee "$out/$t.log"
     done
 fi
