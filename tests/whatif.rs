@@ -216,6 +216,32 @@ fn diff_of_a_plan_and_its_settings_for_scripts() {
 }
 
 #[test]
+fn diff_says_what_trains_on_each_side() {
+    let lora = "examples/llama2-70b-lora-32xa100.tp";
+    let d = json(&[
+        "diff",
+        lora,
+        "--set",
+        "train.method=full",
+        "--format",
+        "json",
+    ]);
+    let method = d["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "method")
+        .unwrap_or_else(|| panic!("no method row: {d:#}"))
+        .clone();
+    let a = method["a"].as_str().unwrap();
+    assert!(
+        a.starts_with("lora r64 (") && a.ends_with(" B trained)"),
+        "{a}"
+    );
+    assert_eq!(method["b"], "full");
+}
+
+#[test]
 fn diff_shows_what_it_can_of_a_plan_with_errors_and_fails() {
     let run = planc(&[
         "diff",

@@ -113,6 +113,22 @@ fn layout(a: &Report, b: &Report) -> Vec<Row> {
             let m = r.model.as_ref()?;
             Some(format!("{} ({:.2} B)", m.name, m.params as f64 / 1e9))
         }),
+        // What trains (`train.method`): a LoRA job against its full fine-tune is the
+        // comparison people make.
+        text("method", &|r| {
+            let m = r.model.as_ref()?;
+            Some(match &m.method {
+                None => "full".to_string(),
+                Some(x) => {
+                    let what = match (x.lora_rank, x.frozen_layers) {
+                        (Some(rank), _) => format!("{} r{rank}", x.name),
+                        (_, Some(layers)) => format!("{} {layers} layers", x.name),
+                        _ => x.name.to_string(),
+                    };
+                    format!("{what} ({:.2} B trained)", x.trained_params as f64 / 1e9)
+                }
+            })
+        }),
         count("tp", &|r| r.plan.as_ref().map(|p| p.tp)),
         count("pp", &|r| r.plan.as_ref().map(|p| p.pp)),
         count("dp", &|r| r.plan.as_ref().map(|p| p.dp)),
