@@ -796,6 +796,26 @@ mod tests {
     }
 
     #[test]
+    fn the_dispatch_buffer_is_the_ranks_own_whatever_the_expert_group() {
+        // The same 4096 tokens a rank over ep 2, 4 and 8: each rank sends its own 4096 × 2
+        // routed rows whatever the group's size; what grows with ep is only the share that
+        // leaves the rank, (ep − 1)/ep, which `comm::all_to_all_time` charges.
+        let own = 4096.0 * 2.0 * 4096.0 * 2.0;
+        let fabric = |p: &Plan| crate::cost::time::placement(p, &p.cluster.groups[0]);
+        for ep in [2u64, 4, 8] {
+            let p = mixtral(&format!("tp = 1, dp = 8, ep = {ep}"), ", moe_imbalance = 1");
+            assert_eq!(a2a_bytes(&p, OpId::MoeDispatch), own, "ep {ep}");
+            let pl = fabric(&p);
+            let t =
+                crate::cost::comm::collective_time(Collective::AllToAll, own, pl.ep, &pl.fabric);
+            // (ep − 1)/ep of one buffer at the group's bus bandwidth, plus latencies of
+            // microseconds: not ep buffers' worth.
+            let leaves = (ep - 1) as f64 / ep as f64 * own / pl.fabric.intra_bus_bandwidth(ep);
+            assert!(t > leaves && t < leaves + 1e-4, "ep {ep}: {t} vs {leaves}");
+        }
+    }
+
+    #[test]
     fn each_rank_dispatches_its_own_routed_tokens_not_the_groups() {
         // ep 8, tp 1: a rank holds 4096 tokens, sends each to its top 2 experts: 4096 × 2
         // rows of 4096 in bf16, an eighth of it to itself. (The old formula sent the
