@@ -1,7 +1,8 @@
 //! What an overlapped data-parallel collective costs the passes it hides behind: NCCL's
 //! kernels hold SMs and memory bandwidth, so while a gradient reduction or a parameter
 //! gather runs beside a pass, the pass runs at a measured share of its rate less
-//! (`cost::time::dp_contention`; zero where the device's profile has no such measurement).
+//! (`cost::time::dp_contention`: the device's profile, or on NVLink the stand-in measured on
+//! two H200s; zero across nodes).
 //!
 //! After a first run, each pass is lengthened by that share of the time a reduction or a
 //! gather of its rank overlapped it, and the step is run again. One correction, not a

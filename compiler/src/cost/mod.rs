@@ -31,7 +31,7 @@ pub struct StageEstimate {
     pub capacity_bytes: f64,
     pub dp_exposed_s: f64,
     /// Of `dp_exposed_s`, what the passes lost beside the hidden reduction (measured
-    /// contention; 0 without a profile that measured it). It lengthens the stage's last
+    /// contention, `time::dp_contention`; 0 for groups across nodes). It lengthens the stage's last
     /// backward passes, so it also delays the drain of every earlier pipeline stage.
     pub dp_contention_s: f64,
     pub optimizer_s: f64,
@@ -335,10 +335,14 @@ mod tests {
     fn the_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
         for (pp, m) in [(2, 8), (4, 16), (8, 8), (8, 64)] {
             let e = estimate(&plan("1f1b", pp, m * 8 / pp));
+            // The tail after the last backward: a stage's own reduction and optimizer, and
+            // what the later stages' reductions cost their passes (contention on NVLink).
             let pipeline = e.step_s
-                - e.stages
-                    .iter()
-                    .map(|s| s.dp_exposed_s + s.optimizer_s)
+                - (0..e.stages.len())
+                    .map(|i| {
+                        let later: f64 = e.stages[i + 1..].iter().map(|s| s.dp_contention_s).sum();
+                        e.stages[i].dp_exposed_s + later + e.stages[i].optimizer_s
+                    })
                     .fold(0.0, f64::max);
             let fraction = e.bubble_s / pipeline;
             let want = (pp - 1) as f64 / (m + pp - 1) as f64;

@@ -20,8 +20,8 @@ use super::ops::{
 use super::params::embedding_params;
 use super::standard_attention::{self, Core, Pass};
 use crate::plan::{
-    Attention, Framework, Gpu, Mlp, NodeGroup, Offload, OptimizerDtype, Plan, Precision, Recompute,
-    Schedule,
+    Attention, Framework, Gpu, LinkKind, Mlp, NodeGroup, Offload, OptimizerDtype, Plan, Precision,
+    Recompute, Schedule,
 };
 
 /// A GPU cannot finish kernels faster than the host launches them.
@@ -1174,25 +1174,50 @@ fn zero3_exposed(
 /// they run beside them (SMs and memory bandwidth held by NCCL's kernels): as the device's
 /// profile measured it for a group of this size inside a node (`planc calibrate --gpus N`,
 /// `[[overlap]]`), for the collective the plan's ZeRO stage runs (all-reduce without ZeRO,
-/// reduce-scatter and all-gather with it). Zero where not measured: groups across nodes,
-/// whose NICs feed NCCL far slower than NVLink, and unprofiled devices, keep the hiding
-/// the published rows bear out.
+/// reduce-scatter and all-gather with it).
+///
+/// Where the device's profile has no such measurement (an unprofiled catalog GPU, or a
+/// one-GPU profile) and the group sits on NVLink inside a node, [`NVLINK_CONTENTION_FROM`]'s
+/// measurement stands in: NCCL's kernels take their SMs and copy through HBM on any NVLink
+/// part (one CTA a channel, the channel count set by the NVLink topology), so a collective
+/// hidden behind the passes is not free there either. It was measured on two H200s and is
+/// applied to every group size and NVLink GPU; a profile measured on the plan's own GPUs
+/// and group size replaces it. Zero across nodes, whose NICs feed NCCL far slower than
+/// NVLink, keeping the hiding the published rows bear out, and on PCIe.
 pub fn dp_contention(plan: &Plan, stage: u64, pl: &Placement) -> (f64, f64) {
     if pl.dp.size <= 1 || pl.dp.per_node < pl.dp.size {
         return (0.0, 0.0);
     }
-    let Some(profile) = super::stage_group(plan, stage).gpu.profile.as_ref() else {
-        return (0.0, 0.0);
-    };
+    let gpu = &super::stage_group(plan, stage).gpu;
     let n = pl.dp.size as usize;
+    let nvlink = pl.fabric.intra.kind == LinkKind::Nvlink;
+    let stand_in = nvlink_contention_measurement();
+    let share = |op: &str| {
+        gpu.profile
+            .as_ref()
+            .and_then(|p| p.contention(op, n))
+            .or_else(|| {
+                nvlink
+                    .then(|| stand_in.as_ref().and_then(|p| p.contention(op, 2)))
+                    .flatten()
+            })
+            .unwrap_or(0.0)
+    };
     if plan.parallel.zero >= 1 {
-        (
-            profile.contention("ReduceScatter", n).unwrap_or(0.0),
-            profile.contention("AllGather", n).unwrap_or(0.0),
-        )
+        (share("ReduceScatter"), share("AllGather"))
     } else {
-        (profile.contention("AllReduce", n).unwrap_or(0.0), 0.0)
+        (share("AllReduce"), 0.0)
     }
+}
+
+/// The shipped profile whose `[[overlap]]` points (two GPUs, products of 16384 × 3072 × 768
+/// and 8192 × 4096 × 4096 beside a 64 MB collective; docs/measurements.md, 2026-11-24) price
+/// the contention of NVLink groups that no profile of their own measured: products lose
+/// 26 % of an all-reduce's time, 31 % of a reduce-scatter's, 41 % of an all-gather's.
+pub const NVLINK_CONTENTION_FROM: (&str, &str) = ("H200_SXM_141GB", "bf16");
+
+fn nvlink_contention_measurement() -> Option<std::sync::Arc<crate::profile::Profile>> {
+    crate::profile::shipped(NVLINK_CONTENTION_FROM.0, NVLINK_CONTENTION_FROM.1)
 }
 
 /// How long a pass keeps the data-parallel link's traffic hidden: its compute, and also its
@@ -1916,8 +1941,40 @@ mod tests {
             (reduce - 0.5).abs() < 1e-9 && gather == 0.0,
             "{reduce}, {gather}"
         );
+        // Without a profile, the NVLink stand-in's measured all-reduce share.
         across.cluster.groups[0].gpu.profile = None;
-        assert_eq!(dp_contention(&across, 0, &pl), (0.0, 0.0));
+        let (reduce, gather) = dp_contention(&across, 0, &pl);
+        assert!((reduce - 0.259).abs() < 5e-3 && gather == 0.0, "{reduce}");
+    }
+
+    #[test]
+    fn an_unprofiled_nvlink_group_in_a_node_loses_the_measured_share_and_no_other_does() {
+        // MPT-13B-shaped FSDP on eight unprofiled H100s: reduce-scatter and all-gather
+        // beside the passes cost them what two H200s measured (31 % and 41 % of the
+        // collectives' time).
+        let plan = fsdp_plan("torch", "fp32");
+        assert!(plan.cluster.groups[0].gpu.profile.is_none());
+        let mut pl = placement(&plan, &plan.cluster.groups[0]);
+        let stand_in = nvlink_contention_measurement().expect("the H200 profile ships");
+        let (reduce, gather) = dp_contention(&plan, 0, &pl);
+        assert_eq!(reduce, stand_in.contention("ReduceScatter", 2).unwrap());
+        assert_eq!(gather, stand_in.contention("AllGather", 2).unwrap());
+        assert!((0.30..0.32).contains(&reduce) && (0.40..0.42).contains(&gather));
+        // The same group across nodes, or on PCIe: nothing measured, nothing charged.
+        pl.dp.per_node = 4;
+        assert_eq!(dp_contention(&plan, 0, &pl), (0.0, 0.0));
+        pl.dp.per_node = 8;
+        pl.fabric.intra.kind = LinkKind::Pcie;
+        assert_eq!(dp_contention(&plan, 0, &pl), (0.0, 0.0));
+        // And the step is longer than with the collectives free behind the passes.
+        let pl = placement(&plan, &plan.cluster.groups[0]);
+        let dev = Device {
+            gpu: &plan.cluster.groups[0].gpu,
+            precision: plan.train.precision,
+        };
+        let st = stage_time(&plan, 0, &dev, &pl);
+        let (_, lost) = dp_exposed_parts(&plan, 0, stage_params(&plan, 0), &st, &pl);
+        assert!(lost > 0.0, "{lost}");
     }
 
     #[test]
