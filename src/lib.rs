@@ -435,8 +435,11 @@ enum Command {
     /// the norms and the MLP activations (GELU, SwiGLU) by width and size, the attention
     /// core (standard, and the fused kernel by head size, sequence and number of heads),
     /// and NCCL all-reduce / all-gather / reduce-scatter / send-receive by message size for
-    /// each group size the machine has. The profile records the device, driver,
-    /// NVRTC and NCCL versions and the date. Needs an NVIDIA GPU (exit 2 without).
+    /// each group size the machine has; on GPUs with fp8, the products in fp8 too; and how
+    /// much slower products and memory-bound kernels run at the board's power limit, in
+    /// steady mixes at 30-100 % of the products' burst rate (what a busy training step
+    /// holds the GPU at; a plan is priced at its own step's share). The profile records the
+    /// device, driver, NVRTC and NCCL versions and the date. Needs an NVIDIA GPU (exit 2 without).
     /// A plan then prices its operations from the measurement with
     /// `cluster { profile = "h200-node.toml" ... }` (relative to the plan file).
     ///
