@@ -152,6 +152,35 @@ mod tests {
     }
 
     #[test]
+    fn solve_ranks_each_layout_at_the_power_limit_check_prices_the_chosen_one_at() {
+        // planc's own kernels on H200s are priced from the shipped profile, which measured
+        // the power curve.
+        let text = "cluster c { nodes = 1, gpus_per_node = 8, gpu = H200_SXM_141GB }
+             model m { layers = 16, hidden = 4096, heads = 32, ffn_hidden = 14336, vocab = 32000,
+                       seq_len = 4096, mlp = swiglu, norm = rmsnorm, position = rope, bias = false }
+             train { global_batch = 64, precision = bf16, attention = flash }
+             parallel { tp = auto, pp = 1, dp = auto, micro_batch = 1 }
+             job { framework = planc }";
+        let checked = crate::check::check_source("t.tp", text);
+        assert!(checked.ok(), "{:#?}", checked.diagnostics);
+        let plan = checked.plan.as_ref().unwrap();
+        assert!(
+            curve(&plan.cluster.groups[0]).is_some(),
+            "the shipped H200 profile has a curve"
+        );
+        assert!(plan.cluster.groups[0].gpu.power_slowdown.is_some());
+        let best = &checked.solution.as_ref().unwrap().ranked[0];
+        assert_eq!(
+            best.plan.cluster.groups[0].gpu.power_slowdown,
+            plan.cluster.groups[0].gpu.power_slowdown
+        );
+        assert_eq!(
+            best.estimate.step_s,
+            checked.estimate.as_ref().unwrap().step_s
+        );
+    }
+
+    #[test]
     fn a_profile_without_a_curve_leaves_the_plan_as_it_was() {
         let big = "layers = 4, hidden = 4096, heads = 32, vocab = 32000, seq_len = 4096";
         let mut p = plan(big, 2, false);

@@ -221,11 +221,14 @@ fn search_cluster(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> 
         if n.is_multiple_of(64) {
             progress(n.min(total), total);
         }
-        let plan = plan_of(spec, balance::balance(spec, p));
+        let mut plan = plan_of(spec, balance::balance(spec, p));
         let fraction = memory_fraction(&plan);
         if fraction > 1.0 - headroom {
             return None;
         }
+        // Each layout at the power limit its own step reaches, as `check` prices the one
+        // chosen: a profiled plan's ranking is the report's.
+        crate::cost::power::settle(&mut plan);
         let estimate = estimate(&plan);
         let limiter = classify(&estimate, fraction, headroom);
         Some(Candidate {
