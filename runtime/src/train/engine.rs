@@ -885,6 +885,12 @@ impl Engine {
         self.attn.is_some()
     }
 
+    /// What cuDNN's fused attention holds beyond the memory plan (its workspace), where it
+    /// runs the attention.
+    pub fn attention_workspace_bytes(&self) -> Option<usize> {
+        self.attn.as_ref().map(|a| a.workspace_bytes())
+    }
+
     /// The kernels that run this engine's fused attention.
     fn kernels(&self, hd: Heads) -> Kernels<'_> {
         match &self.attn {

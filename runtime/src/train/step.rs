@@ -174,6 +174,9 @@ pub fn train(
         if let Some(note) = predict::power_note(&prediction) {
             eprintln!("{note}");
         }
+        if let Some(note) = eng.attention_workspace_bytes().and_then(workspace_note) {
+            eprintln!("{note}");
+        }
         if let Some(note) = eng.fp8_note() {
             eprintln!("{note}");
         }
@@ -699,6 +702,19 @@ fn foreign_memory_note(in_use_at_start: u64, gpu: usize) -> Option<String> {
     })
 }
 
+/// The note a run prints where cuDNN's attention holds a workspace the prediction does not
+/// count (its size is cuDNN's choice for the shape, known only once its plans are built):
+/// one worth saying, over 256 MiB.
+fn workspace_note(bytes: usize) -> Option<String> {
+    (bytes > 256 << 20).then(|| {
+        format!(
+            "note: cuDNN's fused attention holds a {:.2} GiB workspace for this shape, which the \
+             predicted memory does not count",
+            bytes as f64 / (1u64 << 30) as f64
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -750,5 +766,12 @@ mod tests {
         ] {
             assert!(refuse(&plan(parallel, ""), &world).is_ok(), "{parallel}");
         }
+    }
+
+    #[test]
+    fn a_large_cudnn_workspace_is_said_and_a_small_one_is_not() {
+        assert_eq!(workspace_note(64 << 20), None);
+        let note = workspace_note(5 << 30).expect("5 GiB is worth saying");
+        assert!(note.contains("5.00 GiB"), "{note}");
     }
 }

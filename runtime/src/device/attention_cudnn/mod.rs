@@ -160,6 +160,15 @@ pub struct Sdpa {
 }
 
 impl Sdpa {
+    /// Device bytes this attention holds beside the engine's buffers: cuDNN's workspace
+    /// (the largest of forward's and backward's plans) and the non-deterministic backward's
+    /// dq accumulator.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.bytes
+    }
+}
+
+impl Sdpa {
     /// Plans forward and backward for `shape` with dq, dk, dv at the (batch, head, row)
     /// strides `grads` (a [`Grads`]'), and allocates the workspace on `gpu`.
     pub fn new(
