@@ -386,8 +386,20 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
         .map(|name| format!("planc's shipped profile {name}, "))
         .unwrap_or_default();
     Some(if at_precision {
+        // Where the profile measured the power limit (`cost::power`): how much slower the
+        // plan's busy step makes its kernels than the profile's bursts.
+        let power = group
+            .gpu
+            .power_slowdown
+            .map(|(products, memory)| {
+                format!(
+                    "; at the power limit its step reaches, products {products:.2}× and \
+                     memory-bound kernels {memory:.2}× the profile's bursts"
+                )
+            })
+            .unwrap_or_default();
         format!(
-            "{} of {} from {shipped}the profile measured on {} ({}, planc calibrate, {})",
+            "{} of {} from {shipped}the profile measured on {} ({}, planc calibrate, {}){power}",
             measured_parts(
                 p,
                 plan.framework() == crate::plan::Framework::Planc,
