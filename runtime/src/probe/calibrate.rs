@@ -932,7 +932,8 @@ fn optimizer_point(gpu: &mut Gpu, hbm_bandwidth: f64) -> Result<OptimizerPoint, 
     })
 }
 
-fn time(
+/// Median seconds of `f` over `repeats` launches after two, each timed alone.
+pub(crate) fn time(
     gpu: &Gpu,
     repeats: usize,
     f: impl FnMut() -> Result<(), RunError>,

@@ -12,6 +12,7 @@
 use planc_compiler::plan::Precision;
 use planc_compiler::profile::{PowerCurve, PowerPoint};
 
+use super::calibrate::time;
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Event, Gpu};
 use crate::error::RunError;
@@ -58,21 +59,6 @@ impl Mix {
     }
 }
 
-/// Median seconds of `f` over `repeats` launches after two, each timed alone.
-fn burst(gpu: &Gpu, repeats: usize, f: impl Fn() -> Result<(), RunError>) -> Result<f64, RunError> {
-    f()?;
-    f()?;
-    gpu.sync()?;
-    let mut t = Vec::with_capacity(repeats);
-    for _ in 0..repeats {
-        let a = gpu.event()?;
-        f()?;
-        let b = gpu.event()?;
-        t.push(a.ms_to(&b)? as f64 / 1e3);
-    }
-    Ok(median(t))
-}
-
 fn median(mut t: Vec<f64>) -> f64 {
     t.sort_by(f64::total_cmp);
     t[t.len() / 2]
@@ -110,8 +96,8 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
     };
     // Idle a moment, as a probe's burst follows a pause.
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let product_s = burst(gpu, 5, || mix.product())?;
-    let copy_s = burst(gpu, 5, || mix.copies(gpu, 1))?;
+    let product_s = time(gpu, 5, || mix.product())?;
+    let copy_s = time(gpu, 5, || mix.copies(gpu, 1))?;
     let mut points = Vec::new();
     for u in UTILISATIONS {
         let n = copies_for(u, product_s, copy_s);
