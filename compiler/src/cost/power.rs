@@ -181,6 +181,40 @@ mod tests {
     }
 
     #[test]
+    fn the_limit_slows_every_precision_s_products_on_a_profiled_board() {
+        // fp8 products (priced from the catalog here: the shipped profile has no fp8 curve)
+        // and bf16 ones alike: the power limit is the board's.
+        let mut gpu = plan(
+            "layers = 2, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024",
+            4,
+            true,
+        )
+        .cluster
+        .groups[0]
+            .gpu
+            .clone();
+        for precision in [crate::plan::Precision::Bf16, crate::plan::Precision::Fp8] {
+            gpu.power_slowdown = None;
+            let burst = Device {
+                gpu: &gpu,
+                precision,
+            }
+            .gemm(8192.0, 8192.0, 8192.0);
+            gpu.power_slowdown = Some((1.2, 1.0));
+            let limited = Device {
+                gpu: &gpu,
+                precision,
+            }
+            .gemm(8192.0, 8192.0, 8192.0);
+            assert!(
+                (limited / burst - 1.2).abs() < 1e-9,
+                "{precision:?}: {}",
+                limited / burst
+            );
+        }
+    }
+
+    #[test]
     fn a_profile_without_a_curve_leaves_the_plan_as_it_was() {
         let big = "layers = 4, hidden = 4096, heads = 32, vocab = 32000, seq_len = 4096";
         let mut p = plan(big, 2, false);

@@ -97,12 +97,12 @@ impl<'a> Device<'a> {
     /// catalog's product efficiency and the published attention rates were timed in bursts,
     /// at the boost clock, where a GPU training for hours sits at its power limit (an H100
     /// measured here: 790 TFLOP/s in a burst, 662 after a minute of products at 1320 MHz
-    /// and 680 W; `runtime/tests/gpu/sustained.py`). A profile attached to the device was
-    /// measured as training loads it (its products timed as repeated launches, its
-    /// attention behind sustained products), so it holds the clock already.
+    /// and 680 W; `runtime/tests/gpu/sustained.py`). On a profiled device the profile's
+    /// power curve says it for this plan's step instead ([`Self::power`]), also for what the
+    /// profile did not time (fp8 products without their curve, other frameworks' attention).
     fn sustained(&self) -> f64 {
         if self.gpu.profile.is_some() {
-            1.0
+            1.0 / self.power().0
         } else {
             self.gpu.sustained_clock
         }
@@ -113,10 +113,11 @@ impl<'a> Device<'a> {
     }
 
     /// How much slower than the profile's bursts this plan's compute-bound and memory-bound
-    /// kernels run at the board's power limit (`cost::power`); none without a profile, whose
-    /// constants were given their sustained rate ([`Self::sustained`]).
+    /// kernels run at the board's power limit (`cost::power`), at every precision: the limit
+    /// is the board's. None without a profile, whose constants were given their sustained
+    /// rate ([`Self::sustained`]).
     fn power(&self) -> (f64, f64) {
-        match self.profile() {
+        match self.gpu.profile {
             Some(_) => self.gpu.power_slowdown.unwrap_or((1.0, 1.0)),
             None => (1.0, 1.0),
         }
