@@ -86,21 +86,9 @@ fn summary(p: &Profile) -> String {
         v.precision,
         v.seconds
     );
-    s += "products m×n×k            TFLOP/s  efficiency\n";
-    for g in &p.gemm {
-        s += &format!(
-            "         {:>6}×{:>6}×{:>6} {:>8.1} {:>9.1} %\n",
-            g.m,
-            g.n,
-            g.k,
-            g.tflops,
-            g.efficiency * 100.0
-        );
-    }
-    if !p.fp8_gemm.is_empty() {
-        s += "fp8 products m×n×k        TFLOP/s  efficiency (of the fp8 peak)\n";
-        for g in &p.fp8_gemm {
-            s += &format!(
+    let products = |s: &mut String, points: &[planc_compiler::profile::GemmPoint]| {
+        for g in points {
+            *s += &format!(
                 "         {:>6}×{:>6}×{:>6} {:>8.1} {:>9.1} %\n",
                 g.m,
                 g.n,
@@ -109,6 +97,12 @@ fn summary(p: &Profile) -> String {
                 g.efficiency * 100.0
             );
         }
+    };
+    s += "products m×n×k            TFLOP/s  efficiency\n";
+    products(&mut s, &p.gemm);
+    if !p.fp8_gemm.is_empty() {
+        s += "fp8 products m×n×k        TFLOP/s  efficiency (of the fp8 peak)\n";
+        products(&mut s, &p.fp8_gemm);
     }
     s += "memory   bytes moved        GB/s  efficiency\n";
     for m in &p.memory {
