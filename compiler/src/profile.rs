@@ -416,6 +416,22 @@ impl Profile {
             pos("optimizer", i, "seconds", o.seconds)?;
             pos("optimizer", i, "gb_per_s", o.gb_per_s)?;
         }
+        if let Some(c) = &self.power {
+            if !(c.product_tflops.is_finite() && c.product_tflops > 0.0) {
+                return Err(format!("[power] has product_tflops = {}", c.product_tflops));
+            }
+            for (i, p) in c.points.iter().enumerate() {
+                pos("power.points", i, "product_slowdown", p.product_slowdown)?;
+                pos("power.points", i, "memory_slowdown", p.memory_slowdown)?;
+                if !(p.utilisation > 0.0 && p.utilisation <= 1.0) {
+                    return Err(format!(
+                        "[[power.points]] point {} has utilisation = {} (a share of the burst rate, above 0 and at most 1)",
+                        i + 1,
+                        p.utilisation
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -949,6 +965,31 @@ mod tests {
             p.check(),
             Err("[[overlap]] point 2 has products_beside_s = 0".into())
         );
+    }
+
+    #[test]
+    fn an_impossible_power_point_is_refused_naming_it() {
+        let point = |utilisation: f64, product_slowdown: f64| PowerPoint {
+            utilisation,
+            copies: 1,
+            product_slowdown,
+            memory_slowdown: 1.0,
+        };
+        let mut p = Profile {
+            power: Some(PowerCurve {
+                product_tflops: 786.0,
+                points: vec![point(0.5, 1.09), point(1.0, 1.16)],
+            }),
+            ..Profile::empty_for_tests()
+        };
+        assert_eq!(p.check(), Ok(()));
+        p.power.as_mut().unwrap().points[1].product_slowdown = f64::NAN;
+        assert_eq!(
+            p.check(),
+            Err("[[power.points]] point 2 has product_slowdown = NaN".into())
+        );
+        p.power.as_mut().unwrap().points[1] = point(1.5, 1.16);
+        assert!(p.check().unwrap_err().contains("utilisation = 1.5"));
     }
 
     #[test]
