@@ -12,25 +12,17 @@ use planc_compiler::plan::Precision;
 use planc_runtime::device::blas::Blas;
 use planc_runtime::device::cuda::{Buf, Gpu};
 use planc_runtime::device::fp8::{self, Format, Fp8, AMAX_HISTORY};
-use planc_runtime::RunError;
 
-/// A tiny deterministic generator (xorshift), uniform in [-1, 1).
-struct Rng(u64);
+mod common;
 
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
+use common::{gpu_or_skip, Rng};
 
-    /// `n` values, rounded to bf16, times `scale`.
-    fn bf16s(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| bf16::from_f32(self.next() * scale).to_f32())
-            .collect()
-    }
+/// `n` values from `rng` (uniform in [-scale, scale)), rounded to bf16.
+fn bf16s(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    rng.vec(n, scale, 0.0)
+        .into_iter()
+        .map(|x| bf16::from_f32(x).to_f32())
+        .collect()
 }
 
 fn upload_bf16(gpu: &mut Gpu, v: &[f32]) -> Buf {
@@ -74,13 +66,7 @@ fn decode(format: Format, b: u8) -> f32 {
 }
 
 fn open() -> Option<Gpu> {
-    match Gpu::open(0, Precision::Fp8) {
-        Err(RunError::NoDriver | RunError::NoGpu) => {
-            println!("SKIPPED fp8 test: no GPU");
-            None
-        }
-        r => Some(r.unwrap()),
-    }
+    gpu_or_skip("fp8 test", Precision::Fp8)
 }
 
 /// Whether this GPU multiplies in fp8; prints why not.
@@ -142,7 +128,7 @@ fn the_cast_rounds_saturates_transposes_and_takes_the_amax() {
     let (rows, cols) = (80usize, 48usize);
     let mut rng = Rng(7);
     for (format, scale) in [(Format::E4m3, 37.0f32), (Format::E5m2, 3000.0)] {
-        let mut x = rng.bf16s(rows * cols, 4.0);
+        let mut x = bf16s(&mut rng, rows * cols, 4.0);
         // Past the largest value once scaled: saturates, not infinite.
         x[5] = bf16::from_f32(format.max() / scale * 3.0).to_f32();
         x[6] = -x[5];
@@ -261,10 +247,10 @@ fn an_fp8_linear_layer_matches_float64_within_fp8s_error() {
     }
     let (rows, i, o) = (272usize, 320usize, 208usize);
     let mut rng = Rng(11);
-    let x = rng.bf16s(rows * i, 2.0);
-    let w = rng.bf16s(o * i, 0.05);
-    let dy = rng.bf16s(rows * o, 1e-4);
-    let dw0 = rng.bf16s(o * i, 1e-3);
+    let x = bf16s(&mut rng, rows * i, 2.0);
+    let w = bf16s(&mut rng, o * i, 0.05);
+    let dy = bf16s(&mut rng, rows * o, 1e-4);
+    let dw0 = bf16s(&mut rng, o * i, 1e-3);
     let mut layer = Layer::new(&mut gpu, rows, i, o);
     let p = layer.step(&gpu, &w, &x, &dy, &dw0);
     let f64s = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
@@ -336,9 +322,9 @@ fn the_scales_follow_the_largest_amax_of_the_history() {
     }
     let (rows, i, o) = (64usize, 64usize, 32usize);
     let mut rng = Rng(3);
-    let x = rng.bf16s(rows * i, 1.0);
-    let w = rng.bf16s(o * i, 0.1);
-    let dy = rng.bf16s(rows * o, 1e-3);
+    let x = bf16s(&mut rng, rows * i, 1.0);
+    let w = bf16s(&mut rng, o * i, 0.1);
+    let dy = bf16s(&mut rng, rows * o, 1e-3);
     let zero = vec![0.0f32; o * i];
     let mut layer = Layer::new(&mut gpu, rows, i, o);
     let amax = |v: &[f32]| v.iter().fold(0.0f32, |m, a| m.max(a.abs()));
@@ -387,8 +373,8 @@ fn an_fp8_product_against_bf16_at_a_large_shape() {
     }
     let (rows, i, o) = (8192usize, 8192usize, 8192usize);
     let mut rng = Rng(5);
-    let x = upload_bf16(&mut gpu, &rng.bf16s(rows * i, 1.0));
-    let w = upload_bf16(&mut gpu, &rng.bf16s(o * i, 0.02));
+    let x = upload_bf16(&mut gpu, &bf16s(&mut rng, rows * i, 1.0));
+    let w = upload_bf16(&mut gpu, &bf16s(&mut rng, o * i, 0.02));
     let y = gpu.alloc(rows * o * 2).unwrap();
     let (mut fp8, lins) = Fp8::new(&mut gpu, &[(i, o)], rows).unwrap();
     fp8.begin_step(&gpu, &[(lins[0], w)]).unwrap();
