@@ -29,7 +29,9 @@ pub struct Prediction {
     pub step_s: f64,
     pub peak_bytes: f64,
     pub memory: PredictedMemory,
-    pub flops_per_step: f64,
+    /// The model FLOPs of a step that fall to one GPU (the step's over the plan's GPUs), so
+    /// a rank's measured step gives its TFLOP/s and MFU against its own peak.
+    pub flops_per_gpu_step: f64,
     /// Dense peak of one GPU at the plan's precision (for MFU).
     pub peak_flops: f64,
     /// The step of stage 0 by kind of work, from the profile where the plan has one.
@@ -195,7 +197,7 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
             activations: st.activations_bytes,
             other: st.other_bytes,
         },
-        flops_per_step: est.flops_per_step,
+        flops_per_gpu_step: est.flops_per_step / est.world_size.max(1) as f64,
         peak_flops: est.peak_flops_per_gpu,
         per_layer,
         fixed: st.total_bytes - per_layer * p.model.layers as f64,
@@ -288,6 +290,21 @@ mod tests {
         let mut cudnn = pred;
         cudnn.attention_timed_on = Some("cuDNN 9.19.0, deterministic backward".into());
         assert_eq!(attention_path_note(&cudnn, true), None);
+    }
+
+    #[test]
+    fn a_gpus_share_of_the_steps_flops_is_the_step_over_the_plans_gpus() {
+        // Two GPUs of a data-parallel plan each do half of its model FLOPs: MFU counts one
+        // GPU's measured rate against one GPU's peak, as `planc check` does.
+        let p = plan("tp = 1, pp = 1, dp = 2");
+        let two = predict(&p, "NVIDIA H100");
+        let est = planc_compiler::cost::estimate(&p);
+        assert!(
+            (two.flops_per_gpu_step * 2.0 - est.flops_per_step).abs() < 1e-6 * est.flops_per_step
+        );
+        // At check's own step time, the rank's MFU is check's.
+        let mfu = two.flops_per_gpu_step / est.step_s / est.peak_flops_per_gpu;
+        assert!((mfu - est.mfu).abs() < 1e-9, "{mfu} vs {}", est.mfu);
     }
 
     #[test]

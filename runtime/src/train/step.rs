@@ -603,7 +603,7 @@ impl<'a> Steps<'a> {
             let spans = metrics::spans_of(&marks, step + 1, ended, step_s)?;
             self.spans.extend(spans);
         }
-        let tflops = self.prediction.flops_per_step / step_s / 1e12;
+        let tflops = self.prediction.flops_per_gpu_step / step_s / 1e12;
         let m = StepMetrics {
             step: step + 1,
             loss,
