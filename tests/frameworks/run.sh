@@ -4,20 +4,23 @@
 # `device` tool. What travels (carry): .dev (runtime/tests/gpu/bundle.sh: the stripped planc
 # and libz3, gzipped or not), .whl (DeepSpeed 0.19.8 built with `pip wheel --no-deps`, torchtitan
 # and the dependencies the machine lacks), .fw/megatron-lm.tar.gz (Megatron-LM's megatron/,
-# pretrain_gpt.py, gpt_builders.py, model_provider.py: `git archive` of a fetched checkout).
+# pretrain_gpt.py, gpt_builders.py, model_provider.py: `git archive` of a fetched checkout),
+# .fw/titan-assets (torchtitan 0.2.x's tokenizer/ and c4_test/ folders, TORCHTITAN_ASSETS).
 #
 #   tests/frameworks/run.sh $OUT
 #
 # PARTS picks the parts (default all): env (GPU, pip list, imports), fsdp (FSDP2's per-layer
 # cost on one GPU: fsdp_probe.py), megatron, deepspeed, torchrun, torchtitan (each: emit,
 # run 20 steps unmodified but for the site options the emitted script documents, print the
-# framework's own step time beside planc's prediction).
+# framework's own step time beside planc's prediction). Two GPUs (not in the default):
+# megatron2 (GPT-2 at dp 2, tp 2, pp 2, pp 2 interleaved), torchrun2 (DDP GPT-2, FSDP2 Llama),
+# deepspeed2 (ZeRO-3 GPT-2 at dp 2), torchtitan2 (FSDP2 Llama 3.2 1B at dp 2, fully sharded).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-parts=" ${PARTS:-env fsdp megatron deepspeed torchrun torchtitan} "  # two GPUs: megatron2 torchrun2
+parts=" ${PARTS:-env fsdp megatron deepspeed torchrun torchtitan} "  # two GPUs: megatron2 torchrun2 deepspeed2 torchtitan2
 want() { [[ "$parts" == *" $1 "* ]]; }
 [ -f "$root/.dev/lib/libz3.so.4.gz" ] && [ ! -f "$root/.dev/lib/libz3.so.4" ] && gunzip -k "$root/.dev/lib/libz3.so.4.gz"
 . "$root/runtime/tests/gpu/env.sh"
@@ -116,27 +119,47 @@ if want torchrun; then
     emitted torchrun-gpt2 torchrun "$(plan_for torchrun-gpt2 gpt2-124m-1gpu.tp torch)"
     emitted torchrun-fsdp-llama1b torchrun "$(plan_for torchrun-fsdp-llama1b llama3.2-1b-1gpu.tp torch 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
 fi
+# Llama 3.2 1B from the two-GPU example at dp 2, fully sharded (zero = 3), one micro-batch of
+# 4 x 2048 a GPU a step: the layout of the torchrun2 and torchtitan2 parts.
+llama_dp2='s/^\( *\)tp = 2/\1tp = 1/
+s/sequence_parallel = true/sequence_parallel = false/
+s/^\( *\)dp = 1/\1dp = 2\n\1zero = 3/
+s/micro_batch = 4.*/micro_batch = 4/'
 # Two GPUs: the torchrun target's train.py at dp 2, DDP (GPT-2) and fully sharded FSDP2
 # (Llama 3.2 1B, zero = 3).
 if want torchrun2; then
     emitted torchrun-gpt2-ddp2 torchrun "$(plan_for torchrun-gpt2-ddp2 gpt2-124m-2gpu-dp2.tp torch)"
-    emitted torchrun-fsdp2-llama1b-dp2 torchrun "$(plan_for torchrun-fsdp2-llama1b-dp2 llama3.2-1b-2gpu-tp2.tp torch 's/^\( *\)tp = 2/\1tp = 1/
-s/sequence_parallel = true/sequence_parallel = false/
-s/^\( *\)dp = 1/\1dp = 2\n\1zero = 3/
-s/micro_batch = 4.*/micro_batch = 4/')"
+    emitted torchrun-fsdp2-llama1b-dp2 torchrun "$(plan_for torchrun-fsdp2-llama1b-dp2 llama3.2-1b-2gpu-tp2.tp torch "$llama_dp2")"
 fi
-if want deepspeed; then
-    # DeepSpeed 0.19.8 compiles its fused Adam at the first step and reads the architecture
-    # list as numbers: the machines' "9.0a" (Hopper's arch-specific target) stops it. A site
-    # setting, not the plan's: 9.0 builds the same kernels for the fused Adam.
+# DeepSpeed 0.19.8 compiles its fused Adam at the first step and reads the architecture list
+# as numbers: the machines' "9.0a" (Hopper's arch-specific target) stops it. A site setting,
+# not the plan's: 9.0 builds the same kernels for the fused Adam.
+deepspeed_arch() {
     [[ "${TORCH_CUDA_ARCH_LIST:-}" == *a* ]] && export TORCH_CUDA_ARCH_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1)
+    return 0
+}
+if want deepspeed; then
+    deepspeed_arch
     emitted deepspeed-gpt2 deepspeed "$(plan_for deepspeed-gpt2 gpt2-124m-1gpu.tp deepspeed)"
 fi
+# Two GPUs: the DeepSpeed engine at dp 2 with ZeRO-3 (parameters, gradients and optimizer
+# state partitioned), GPT-2 124M from the two-GPU example (16 x 1024 a GPU a micro-batch).
+if want deepspeed2; then
+    deepspeed_arch
+    emitted deepspeed-gpt2-zero3-dp2 deepspeed "$(plan_for deepspeed-gpt2-zero3-dp2 gpt2-124m-2gpu-dp2.tp deepspeed 's/^\( *\)zero = 0/\1zero = 3/')"
+fi
+# torchtitan 0.2.x (the one that runs on the machines' torch) reads its test corpus and
+# tokenizer from a folder of its repository: .fw/titan-assets travels with the call.
+export TORCHTITAN_ASSETS=${TORCHTITAN_ASSETS:-$root/.fw/titan-assets}
 if want torchtitan; then
-    # torchtitan 0.2.x (the one that runs on the machines' torch) reads its test corpus and
-    # tokenizer from a folder of its repository: .fw/titan-assets travels with the call.
-    export TORCHTITAN_ASSETS=${TORCHTITAN_ASSETS:-$root/.fw/titan-assets}
     emitted torchtitan-llama1b torchtitan "$(plan_for torchtitan-llama1b llama3.2-1b-1gpu.tp torchtitan 's/^\( *\)recompute = none/\1recompute = none\n\1zero = 3/')"
+fi
+# Two GPUs: torchtitan's FSDP2 at dp 2, fully sharded, Llama 3.2 1B as in torchrun2 but with
+# untied embeddings: torchtitan 0.2.x shards the embedding and the output layer separately,
+# so its launch refuses tied ones under FSDP over dp > 1 (the 0.3 form would keep them).
+if want torchtitan2; then
+    emitted torchtitan-llama1b-fsdp2-dp2 torchtitan "$(plan_for torchtitan-llama1b-fsdp2-dp2 llama3.2-1b-2gpu-tp2.tp torchtitan "$llama_dp2
+s/^\( *\)preset = \"llama3.2-1b\"/&\n\1tied_embeddings = false/")"
 fi
 
 # Two GPUs (a machine with two): GPT-2 124M from the two-GPU example (16 x 1024 a GPU a
