@@ -164,15 +164,17 @@ fi
 
 # Two GPUs (a machine with two): GPT-2 124M from the two-GPU example (16 x 1024 a GPU a
 # micro-batch): dp 2 with the distributed optimizer, tp 2, pp 2 (1f1b; interleaved, vpp 2).
+# M2 picks the layouts (default all four: dp2 tp2 pp2 vpp2), to split them over calls.
+m2=" ${M2:-dp2 tp2 pp2 vpp2} "
 if want megatron2; then
-    megatron megatron-gpt2-dp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)zero = 0/\1zero = 1/'
-    megatron megatron-gpt2-tp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)tp = 1/\1tp = 2/
+    [[ $m2 == *" dp2 "* ]] && megatron megatron-gpt2-dp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)zero = 0/\1zero = 1/'
+    [[ $m2 == *" tp2 "* ]] && megatron megatron-gpt2-tp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)tp = 1/\1tp = 2/
 s/^\( *\)dp = 2/\1dp = 1/
 s/global_batch = 32/global_batch = 16/'
-    megatron megatron-gpt2-pp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = 1f1b/
+    [[ $m2 == *" pp2 "* ]] && megatron megatron-gpt2-pp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = 1f1b/
 s/^\( *\)dp = 2/\1dp = 1/
 s/micro_batch = 16/micro_batch = 4/'
-    megatron megatron-gpt2-pp2-vpp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = interleaved\n\1vpp = 2/
+    [[ $m2 == *" vpp2 "* ]] && megatron megatron-gpt2-pp2-vpp2 gpt2-124m-2gpu-dp2.tp 's/^\( *\)pp = 1/\1pp = 2\n\1schedule = interleaved\n\1vpp = 2/
 s/^\( *\)dp = 2/\1dp = 1/
 s/micro_batch = 16/micro_batch = 4/'
 fi

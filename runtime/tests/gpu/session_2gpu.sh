@@ -9,8 +9,8 @@
 # - layouts: layouts.sh, every layout against one GPU, node processes, a killed and a stalled rank;
 # - two: two_gpu.sh, `planc calibrate --gpus 2`, the three two-GPU plans against their
 #   prediction, PyTorch DDP beside GPT-2 dp 2;
-# - fp8: Llama 3.2 1B at tp 2 + sp in fp8 beside the same plan in bf16 (30 steps, synthetic
-#   tokens): losses and step time of each.
+# - fp8: Llama 3.2 1B at tp 2 + sp in fp8 beside the same plan in bf16, and in fp8 on one
+#   GPU (30 steps, synthetic tokens): losses and step time of each.
 # Logs land in OUTDIR/logs.tgz (a call brings back a few files only).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,23 +41,31 @@ for part in $parts; do
         cp "$work/two/profile.toml" "$out/profile-2gpu.toml" 2>/dev/null
         ;;
     fp8)
-        echo "== fp8 under tp 2"
+        # Llama 3.2 1B in fp8 on one GPU and at tp 2 + sp, beside bf16 at tp 2 (FP8_RUNS
+        # narrows them): losses, step time, and the log's end where a run fails.
+        echo "== fp8"
         mkdir -p "$work/fp8"
-        for prec in bf16 fp8; do
-            f=$work/fp8/llama1b-tp2-$prec.tp
-            sed -e "s/precision = bf16/precision = $prec/" "$root/examples/llama3.2-1b-2gpu-tp2.tp" >"$f"
+        for r in ${FP8_RUNS:-tp2-bf16 tp2-fp8 1gpu-fp8}; do
+            prec=${r#*-}
+            base=$root/examples/llama3.2-1b-2gpu-tp2.tp
+            [[ $r == 1gpu* ]] && base=$root/examples/llama3.2-1b-1gpu.tp
+            f=$work/fp8/$r.tp
+            sed -e "s/precision = bf16/precision = $prec/" "$base" >"$f"
             [ -f "$work/two/profile.toml" ] &&
                 sed -i "s#^\(cluster [a-z0-9_]* {\)#\1\n    profile = \"$work/two/profile.toml\"#" "$f"
-            timeout "${FP8_S:-60}" "$planc" run "$f" --steps 30 --metrics "$work/fp8/$prec.jsonl" --color never \
-                >"$work/fp8/$prec.log" 2>&1
-            echo "$prec: exit $?"
-            sed -n '/^start/p;/^time/p;/^memory/p;/^speed/p;/fp8/p' "$work/fp8/$prec.log" | head -n 8
+            timeout "${FP8_S:-60}" "$planc" run "$f" --steps "${FP8_STEPS:-30}" --metrics "$work/fp8/$r.jsonl" \
+                --color never >"$work/fp8/$r.log" 2>&1
+            rc=$?
+            echo "$r: exit $rc"
+            sed -n '/^time/p;/^speed/p;/fp8/p' "$work/fp8/$r.log" | head -n 6
+            [ $rc -ne 0 ] && grep -v '^start' "$work/fp8/$r.log" | tail -n 14
             python3 -c 'import json,sys
-r=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-l=[x["loss"] for x in r if "loss" in x]
-print("loss", " ".join("%.4f" % v for v in l[:3]), "...", " ".join("%.4f" % v for v in l[-3:]))' "$work/fp8/$prec.jsonl" 2>&1 | tail -n 1
+l=[json.loads(x).get("loss") for x in open(sys.argv[1]) if x.startswith("{")]
+f=lambda v: "%.4f" % v if isinstance(v, float) else str(v)
+print("loss", " ".join(map(f, l[:4])), "...", " ".join(map(f, l[-3:])))' "$work/fp8/$r.jsonl" 2>&1 | tail -n 1
         done
         ;;
     esac
 done
-tar -czf "$out/logs.tgz" -C "$work" . 2>/dev/null
+# Logs only (the layouts' metrics and checkpoints would exceed what a call brings back).
+tar -czf "$out/logs.tgz" -C "$work" --exclude="*.bin" --exclude="ck" --exclude="*.safetensors" --exclude="*.json" . 2>/dev/null
