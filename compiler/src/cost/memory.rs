@@ -5,6 +5,9 @@
 //! gradient 4 B, fp32 master weight and two Adam moments 12 B; ZeRO stages shard them over
 //! the data-parallel group). Activations follow Korthikanti et al. 2022, Table 2,
 //! generalised to grouped-query attention, SwiGLU and any FFN width.
+//!
+//! Under `framework = planc`, where planc's runtime runs the plan, a stage's memory is not
+//! modelled but listed: the sum of the buffers the runtime allocates (`cost::buffers`).
 
 use serde::Serialize;
 
@@ -356,7 +359,36 @@ pub fn in_flight_sets(plan: &Plan, stage: u64, micro_batches: u64) -> u64 {
 /// schedule, at most (see [`in_flight_sets`]).
 pub const PLANC_RECEIVES_AHEAD: u64 = 2;
 
+/// Memory per GPU of stage `stage`. Under `framework = planc`, where planc's runtime runs
+/// the plan, the sum of the buffers it allocates (`cost::buffers`, with the sets
+/// [`in_flight_sets`] counts) and the CUDA context and NCCL's buffers it does not allocate
+/// itself ([`RUNTIME_OVERHEAD_BYTES`]); otherwise [`modelled_stage_memory`].
 pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory {
+    let modelled = modelled_stage_memory(plan, stage, micro_batches);
+    if plan.framework() != Framework::Planc {
+        return modelled;
+    }
+    match super::buffers::of_plan(plan, stage, micro_batches) {
+        Some(buffers) => {
+            let b = buffers.bytes();
+            let other = RUNTIME_OVERHEAD_BYTES + b.workspace as f64;
+            StageMemory {
+                weights_bytes: b.weights as f64,
+                gradients_bytes: b.gradients as f64,
+                optimizer_bytes: b.optimizer as f64,
+                activations_bytes: b.activations as f64,
+                other_bytes: other,
+                total_bytes: (b.total() - b.workspace) as f64 + other,
+                ..modelled
+            }
+        }
+        None => modelled,
+    }
+}
+
+/// Memory per GPU of stage `stage` as the model counts it: Megatron-LM's state bytes,
+/// Korthikanti's activations, the runtime's overhead.
+pub fn modelled_stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory {
     let p = &plan.parallel;
     let m = &plan.model;
     // Held: the model's weights and LoRA's adapters, in the training precision. Trained

@@ -3,6 +3,7 @@
 //! [`estimate`] is the entry point: it maps pipeline stages onto the cluster's node groups,
 //! costs each stage's memory and time, and composes the step with the pipeline schedule.
 
+pub mod buffers;
 pub mod comm;
 pub mod eager;
 pub mod fp8;

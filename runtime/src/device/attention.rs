@@ -40,8 +40,9 @@ type Res = Result<(), RunError>;
 /// Rows of a tensor-core tile (queries and keys alike) and threads of its block.
 const TILE: usize = 64;
 const TC_THREADS: u32 = 128;
-/// The scalar kernels hold a row in registers, 8 elements a lane.
-pub const MAX_HEAD_DIM: usize = 256;
+/// The scalar kernels hold a row in registers, 8 elements a lane: up to this head size
+/// (the memory plan refuses larger ones under flash attention).
+pub use planc_compiler::cost::buffers::launch::MAX_HEAD_DIM;
 
 /// The attention's shape: q, k, v and o are [b, h, t, d].
 #[derive(Clone, Copy, Debug)]

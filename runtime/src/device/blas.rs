@@ -28,8 +28,8 @@ fn err(e: impl std::fmt::Debug) -> RunError {
 }
 
 /// cuBLAS's workspace for training: what its documentation recommends on Hopper (32 MiB;
-/// 4 MiB elsewhere), the size its default pool takes there.
-pub const WORKSPACE: usize = 32 << 20;
+/// 4 MiB elsewhere), the size its default pool takes there (the memory plan's figure).
+pub use planc_compiler::cost::buffers::launch::BLAS_WORKSPACE as WORKSPACE;
 
 /// Whether a product's output is in the storage type or fp32.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -262,8 +262,42 @@ pub enum Arg {
     F(f32),
 }
 
-/// The fewest bytes a buffer takes ([`Gpu::alloc`] rounds up to it).
-pub const MIN_ALLOC: usize = 256;
+/// The fewest bytes a buffer takes ([`Gpu::alloc`] rounds up to it; the memory plan's
+/// figure, `planc_compiler::cost::buffers::launch`).
+pub use planc_compiler::cost::buffers::launch::MIN_ALLOC;
+
+/// What allocates device buffers: the GPU, or a [`Tally`] that records what would be
+/// allocated without one (the memory plan's allocation, checked on the CPU).
+pub trait Alloc {
+    /// A zeroed buffer of `bytes` (at least [`MIN_ALLOC`]).
+    fn alloc(&mut self, bytes: usize) -> Result<Buf, RunError>;
+}
+
+impl Alloc for Gpu {
+    fn alloc(&mut self, bytes: usize) -> Result<Buf, RunError> {
+        Gpu::alloc(self, bytes)
+    }
+}
+
+/// Allocations recorded, not made: each request's bytes in order, and made-up addresses
+/// (distinct, 256-byte aligned) for the handles built from them.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub requests: Vec<usize>,
+    next: u64,
+}
+
+impl Alloc for Tally {
+    fn alloc(&mut self, bytes: usize) -> Result<Buf, RunError> {
+        self.requests.push(bytes);
+        let bytes = bytes.max(MIN_ALLOC);
+        self.next += 1 << 40;
+        Ok(Buf {
+            ptr: self.next,
+            bytes,
+        })
+    }
+}
 
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,

@@ -50,12 +50,12 @@ use cudarc::cublaslt::sys;
 use super::cuda::{Arg, Buf, Gpu};
 use crate::error::RunError;
 
-/// Amaxes a tensor's scale looks back over (Transformer Engine's `DelayedScaling` default).
-pub const AMAX_HISTORY: usize = 1024;
-/// cuBLASLt's workspace (its guidance for Hopper: 32 MiB).
-const WORKSPACE: usize = 32 << 20;
-/// Floats of state a tensor: inverse scale, scale, amax, the format's largest value.
-const META: usize = 4;
+use planc_compiler::cost::buffers::launch::FP8_META as META;
+/// Amaxes a tensor's scale looks back over, floats of state a tensor (inverse scale,
+/// scale, amax, the format's largest value), and which products fp8 takes: the memory
+/// plan's figures (`planc_compiler::cost::buffers::launch`), which sizes this state.
+pub use planc_compiler::cost::buffers::launch::{fp8_supports as supports, AMAX_HISTORY};
+use planc_compiler::cost::buffers::{fp8_buffers, Fp8Buf, Name};
 
 /// The two fp8 formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,38 +95,59 @@ pub fn scale_from_history(format: Format, history: &[f32], current: f32) -> f32 
     }
 }
 
-/// Whether a product of `rows` tokens from `i` to `o` features can run in fp8: cuBLASLt's
-/// fp8 products need every dimension a multiple of 16 (16-byte aligned fp8 rows), and the
-/// cast kernel 8-element chunks.
-pub fn supports(rows: usize, i: usize, o: usize) -> bool {
-    [rows, i, o].iter().all(|d| *d > 0 && d.is_multiple_of(16))
-}
-
 /// Whether a GPU of compute capability `major.minor` multiplies in fp8 (Ada and Hopper on).
 pub fn device_runs_fp8(major: i32, minor: i32) -> bool {
     (major, minor) >= (8, 9)
 }
 
-/// The bytes [`Fp8::new`] allocates for linear layers of shapes `(i, o)` over `rows`
-/// tokens, each buffer as `held` counts it: (the weights' fp8 copies, everything else).
-pub fn bytes(
-    shapes: &[(usize, usize)],
-    rows: usize,
-    held: impl Fn(usize) -> usize,
-) -> (usize, usize) {
-    if shapes.is_empty() {
-        return (0, 0);
+/// The buffers of an fp8 state, allocated as the memory plan lists them
+/// (`planc_compiler::cost::buffers::fp8_buffers`).
+#[derive(Clone, Debug, Default)]
+pub struct Fp8Bufs {
+    pub workspace: Buf,
+    pub meta: Buf,
+    pub hist: Buf,
+    pub xq: Buf,
+    pub gq: Buf,
+    pub gqt: Buf,
+    /// Each linear layer's weight copy and its transpose.
+    pub weights: Vec<(Buf, Buf)>,
+}
+
+impl Fp8Bufs {
+    /// Puts the buffer the plan names `which` where it belongs.
+    pub fn put(&mut self, which: Fp8Buf, b: Buf) {
+        match which {
+            Fp8Buf::Workspace => self.workspace = b,
+            Fp8Buf::Meta => self.meta = b,
+            Fp8Buf::History => self.hist = b,
+            Fp8Buf::Input => self.xq = b,
+            Fp8Buf::Grad => self.gq = b,
+            Fp8Buf::GradT => self.gqt = b,
+            Fp8Buf::Weight(k) => self.weight(k).0 = b,
+            Fp8Buf::WeightT(k) => self.weight(k).1 = b,
+        }
     }
-    let tensors = 3 * shapes.len();
-    let max_i = shapes.iter().map(|s| s.0).max().unwrap_or(0);
-    let max_o = shapes.iter().map(|s| s.1).max().unwrap_or(0);
-    let scratch = held(WORKSPACE)
-        + held(tensors * META * 4)
-        + held(tensors * AMAX_HISTORY * 4)
-        + held(rows * max_i)
-        + 2 * held(rows * max_o);
-    let weights = shapes.iter().map(|&(i, o)| 2 * held(i * o)).sum();
-    (weights, scratch)
+
+    fn weight(&mut self, k: usize) -> &mut (Buf, Buf) {
+        if self.weights.len() <= k {
+            self.weights.resize(k + 1, (Buf::NULL, Buf::NULL));
+        }
+        &mut self.weights[k]
+    }
+
+    fn all(&self) -> Vec<Buf> {
+        let mut v = vec![
+            self.workspace,
+            self.meta,
+            self.hist,
+            self.xq,
+            self.gq,
+            self.gqt,
+        ];
+        v.extend(self.weights.iter().flat_map(|&(w, t)| [w, t]));
+        v
+    }
 }
 
 /// One linear layer's fp8 state: its weight's cached copies (`[o, i]` and `[i, o]`), the
@@ -159,85 +180,73 @@ pub struct Fp8 {
     xq: Buf,
     gq: Buf,
     gqt: Buf,
-    /// Bytes of the weights' fp8 copies, and of everything else (scratch, workspace, state).
-    pub weight_bytes: usize,
-    pub scratch_bytes: usize,
-    /// Every buffer allocated here, for `release`.
+    /// Every buffer allocated for it, for `release`.
     owned: Vec<Buf>,
 }
 
 impl Fp8 {
     /// The fp8 state for linear layers of shapes `(i, o)` over micro-batches of `rows`
-    /// tokens; returns each layer's [`Linear`] in order. Every shape must be [`supports`]ed.
+    /// tokens, its buffers allocated here; returns each layer's [`Linear`] in order. Every
+    /// shape must be [`supports`]ed.
     pub fn new(
         gpu: &mut Gpu,
         shapes: &[(usize, usize)],
         rows: usize,
     ) -> Result<(Fp8, Vec<Linear>), RunError> {
-        let (major, minor) = compute_capability(gpu)?;
-        if !device_runs_fp8(major, minor) {
-            return Err(RunError::Plan(format!(
-                "precision = fp8 needs a GPU that multiplies in fp8 (compute capability 8.9 \
-                 or later: Ada, Hopper); {} is {major}.{minor}: use precision = bf16",
-                gpu.name
-            )));
-        }
+        check_device(gpu)?;
         assert!(shapes.iter().all(|&(i, o)| supports(rows, i, o)));
-        let lt = Lt::new(gpu)?;
-        let mut owned = vec![lt.workspace];
-        let before = gpu.held;
+        let mut bufs = Fp8Bufs::default();
+        for b in fp8_buffers(shapes, rows) {
+            if let Name::Fp8(which) = b.name {
+                bufs.put(which, gpu.alloc(b.bytes)?);
+            }
+        }
+        Fp8::with_buffers(gpu, shapes, bufs)
+    }
+
+    /// The fp8 state for linear layers of shapes `(i, o)` in buffers allocated as
+    /// `fp8_buffers` lists them for those shapes (the engine's memory plan); returns each
+    /// layer's [`Linear`] in order. Call [`check_device`] before allocating them.
+    pub fn with_buffers(
+        gpu: &mut Gpu,
+        shapes: &[(usize, usize)],
+        bufs: Fp8Bufs,
+    ) -> Result<(Fp8, Vec<Linear>), RunError> {
+        assert_eq!(bufs.weights.len(), shapes.len(), "a weight copy a layer");
+        let lt = Lt::new(gpu, bufs.workspace)?;
         let tensors = 3 * shapes.len();
-        let meta = gpu.alloc(tensors * META * 4)?;
-        let hist = gpu.alloc(tensors * AMAX_HISTORY * 4)?;
         let mut state = Vec::with_capacity(tensors * META);
         for _ in shapes {
             for f in [Format::E4m3, Format::E4m3, Format::E5m2] {
                 state.extend_from_slice(&[1.0f32, 1.0, 0.0, f.max()]);
             }
         }
-        gpu.upload(meta, &state)?;
-        let max_i = shapes.iter().map(|s| s.0).max().unwrap_or(0);
-        let max_o = shapes.iter().map(|s| s.1).max().unwrap_or(0);
-        let xq = gpu.alloc(rows * max_i)?;
-        let gq = gpu.alloc(rows * max_o)?;
-        let gqt = gpu.alloc(rows * max_o)?;
-        owned.extend([meta, hist, xq, gq, gqt]);
-        let scratch_bytes = gpu.held - before + lt.workspace.bytes;
-        let before = gpu.held;
-        let mut linears = Vec::with_capacity(shapes.len());
-        for (k, &(i, o)) in shapes.iter().enumerate() {
-            // Each copy its own allocation: 256-byte aligned, as cuBLASLt's fastest
-            // kernels want.
-            linears.push(Linear {
-                w8: gpu.alloc(i * o)?,
-                wt8: gpu.alloc(i * o)?,
+        gpu.upload(bufs.meta, &state)?;
+        let linears = shapes
+            .iter()
+            .zip(&bufs.weights)
+            .enumerate()
+            .map(|(k, (&(i, o), &(w8, wt8)))| Linear {
+                w8,
+                wt8,
                 x: 3 * k,
                 w: 3 * k + 1,
                 g: 3 * k + 2,
                 i,
                 o,
-            });
-        }
-        let weight_bytes = gpu.held - before;
-        owned.extend(linears.iter().flat_map(|l| [l.w8, l.wt8]));
-        debug_assert_eq!(
-            (weight_bytes, scratch_bytes),
-            bytes(shapes, rows, |b| b.max(super::cuda::MIN_ALLOC)),
-            "fp8::bytes lists what Fp8::new allocates"
-        );
+            })
+            .collect();
         let f = Fp8 {
             lt,
-            meta,
-            hist,
+            meta: bufs.meta,
+            hist: bufs.hist,
             tensors,
             steps: 0,
             fresh: true,
-            xq,
-            gq,
-            gqt,
-            weight_bytes,
-            scratch_bytes,
-            owned,
+            xq: bufs.xq,
+            gq: bufs.gq,
+            gqt: bufs.gqt,
+            owned: bufs.all(),
         };
         Ok((f, linears))
     }
@@ -472,6 +481,28 @@ pub fn gpu_runs_fp8(gpu: &Gpu) -> Result<bool, RunError> {
     Ok(device_runs_fp8(major, minor))
 }
 
+/// Whether this GPU and its libraries run fp8 products: an fp8-capable GPU, and cuBLASLt
+/// beside cuBLAS. Checked before any fp8 buffer is allocated.
+pub fn check_device(gpu: &Gpu) -> Result<(), RunError> {
+    let (major, minor) = compute_capability(gpu)?;
+    if !device_runs_fp8(major, minor) {
+        return Err(RunError::Plan(format!(
+            "precision = fp8 needs a GPU that multiplies in fp8 (compute capability 8.9 \
+             or later: Ada, Hopper); {} is {major}.{minor}: use precision = bf16",
+            gpu.name
+        )));
+    }
+    // SAFETY: probes whether the shared library loads with every symbol.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(RunError::Cuda(
+            "precision = fp8 runs its products through cuBLASLt, and libcublasLt (beside \
+             libcublas) was not found: add its folder to LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 fn compute_capability(gpu: &Gpu) -> Result<(i32, i32), RunError> {
     use cudarc::driver::sys::CUdevice_attribute as A;
     let err = super::cuda::err;
@@ -540,18 +571,9 @@ fn lt_err(what: &str) -> impl Fn(lt::CublasError) -> RunError + '_ {
 }
 
 impl Lt {
-    fn new(gpu: &mut Gpu) -> Result<Lt, RunError> {
-        // SAFETY: probes whether the shared library loads with every symbol.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(RunError::Cuda(
-                "precision = fp8 runs its products through cuBLASLt, and libcublasLt (beside \
-                 libcublas) was not found: add its folder to LD_LIBRARY_PATH"
-                    .into(),
-            ));
-        }
+    fn new(gpu: &mut Gpu, workspace: Buf) -> Result<Lt, RunError> {
         gpu.ctx.bind_to_thread().map_err(super::cuda::err)?;
         let handle = lt::create_handle().map_err(lt_err("create"))?;
-        let workspace = gpu.alloc(WORKSPACE)?;
         Ok(Lt {
             handle,
             workspace,

@@ -8,8 +8,10 @@ use crate::error::RunError;
 
 type Res = Result<(), RunError>;
 
-/// Rows a chunk of the scalar row reductions takes (a block and a partial each).
-pub const CHUNK_ROWS: usize = 256;
+/// Rows a chunk of the scalar row reductions takes, and the partials the norm backward
+/// leaves: the memory plan sizes the partials' buffer from them
+/// (`planc_compiler::cost::buffers::launch`).
+pub use planc_compiler::cost::buffers::launch::{norm_chunks, norm_partials, CHUNK_ROWS};
 
 /// How the vectorised norm kernels take a row of `c` elements of `xsz` bytes: packs of 16
 /// bytes a thread (1, 2 or 4, the kernel's suffix) and threads a row (≤ 256, whole warps).
@@ -26,19 +28,6 @@ pub fn norm_packs(c: usize, xsz: usize) -> Option<(usize, u32)> {
         .find(|np| packs.div_ceil(*np) <= 256)?;
     let threads = packs.div_ceil(np).div_ceil(32) * 32;
     Some((np, threads as u32))
-}
-
-/// Chunks of rows the vectorised norm backward splits `rows` into (a block each, with a
-/// partial weight gradient each): enough blocks to fill the GPU, partials of at most 16 MiB.
-pub fn norm_chunks(rows: usize, c: usize) -> usize {
-    rows.min(1024)
-        .min(((2usize << 20) / c.max(1)).max(1))
-        .max(1)
-}
-
-/// Floats of partials the norm backward of `rows` rows of `c` needs (weight and bias).
-pub fn norm_partials(rows: usize, c: usize) -> usize {
-    2 * c * norm_chunks(rows, c).max(rows.div_ceil(CHUNK_ROWS))
 }
 
 /// The norm of `rows` rows of `width` elements of `xsz` bytes (LayerNorm, or RMSNorm).

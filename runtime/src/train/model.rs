@@ -1,147 +1,15 @@
-//! The trained model's dimensions and its parameter table: every tensor the runtime keeps,
-//! by planc's internal name, shape and place in the one flat fp32 buffer of master weights.
+//! The trained model's parameter table: every tensor the runtime keeps, by planc's internal
+//! name, shape and place in the one flat fp32 buffer of master weights, its seeded
+//! initialisation, and a tensor-parallel rank's share of the whole model (`TpMap`).
 //!
-//! Internally every linear weight is `[out, in]` row-major (as `torch.nn.Linear`), and the
-//! query, key and value projections are one fused tensor (`qkv_w`, rows q then k then v) so
-//! one product computes all three; a SwiGLU layer's gate and up projections are likewise one
-//! `fc_w` (gate rows first). Checkpoints translate to Hugging Face names and layouts
+//! The dimensions (`Dims`), a pipeline rank's layers (`Stage`) and the table's order and
+//! shapes come from the compiler (`planc_compiler::cost::buffers::model`), which sizes the
+//! memory plan from the same table. Checkpoints translate to Hugging Face names and layouts
 //! (`checkpoint.rs`); nothing else outside this file depends on the order of the table.
 
-use planc_compiler::plan::{Mlp, Norm, Plan, Position};
-
-/// What the runtime needs of the plan's `model` block, checked for what it can run.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Dims {
-    pub layers: usize,
-    /// `C`
-    pub hidden: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub head_dim: usize,
-    /// `F`
-    pub ffn: usize,
-    pub vocab: usize,
-    /// `S`, the trained sequence length (and the size of the learned position table).
-    pub seq_len: usize,
-    pub mlp: Mlp,
-    pub norm: Norm,
-    pub position: Position,
-    /// Biases on the linear layers (norm biases follow `norm`: layernorm has them).
-    pub bias: bool,
-    pub tied: bool,
-    pub norm_eps: f32,
-    pub rope_theta: f32,
-}
-
-impl Dims {
-    /// The model of `plan`, with `layers` overriding the layer count (`--layers K`).
-    pub fn of(plan: &Plan, layers: Option<usize>) -> Result<Dims, String> {
-        let m = &plan.model;
-        if m.experts > 1 {
-            return Err(format!(
-                "`planc run` trains dense models; this one has {} experts",
-                m.experts
-            ));
-        }
-        if m.heads == 0 || !m.hidden.is_multiple_of(m.heads) {
-            return Err(format!(
-                "hidden ({}) must be a multiple of heads ({})",
-                m.hidden, m.heads
-            ));
-        }
-        if m.kv_heads == 0 || !m.heads.is_multiple_of(m.kv_heads) {
-            return Err(format!(
-                "heads ({}) must be a multiple of kv_heads ({})",
-                m.heads, m.kv_heads
-            ));
-        }
-        if m.head_dim * m.heads != m.hidden {
-            // The engine's kernels and checkpoints take the attention's width to be the
-            // hidden size; the check's P0331 says the same before any rank starts.
-            return Err(format!(
-                "`planc run` trains heads of hidden / heads = {} wide; this model's are \
-                 head_dim = {} (heads × head_dim = {} ≠ hidden = {})",
-                m.hidden / m.heads,
-                m.head_dim,
-                m.heads * m.head_dim,
-                m.hidden
-            ));
-        }
-        let head_dim = m.head_dim as usize;
-        if m.position == Position::Rope && !head_dim.is_multiple_of(2) {
-            return Err(format!("rope needs an even head dimension, not {head_dim}"));
-        }
-        Ok(Dims {
-            layers: layers.unwrap_or(m.layers as usize),
-            hidden: m.hidden as usize,
-            heads: m.heads as usize,
-            kv_heads: m.kv_heads as usize,
-            head_dim,
-            ffn: m.ffn_hidden as usize,
-            vocab: m.vocab as usize,
-            seq_len: m.seq_len as usize,
-            mlp: m.mlp,
-            norm: m.norm,
-            position: m.position,
-            bias: m.bias,
-            tied: m.tied_embeddings,
-            norm_eps: 1e-5,
-            rope_theta: m.rope_theta as f32,
-        })
-    }
-
-    /// Rows of the fused query/key/value projection: `(heads + 2·kv_heads)·head_dim`.
-    pub fn qkv_rows(&self) -> usize {
-        (self.heads + 2 * self.kv_heads) * self.head_dim
-    }
-
-    /// Width of the attention output, `heads·head_dim` (= hidden).
-    pub fn attn_width(&self) -> usize {
-        self.heads * self.head_dim
-    }
-
-    /// Rows of the first MLP product: `F`, or `2F` for SwiGLU (gate then up).
-    pub fn fc_rows(&self) -> usize {
-        match self.mlp {
-            Mlp::Gelu => self.ffn,
-            Mlp::Swiglu => 2 * self.ffn,
-        }
-    }
-
-    pub fn norm_has_bias(&self) -> bool {
-        self.norm == Norm::Layernorm
-    }
-
-    /// One tensor-parallel rank's share of the model, as Megatron-LM splits it: its
-    /// `heads / tp` query heads and `kv_heads / tp` key/value heads (column-parallel q, k,
-    /// v, row-parallel projection), `ffn / tp` of the MLP (column- then row-parallel) and
-    /// `vocab / tp` rows of the embedding and the output layer (vocabulary-parallel).
-    pub fn tensor_parallel(&self, tp: usize) -> Result<Dims, String> {
-        if tp <= 1 {
-            return Ok(self.clone());
-        }
-        for (what, n) in [
-            ("heads", self.heads),
-            ("kv_heads", self.kv_heads),
-            ("ffn_hidden", self.ffn),
-            ("vocab", self.vocab),
-        ] {
-            if !n.is_multiple_of(tp) {
-                return Err(format!(
-                    "tensor parallelism splits {what} ({n}) over tp = {tp} ranks: it must be a \
-                     multiple of {tp}"
-                ));
-            }
-        }
-        Ok(Dims {
-            heads: self.heads / tp,
-            kv_heads: self.kv_heads / tp,
-            ffn: self.ffn / tp,
-            vocab: self.vocab / tp,
-            ..self.clone()
-        })
-    }
-}
+use planc_compiler::cost::buffers::model::{aligned, visit};
+pub use planc_compiler::cost::buffers::model::{Dims, Init, Stage, ALIGN};
+use planc_compiler::plan::Mlp;
 
 /// One tensor of the table.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,12 +24,6 @@ pub struct Param {
     pub decay: bool,
     /// Initial values: normal(0, std), or a constant.
     pub init: Init,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Init {
-    Normal(f32),
-    Const(f32),
 }
 
 impl Param {
@@ -180,61 +42,6 @@ pub struct Params {
     index: std::collections::HashMap<String, usize>,
 }
 
-/// Every tensor starts on a block of this many elements (the optimizer's decay mask is one
-/// flag a block).
-pub const ALIGN: usize = 64;
-
-/// What one pipeline rank holds: the transformer layers of each of its model chunks (by
-/// global index, in execution order), and whether it holds the first virtual stage (the
-/// embedding) and the last (final norm, output layer, loss). One GPU holds everything.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Stage {
-    pub chunks: Vec<Vec<usize>>,
-    pub first: bool,
-    pub last: bool,
-}
-
-impl Stage {
-    pub fn whole(layers: usize) -> Stage {
-        Stage {
-            chunks: vec![(0..layers).collect()],
-            first: true,
-            last: true,
-        }
-    }
-
-    /// Pipeline rank `rank` of `p` over `layers` layers, as Megatron-LM assigns them:
-    /// virtual stage v = chunk·pp + rank takes the next `chunk_layers` layers in v's order
-    /// (the plan's one split function, uneven end stages included).
-    pub fn of(p: &planc_compiler::plan::Parallel, layers: usize, rank: usize) -> Stage {
-        let (pp, vpp) = (p.pp.max(1) as usize, p.vpp.max(1) as usize);
-        let count =
-            |v: usize| p.chunk_layers(layers as u64, (v % pp) as u64, (v / pp) as u64) as usize;
-        let mut chunks = Vec::new();
-        for c in 0..vpp {
-            let v = c * pp + rank;
-            let start: usize = (0..v).map(count).sum();
-            chunks.push((start..start + count(v)).collect());
-        }
-        Stage {
-            chunks,
-            first: rank == 0,
-            last: rank == pp - 1,
-        }
-    }
-
-    /// Whether this rank holds a copy of the tied embedding that the first stage owns (the
-    /// output layer of the last stage): its gradient is summed with the first stage's, and
-    /// the gradient norm and checkpoints count the first stage's only.
-    pub fn holds_tied_copy(&self, d: &Dims) -> bool {
-        d.tied && self.last && !self.first
-    }
-
-    fn layers(&self) -> impl Iterator<Item = usize> + '_ {
-        self.chunks.iter().flatten().copied()
-    }
-}
-
 impl Params {
     pub fn new(d: &Dims) -> Params {
         Params::of_stage(d, &Stage::whole(d.layers))
@@ -245,63 +52,17 @@ impl Params {
     pub fn of_stage(d: &Dims, stage: &Stage) -> Params {
         let mut list = Vec::new();
         let mut total = 0usize;
-        let mut push = |name: String, shape: Vec<usize>, init: Init| {
-            let decay = shape.len() == 2;
+        visit(d, stage, |tensor, shape, init| {
             let p = Param {
-                name,
-                shape,
+                name: tensor.to_string(),
+                shape: shape.to_vec(),
                 offset: total,
-                decay,
+                decay: shape.len() == 2,
                 init,
             };
-            total += p.numel().div_ceil(ALIGN) * ALIGN;
+            total += aligned(p.numel());
             list.push(p);
-        };
-        let std = 0.02f32;
-        let resid = std / (2.0 * d.layers.max(1) as f32).sqrt();
-        let (c, f) = (d.hidden, d.ffn);
-        if stage.first || (stage.last && d.tied) {
-            push("wte".into(), vec![d.vocab, c], Init::Normal(std));
-        }
-        if stage.first && d.position == Position::Learned {
-            push("wpe".into(), vec![d.seq_len, c], Init::Normal(std));
-        }
-        for l in stage.layers() {
-            let n = |part: &str| format!("h.{l}.{part}");
-            push(n("ln1_w"), vec![c], Init::Const(1.0));
-            if d.norm_has_bias() {
-                push(n("ln1_b"), vec![c], Init::Const(0.0));
-            }
-            push(n("qkv_w"), vec![d.qkv_rows(), c], Init::Normal(std));
-            if d.bias {
-                push(n("qkv_b"), vec![d.qkv_rows()], Init::Const(0.0));
-            }
-            push(n("proj_w"), vec![c, d.attn_width()], Init::Normal(resid));
-            if d.bias {
-                push(n("proj_b"), vec![c], Init::Const(0.0));
-            }
-            push(n("ln2_w"), vec![c], Init::Const(1.0));
-            if d.norm_has_bias() {
-                push(n("ln2_b"), vec![c], Init::Const(0.0));
-            }
-            push(n("fc_w"), vec![d.fc_rows(), c], Init::Normal(std));
-            if d.bias {
-                push(n("fc_b"), vec![d.fc_rows()], Init::Const(0.0));
-            }
-            push(n("fc2_w"), vec![c, f], Init::Normal(resid));
-            if d.bias {
-                push(n("fc2_b"), vec![c], Init::Const(0.0));
-            }
-        }
-        if stage.last {
-            push("lnf_w".into(), vec![c], Init::Const(1.0));
-            if d.norm_has_bias() {
-                push("lnf_b".into(), vec![c], Init::Const(0.0));
-            }
-            if !d.tied {
-                push("lm_head".into(), vec![d.vocab, c], Init::Normal(std));
-            }
-        }
+        });
         let index = list
             .iter()
             .enumerate()

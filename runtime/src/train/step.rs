@@ -251,23 +251,34 @@ impl Part {
 
     /// The engine's shape for a program that keeps `in_flight` activation sets.
     fn shape(&self, plan: &Plan, in_flight: usize) -> Shape {
-        let r = &self.ranks;
-        Shape {
-            dims: self.local.clone(),
-            batch: plan.parallel.micro_batch as usize,
-            precision: plan.train.precision,
-            attention: plan.train.attention,
-            recompute: plan.parallel.recompute,
-            optimizer: plan.train.optimizer,
-            in_flight,
-            dp: r.dp,
-            dp_rank: r.dp_rank,
-            zero: plan.parallel.zero,
-            tp: r.tp,
-            tp_rank: r.tp_rank,
-            sp: r.sp,
-            stage: self.stage.clone(),
-        }
+        engine_shape(plan, &self.local, &self.ranks, &self.stage, in_flight)
+    }
+}
+
+/// The engine's shape of rank `r` of `plan` (its share `local` of the model, its pipeline
+/// stage) for a program that keeps `in_flight` activation sets.
+pub(crate) fn engine_shape(
+    plan: &Plan,
+    local: &Dims,
+    r: &Ranks,
+    stage: &Stage,
+    in_flight: usize,
+) -> Shape {
+    Shape {
+        dims: local.clone(),
+        batch: plan.parallel.micro_batch as usize,
+        precision: plan.train.precision,
+        attention: plan.train.attention,
+        recompute: plan.parallel.recompute,
+        optimizer: plan.train.optimizer,
+        in_flight,
+        dp: r.dp,
+        dp_rank: r.dp_rank,
+        zero: plan.parallel.zero,
+        tp: r.tp,
+        tp_rank: r.tp_rank,
+        sp: r.sp,
+        stage: stage.clone(),
     }
 }
 
