@@ -9,7 +9,7 @@
 //! shape (no faster than its operands' bytes through memory), a pass at the memory-bound
 //! curve. The kernels are those of whoever runs the plan:
 //!
-//! - planc's runtime (`job.framework = planc`; `runtime/src/train/engine.rs`,
+//! - planc's runtime (`job.framework = planc`; `runtime/src/train/engine/attention.rs`,
 //!   `attention_core_bwd`, and `kernels.cu`'s `softmax_causal_fwd`/`_bwd`): cuBLAS's
 //!   strided-batched products over the whole s×s square, and a warp-a-row softmax that
 //!   reads a row's causal part twice (its maximum and sum, then the output) and writes the

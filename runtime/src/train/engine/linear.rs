@@ -1,0 +1,113 @@
+//! A layer's linear products, forward and backward: through cuBLAS in the storage type, or
+//! under `precision = fp8` through cuBLASLt in fp8 where the dimensions allow
+//! (`device::fp8`), with the step's weight casts (`begin_step`).
+
+use super::{Engine, Res};
+use crate::device::cuda::Buf;
+use crate::device::fp8::{self, Linear};
+use planc_compiler::cost::kinds::WorkKind;
+use planc_compiler::plan::Precision;
+
+impl Engine {
+    /// What a step does before its passes: under fp8, the scales set from the amax
+    /// histories and the weights cast to fp8 for the step (`device::fp8`).
+    pub fn begin_step(&mut self) -> Res {
+        if self.fp8.is_none() {
+            return Ok(());
+        }
+        self.mark(WorkKind::Linear, || "fp8 weight casts".to_string())?;
+        let weights: Vec<(Linear, Buf)> = self
+            .fp8_linears
+            .iter()
+            .map(|(&(l, name), lin)| (*lin, self.wx_of(&format!("h.{l}.{name}"))))
+            .collect();
+        let fp8 = self.fp8.as_mut().expect("checked above");
+        fp8.begin_step(&self.gpu, &weights)
+    }
+
+    /// How many of this engine's products run in fp8.
+    pub fn fp8_products(&self) -> usize {
+        self.fp8_linears.len()
+    }
+
+    /// Under `precision = fp8`, a line when some of the layers' products run in bf16
+    /// (dimensions cuBLASLt's fp8 products do not take).
+    pub fn fp8_note(&self) -> Option<String> {
+        if self.shape.precision != Precision::Fp8 {
+            return None;
+        }
+        let layers = self.shape.stage.chunks.iter().map(Vec::len).sum::<usize>();
+        let all = 4 * layers;
+        let bf16: Vec<String> = self
+            .shape
+            .dims
+            .linear_shapes()
+            .iter()
+            .filter(|(_, i, o)| !fp8::supports(self.rows(), *i, *o))
+            .map(|(name, i, o)| format!("{name} ({i} → {o})"))
+            .collect();
+        (self.fp8_products() < all).then(|| {
+            format!(
+                "note: precision = fp8 runs {} of the layers' {all} linear products in fp8; \
+                 {} stay bf16 (fp8 products need the tokens of a micro-batch, {}, and each \
+                 side to be multiples of 16)",
+                self.fp8_products(),
+                bf16.join(", "),
+                self.rows()
+            )
+        })
+    }
+
+    /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `name`: in fp8 where it
+    /// runs so, else through cuBLAS in the storage type.
+    pub(super) fn linear(
+        &self,
+        l: usize,
+        name: &'static str,
+        out: Buf,
+        inp: Buf,
+        rows: usize,
+    ) -> Res {
+        let (i, o) = self.linear_shape(name);
+        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+            (Some(f), Some(lin)) => f.forward(&self.gpu, lin, out, inp, rows),
+            _ => {
+                let w = self.wx_of(&format!("h.{l}.{name}"));
+                self.blas.linear(out, inp, w, rows, i, o)
+            }
+        }
+    }
+
+    /// Backward of `linear`: `dinp = dout · W` and the weight gradient `+= doutᵀ · inp`.
+    pub(super) fn linear_bwd(
+        &self,
+        l: usize,
+        name: &'static str,
+        dinp: Buf,
+        dout: Buf,
+        inp: Buf,
+        rows: usize,
+    ) -> Res {
+        let (i, o) = self.linear_shape(name);
+        let gw = self.g_of(&format!("h.{l}.{name}"));
+        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+            (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows),
+            _ => {
+                let w = self.wx_of(&format!("h.{l}.{name}"));
+                self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
+                self.blas.linear_dw(gw, dout, inp, rows, i, o)
+            }
+        }
+    }
+
+    /// (inputs, outputs) of a layer's linear weight `name` on this rank.
+    pub(super) fn linear_shape(&self, name: &str) -> (usize, usize) {
+        self.shape
+            .dims
+            .linear_shapes()
+            .into_iter()
+            .find(|s| s.0 == name)
+            .map(|s| (s.1, s.2))
+            .expect("a layer's linear weight")
+    }
+}
