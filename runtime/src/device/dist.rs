@@ -93,12 +93,16 @@ fn nerr(what: &str, e: impl std::fmt::Debug) -> RunError {
     RunError::Cuda(format!("NCCL {what}: {e:?}"))
 }
 
-/// The NCCL element type of activations stored in `precision` (fp32 for fp32 runs).
+/// The NCCL element type of activations stored in `precision`: the storage type the
+/// kernels use (`cuda::storage_code`); fp8 training stores its activations in bf16 (only its
+/// products' operands are fp8). Every precision named, so a new one cannot fall to another
+/// element size: fp8 did, and its tensor-parallel all-reduces and pipeline sends moved
+/// twice the bytes as fp32 (a NaN loss at tp 2's first step, 2026-11-28).
 pub fn activation_type(precision: Precision) -> ncclDataType_t {
     match precision {
-        Precision::Bf16 => ncclDataType_t::ncclBfloat16,
+        Precision::Bf16 | Precision::Fp8 => ncclDataType_t::ncclBfloat16,
         Precision::Fp16 => ncclDataType_t::ncclFloat16,
-        _ => ncclDataType_t::ncclFloat32,
+        Precision::Fp32 => ncclDataType_t::ncclFloat32,
     }
 }
 
@@ -696,6 +700,29 @@ mod tests {
     use super::*;
 
     const FP: &str = "planc 0.1.0, plan 1a2b, 20 steps";
+
+    #[test]
+    fn activations_travel_in_the_type_the_kernels_store_them_in() {
+        let bytes = |t| match t {
+            ncclDataType_t::ncclBfloat16 | ncclDataType_t::ncclFloat16 => 2,
+            ncclDataType_t::ncclFloat32 => 4,
+            other => panic!("{other:?}"),
+        };
+        for p in [
+            Precision::Fp32,
+            Precision::Bf16,
+            Precision::Fp16,
+            Precision::Fp8,
+        ] {
+            let storage = crate::device::cuda::storage_code(p);
+            let want = if storage == 0 { 4 } else { 2 };
+            assert_eq!(bytes(activation_type(p)), want, "{p:?}");
+        }
+        assert_eq!(
+            activation_type(Precision::Fp8),
+            ncclDataType_t::ncclBfloat16
+        );
+    }
 
     fn world(rank: usize, size: usize, port: u16) -> World {
         World {
