@@ -161,7 +161,52 @@ pub fn layout_limit(framework: Framework, generated: bool, p: &Parallel) -> Opti
             }
             None
         }
-        Framework::Torch | Framework::Planc => None,
+        Framework::Planc => {
+            // What `planc run` executes (`runtime::train::step::refuse` asks this first).
+            for (attr, v, what) in [
+                ("cp", p.cp, "context parallelism"),
+                ("ep", p.ep, "expert parallelism"),
+            ] {
+                if v > 1 {
+                    return lim(
+                        attr,
+                        format!(
+                            "{attr} = {v}: `planc run` runs tensor, pipeline and data \
+                             parallelism; {what} is not run yet"
+                        ),
+                    );
+                }
+            }
+            if p.zero >= 2 {
+                return lim(
+                    "zero",
+                    format!(
+                        "zero = {}: `planc run` shards the optimizer state (zero = 1), not \
+                         gradients or weights",
+                        p.zero
+                    ),
+                );
+            }
+            if p.offload != Offload::None {
+                return lim(
+                    "offload",
+                    format!(
+                        "offload = {}: `planc run` keeps every state on the GPU",
+                        p.offload.as_str()
+                    ),
+                );
+            }
+            if p.schedule == Schedule::ZeroBubble && p.pp > 1 {
+                return lim(
+                    "schedule",
+                    "schedule = zb_h1: `planc run` runs the gpipe, 1f1b and interleaved \
+                     schedules (zero-bubble splits backward into input and weight passes)"
+                        .into(),
+                );
+            }
+            None
+        }
+        Framework::Torch => None,
     }
 }
 
@@ -189,6 +234,17 @@ pub fn model_limit(spec: &PlanSpec) -> Option<ModelLimit> {
 /// `--finetuning_type lora --lora_rank`), which planc does not write, so its launch would
 /// train every weight as silently as the others.
 pub fn method_limit(framework: Framework, train: &Train) -> Option<ModelLimit> {
+    if framework == Framework::Planc && train.dropout > 0.0 {
+        return Some(ModelLimit {
+            framework: framework.as_str(),
+            reason: format!(
+                "dropout = {}: `planc run` trains without dropout",
+                train.dropout
+            ),
+            block: "train",
+            attr: "dropout",
+        });
+    }
     if train.method.is_full() {
         return None;
     }
@@ -309,6 +365,71 @@ mod tests {
     }
 
     #[test]
+    fn check_shows_what_planc_run_refuses_at_the_attribute_before_anything_starts() {
+        let diags = |parallel: &str, train: &str| {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 }}
+                 train {{ global_batch = 64, precision = bf16 {train} }}
+                 parallel {{ micro_batch = 1, {parallel} }}
+                 job {{ framework = planc }}"
+            );
+            let c = check_source("t.tp", &text);
+            c.diagnostics
+                .iter()
+                .map(|d| (d.code.to_string(), d.message.clone()))
+                .collect::<Vec<_>>()
+        };
+        for (parallel, code, said) in [
+            ("tp = 1, pp = 1, dp = 4, cp = 2", "P0330", "cp = 2"),
+            ("tp = 1, pp = 1, dp = 8, zero = 3", "P0330", "zero = 3"),
+            (
+                "tp = 1, pp = 1, dp = 8, zero = 1, offload = optimizer",
+                "P0330",
+                "offload",
+            ),
+            ("tp = 1, pp = 2, dp = 4, schedule = zb_h1", "P0330", "zb_h1"),
+        ] {
+            let d = diags(parallel, "");
+            assert!(
+                d.iter().any(|(c, _)| c == code),
+                "{parallel}: {d:?} (wanted {code}, {said})"
+            );
+            let limit = super::layout_limit(crate::plan::Framework::Planc, false, &{
+                let c = check_source(
+                    "t.tp",
+                    &format!(
+                        "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                         model m {{ layers = 8, hidden = 512, heads = 8, vocab = 1024, seq_len = 256 }}
+                         train {{ global_batch = 64, precision = bf16 }}
+                         parallel {{ micro_batch = 1, {parallel} }}"
+                    ),
+                );
+                c.plan.expect("a plan").parallel
+            })
+            .expect("refused");
+            assert!(limit.reason.contains(said), "{}", limit.reason);
+        }
+        let d = diags("tp = 1, pp = 1, dp = 8", ", dropout = 0.1");
+        assert!(
+            d.iter()
+                .any(|(c, m)| c == "P0331" && m.contains("training setting")),
+            "{d:?}"
+        );
+        // What runs warns of nothing.
+        for parallel in [
+            "tp = 2, pp = 2, dp = 2",
+            "tp = 1, pp = 2, dp = 4, schedule = interleaved, vpp = 2",
+        ] {
+            let d = diags(parallel, "");
+            assert!(
+                !d.iter().any(|(c, _)| c == "P0330" || c == "P0331"),
+                "{parallel}: {d:?}"
+            );
+        }
+    }
+
+    #[test]
     fn validate_the_rule_and_its_formula_agree_for_every_framework() {
         for job in [
             "framework = deepspeed",
@@ -316,6 +437,7 @@ mod tests {
             "framework = megatron",
             "framework = torchtitan",
             "framework = torch",
+            "framework = planc",
         ] {
             let (spec, all) = layouts(job);
             assert!(all.len() > 5000, "{job}: {}", all.len());

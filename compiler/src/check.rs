@@ -260,15 +260,21 @@ fn framework_runs_model(spec: &PlanSpec) -> Option<Diagnostic> {
             format!(
                 "job.framework = {} does not run this {}",
                 l.framework,
-                if l.block == "train" {
-                    "training method"
-                } else {
-                    "model"
+                match (l.block, l.attr) {
+                    ("train", "method") => "training method",
+                    ("train", _) => "training setting",
+                    _ => "model",
                 }
             ),
         )
         .at(f, s, l.reason)
-        .help(if l.block == "train" {
+        .help(if l.block == "train" && l.attr != "method" {
+            format!(
+                "the plan is priced as written, but `planc run` refuses it: set `{}.{} = 0` to \
+                 run it with planc",
+                l.block, l.attr
+            )
+        } else if l.block == "train" {
             // No launch planc writes carries a fine-tuning method (`capability::method_limit`).
             format!(
                 "the plan is priced as written, but {} refuses it: launch the fine-tuning with \

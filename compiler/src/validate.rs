@@ -356,10 +356,14 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     if let Some(limit) = crate::capability::limit(spec, p) {
         v.push(
             codes::P0330,
-            format!(
-                "planc cannot emit this layout for job.framework = {}",
-                limit.framework
-            ),
+            if limit.framework == "planc" {
+                "`planc run` does not run this layout (job.framework = planc)".to_string()
+            } else {
+                format!(
+                    "planc cannot emit this layout for job.framework = {}",
+                    limit.framework
+                )
+            },
             "parallel",
             limit.attr,
             &limit.reason,

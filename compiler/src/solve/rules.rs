@@ -426,6 +426,13 @@ fn encode_framework(spec: &PlanSpec, v: &Vars) -> Bool {
             &no_zb,
             &v.ep.eq(&one),
         ]),
+        Some(Framework::Planc) => Bool::and(&[
+            &v.cp.eq(&one),
+            &v.ep.eq(&one),
+            &v.zero.lt(k(2)),
+            &v.offload.eq(k(0)),
+            &no_zb,
+        ]),
         _ => Bool::from_bool(true),
     }
 }

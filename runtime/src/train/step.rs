@@ -70,24 +70,12 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
             l.reason, l.block, l.attr
         )));
     }
-    if plan.train.dropout > 0.0 {
+    // The layouts `planc run` executes: the compiler's table, which `check` warns from
+    // (P0330) and `solve` keeps to when the plan's job says `framework = planc`.
+    if let Some(l) = planc_compiler::capability::layout_limit(Framework::Planc, false, p) {
         return Err(RunError::NotRunYet(format!(
-            "`planc run` trains without dropout; the plan sets train.dropout = {} (set it to 0)",
-            plan.train.dropout
-        )));
-    }
-    let unsupported: Vec<String> = [("cp", p.cp), ("ep", p.ep)]
-        .iter()
-        .filter(|(_, v)| *v > 1)
-        .map(|(k, v)| format!("{k} = {v}"))
-        .collect();
-    if !unsupported.is_empty() {
-        return Err(RunError::NotRunYet(format!(
-            "`planc run` runs tensor (with or without sequence_parallel), pipeline (gpipe, \
-             1f1b, interleaved) and data parallelism (zero 0 and 1) so far; this plan also \
-             sets {} in its `parallel` block (context and expert parallelism are not run \
-             yet): set them to 1 to run it here",
-            unsupported.join(", ")
+            "{} (`parallel.{}` in the plan)",
+            l.reason, l.attr
         )));
     }
     if p.schedule == planc_compiler::plan::Schedule::ZeroBubble {
@@ -97,12 +85,6 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
              `schedule` in the `parallel` block)"
                 .into(),
         ));
-    }
-    if p.zero >= 2 {
-        return Err(RunError::NotRunYet(format!(
-            "`planc run` runs zero 0 and 1; the plan sets zero = {} in its `parallel` block",
-            p.zero
-        )));
     }
     let tp = p.tp as usize;
     if tp > 1 {
@@ -762,6 +744,7 @@ mod tests {
         for (parallel, train) in [
             ("tp = 1, pp = 1, dp = 4, cp = 2", ""),
             ("tp = 1, pp = 1, dp = 8, zero = 2", ""),
+            ("tp = 1, pp = 1, dp = 8, zero = 1, offload = optimizer", ""),
             ("tp = 1, pp = 2, dp = 4, schedule = zb_h1", ""),
             ("tp = 1, pp = 1, dp = 8", ", dropout = 0.1"),
             ("tp = 1, pp = 1, dp = 8", "|, head_dim = 128"),

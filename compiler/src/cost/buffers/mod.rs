@@ -30,7 +30,7 @@ pub mod model;
 
 use serde::Serialize;
 
-use crate::plan::{Attention, Framework, Offload, Optimizer, Plan, Position, Precision};
+use crate::plan::{Attention, Framework, Optimizer, Plan, Position, Precision};
 use crate::plan::{Recompute, Schedule};
 use launch::{
     fp8_supports, norm_partials, AMAX_HISTORY, BLAS_WORKSPACE, CHUNK_ROWS, FP8_META, FP8_WORKSPACE,
@@ -418,13 +418,10 @@ pub fn stage_buffers(shape: &Shape, micro_batches: usize) -> Result<StageBuffers
 /// where the runtime does not run the plan's layout or model as written.
 pub fn of_plan(plan: &Plan, stage: u64, micro_batches: u64) -> Option<StageBuffers> {
     let p = &plan.parallel;
-    let runs = p.cp == 1
-        && p.ep <= 1
-        && p.zero < 2
-        && p.offload == Offload::None
+    // What `planc run` refuses (`capability`; its zero-bubble refusal covers one stage too).
+    let runs = crate::capability::layout_limit(Framework::Planc, false, p).is_none()
         && p.schedule != Schedule::ZeroBubble
-        && plan.train.dropout == 0.0
-        && plan.train.method.is_full()
+        && crate::capability::method_limit(Framework::Planc, &plan.train).is_none()
         && crate::capability::framework_model_limit(Framework::Planc, &plan.model).is_none();
     if !runs {
         return None;
