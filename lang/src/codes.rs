@@ -246,14 +246,16 @@ codes! {
          DeepSpeed's config has no pipeline, context or expert parallelism (the model code would \
          have to provide them, as Megatron-DeepSpeed's does, and the training script planc \
          generates splits data only), Megatron-LM has no ZB-H1 schedule, no parameter offload \
-         and (as planc emits it) no FSDP with pipeline stages, torchtitan has no ZeRO-1. The plan \
-         is priced as written (a published run may have had such model code), but `planc emit` \
-         refuses the layout (P0706), and `planc solve` searches only layouts the framework runs. \
+         and (as planc emits it) no FSDP with pipeline stages, torchtitan has no ZeRO-1, and \
+         `planc run` (framework planc) runs no context or expert parallelism, no ZeRO-2/3, no \
+         offload and no zero-bubble schedule. The plan is priced as written (a published run \
+         may have had such model code), but `planc emit` refuses the layout (P0706; `planc \
+         run`: P0901), and `planc solve` searches only layouts the framework runs. \
          Change the attribute, or the framework, to emit it.";
     P0331 Warning "the framework does not run this model or training method"
         "The plan's `job.framework` has no code for part of the model or of the training method \
          it describes: `planc run` (framework planc) trains heads of hidden / heads (no \
-         `head_dim` of their own) and full training only; torchtitan's Llama 3 has no \
+         `head_dim` of their own), full training only and no dropout; torchtitan's Llama 3 has no \
          `head_dim` of its own either; no launch planc writes carries a fine-tuning method (`method = lora` or \
          `frozen`): Megatron-LM, torchtitan and the script planc generates train every weight, \
          and a job's own script takes the method in flags of its own (LLaMA-Factory's \
