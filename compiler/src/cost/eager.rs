@@ -52,6 +52,19 @@
 //!   `silu` and a multiply, rope in complex fp32 (`view_as_complex`, a multiply, `type_as`),
 //!   grouped keys and values repeated (`repeat_kv`), the loss on fp32 logits, fused AdamW.
 //!
+//! The host dispatches every one of those kernels: Python, PyTorch's dispatcher and, forward,
+//! the autograd node it records ([`HOST_FORWARD_OP_S`], [`HOST_BACKWARD_OP_S`], measured).
+//! The GPU's queue lets the host run ahead while kernels are longer than their dispatch, and
+//! drains where the pass waits (a pipeline transfer, the optimizer's host round trips), so
+//! `cost::time` takes each pass, a layer's forward or backward, the embedding's, the output
+//! layer's, as the larger of its kernels' time and the host's dispatch of its operations
+//! ([`forward_dispatches`], [`backward_dispatches`]): the GPU time where the kernels are
+//! long, the host's where they are short (a small model, a small micro-batch). The
+//! optimizers' per-tensor loops pay the host's time a kernel. Left out: the host's own
+//! stalls (a `.item()` or a `torch.tensor` of device values outside the optimizer), the
+//! hooks of DeepSpeed's ZeRO-3 and FSDP around each parameter, and Python's time between
+//! operations beyond the measured op.
+//!
 //! The fused attention (`attention = flash`) stays one kernel (PyTorch's SDPA, FlexAttention):
 //! only Megatron-LM's local path has none (`check` prices it as standard, P0327).
 //!
@@ -709,6 +722,47 @@ fn loss(d: &Dims, n: f64) -> Passes {
     p
 }
 
+/// How long the host takes to dispatch one small eager PyTorch operation forward, recorded
+/// for autograd (Python, the dispatcher, the autograd node, the launch): 9.84 µs, and one
+/// in autograd's backward: 11.77 µs. Measured on the lent H200 host, torch 2.11,
+/// `runtime/tests/gpu/host_ops.py` (4000 chained `y * a + b` on a 64 × 64 tensor),
+/// 2026-11-28. Under `no_grad` (the optimizers' loops) an op records no node, so there the
+/// forward figure is an upper bound.
+pub const HOST_FORWARD_OP_S: f64 = 9.84e-6;
+pub const HOST_BACKWARD_OP_S: f64 = 11.77e-6;
+
+/// The operations the host dispatches to run `ops` forward: each kernel an unfused operation
+/// lists, each other operation one (a product, a kernel left fused, a collective), a grouped
+/// product's experts one each, a ring exchange's steps.
+pub fn forward_dispatches(ops: &[Op]) -> f64 {
+    ops.iter()
+        .map(|o| match &o.kind {
+            OpKind::Unfused(p) => p.forward.len() as f64,
+            OpKind::GroupedGemm { count, .. } => *count,
+            OpKind::RingExchange { steps, .. } => *steps as f64,
+            _ => 1.0,
+        })
+        .sum()
+}
+
+/// The operations autograd dispatches to run `ops` backward: each backward kernel an unfused
+/// operation lists, a product's input gradient and, where `trains` says its weight trains,
+/// its weight gradient, every other operation one.
+pub fn backward_dispatches(ops: &[Op], trains: impl Fn(&Op) -> bool) -> f64 {
+    ops.iter()
+        .map(|o| {
+            let products = if trains(o) { 2.0 } else { 1.0 };
+            match &o.kind {
+                OpKind::Unfused(p) => p.backward.len() as f64,
+                OpKind::Gemm { .. } => products,
+                OpKind::GroupedGemm { count, .. } => count * products,
+                OpKind::RingExchange { steps, .. } => *steps as f64,
+                _ => 1.0,
+            }
+        })
+        .sum()
+}
+
 /// A host round trip a tensor: Megatron-LM's `local_multi_tensor_l2_norm` takes each
 /// tensor's norm and copies it to the host (`torch.tensor` of the list of norms) before the
 /// next: two launches on an idle stream, each as the shipped H200 profile measured a kernel
@@ -716,8 +770,14 @@ fn loss(d: &Dims, n: f64) -> Passes {
 const HOST_ROUND_TRIP_S: f64 = 2.0 * 7.5e-6;
 
 /// A kernel the host launches for each parameter tensor, when the tensor is small: no
-/// faster than a launch (`cost::time`'s floor, 4 µs).
-const LAUNCH_S: f64 = 4e-6;
+/// faster than a launch on the GPU (`cost::time`'s floor, 4 µs), nor than the host's
+/// dispatch of the op ([`HOST_FORWARD_OP_S`]): the host's, since the loop's kernels are
+/// shorter than their dispatch.
+const LAUNCH_S: f64 = if HOST_FORWARD_OP_S > 4e-6 {
+    HOST_FORWARD_OP_S
+} else {
+    4e-6
+};
 
 /// The optimizer step of `path` over `params` parameters of this GPU, `local` of them in its
 /// shard, in `tensors` parameter tensors: the update's passes as the framework's optimizer
@@ -1110,6 +1170,67 @@ mod tests {
         let b = crate::cost::time::layer_backward(&p, &gelu, f, &dev, &pl);
         assert!((f.compute - total(&dev, &passes.forward)).abs() < 1e-12);
         assert!((b.compute - total(&dev, &passes.backward)).abs() < 1e-12);
+    }
+
+    /// A small GPT-2-shaped model on one H200 under `train.py`, `micro_batch` sequences of
+    /// 128 tokens a micro-batch, with `dropout`.
+    fn small(micro_batch: u64, seq: u64, dropout: f64) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }}
+             model m {{ layers = 2, hidden = 64, heads = 2, vocab = 1000, seq_len = {seq}, position = learned, norm = layernorm, mlp = gelu, bias = true }}
+             train {{ global_batch = {micro_batch}, precision = bf16, optimizer = adamw, attention = standard, dropout = {dropout} }}
+             parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = {micro_batch}, recompute = none }}
+             job j {{ framework = torch }}"
+        );
+        let c = check_source("t.tp", &text);
+        assert!(c.ok(), "{:#?}", c.diagnostics);
+        c.plan.unwrap()
+    }
+
+    #[test]
+    fn a_pass_of_short_kernels_waits_for_the_host_and_a_long_one_does_not() {
+        use crate::cost::method::{is_weight_product, trains_weight};
+        use crate::cost::time::{pieces, placement, time_ops, Device};
+        let layer = |p: &Plan| {
+            let g = &p.cluster.groups[0];
+            let dev = Device {
+                gpu: &g.gpu,
+                precision: p.train.precision,
+            };
+            let pl = placement(p, g);
+            let ops = layer_forward(p);
+            let gpu = time_ops(&ops, &dev, &pl).total();
+            let pc = pieces(p, &dev, &pl);
+            let bwd = backward_dispatches(&ops, |o| is_weight_product(o) && trains_weight(p, o));
+            (
+                pc.layer_fwd.total(),
+                pc.layer_bwd.total(),
+                gpu,
+                forward_dispatches(&ops),
+                bwd,
+            )
+        };
+        // One sequence of 128 tokens through a 64-wide layer: every kernel is shorter than
+        // its dispatch, so the pass is the host's.
+        let (fwd, bwd, gpu, n_fwd, n_bwd) = layer(&small(1, 128, 0.0));
+        assert!(gpu < fwd, "{gpu} {fwd}");
+        assert!(
+            (fwd - n_fwd * HOST_FORWARD_OP_S).abs() < 1e-12,
+            "{fwd} {n_fwd}"
+        );
+        assert!(
+            (bwd - n_bwd * HOST_BACKWARD_OP_S).abs() < 1e-12,
+            "{bwd} {n_bwd}"
+        );
+        // Dropout adds the attention's mask, a kernel each way: one dispatch more each.
+        let (fwd_d, bwd_d, _, n_fwd_d, n_bwd_d) = layer(&small(1, 128, 0.1));
+        assert_eq!((n_fwd_d, n_bwd_d), (n_fwd + 1.0, n_bwd + 1.0));
+        assert!((fwd_d - fwd - HOST_FORWARD_OP_S).abs() < 1e-12);
+        assert!((bwd_d - bwd - HOST_BACKWARD_OP_S).abs() < 1e-12);
+        // 64 sequences of 2048: the kernels outrun the host, the GPU's price stands.
+        let (fwd, _, gpu, n_fwd, _) = layer(&small(64, 2048, 0.0));
+        assert!(n_fwd * HOST_FORWARD_OP_S < gpu);
+        assert_eq!(fwd, gpu);
     }
 
     #[test]

@@ -859,7 +859,52 @@ fn layer_passes(
         .collect();
     // The accumulation follows the weight gradients it adds.
     let wgrad = time_ops(&weight_products, dev, pl).compute + accumulation;
+    if super::eager::path(plan).is_some() {
+        let (host_fwd, host_bwd) = layer_dispatch(plan, ops);
+        host_floor(&mut fwd, host_fwd);
+        host_floor(&mut bwd, host_bwd);
+    }
     (fwd, bwd, wgrad)
+}
+
+/// The host's time to dispatch one layer's forward and backward on an unfused path
+/// (`cost::eager`): the forward's operations; autograd's backward operations, with
+/// Megatron-LM's `main_grad.add_` hook a parameter tensor where the products do not
+/// accumulate, and the forward run again where the layer recomputes it.
+fn layer_dispatch(plan: &Plan, ops: &[Op]) -> (f64, f64) {
+    use super::eager::{
+        backward_dispatches, forward_dispatches, HOST_BACKWARD_OP_S, HOST_FORWARD_OP_S,
+    };
+    let fwd = forward_dispatches(ops) * HOST_FORWARD_OP_S;
+    let mut bwd = backward_dispatches(ops, |o| {
+        super::method::is_weight_product(o) && trains_weight(plan, o)
+    }) * HOST_BACKWARD_OP_S;
+    if !super::eager::accumulates_in_products(plan) {
+        bwd += super::eager::parameter_tensors(plan, 1.0, false, false) * HOST_BACKWARD_OP_S;
+    }
+    match plan.parallel.recompute {
+        Recompute::Full => bwd += fwd,
+        Recompute::Selective
+            if plan.train.attention == Attention::Standard
+                && plan.framework() != Framework::Planc =>
+        {
+            let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
+            bwd += forward_dispatches(&core) * HOST_FORWARD_OP_S;
+        }
+        _ => {}
+    }
+    (fwd, bwd)
+}
+
+/// An eager pass takes no less than the host's dispatch of its operations, `host` seconds:
+/// the GPU's queue runs ahead of the host only while the kernels are longer than their
+/// dispatch, and drains at the pass's ends (a pipeline transfer, the next pass's wait).
+/// What the host adds shows as compute (the GPU idles between kernels).
+fn host_floor(t: &mut PassTime, host: f64) {
+    let gap = host - t.total();
+    if gap > 0.0 {
+        t.compute += gap;
+    }
 }
 
 pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
@@ -906,6 +951,34 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
         head_bwd.add(time_ops(&products, dev, pl).scale(-1.0));
         0.0
     };
+    let (mut embedding_fwd, mut embedding_bwd, mut head_fwd, mut head_bwd) =
+        (embedding_fwd, embedding_bwd, head_fwd, head_bwd);
+    if super::eager::path(plan).is_some() {
+        use super::eager::{
+            backward_dispatches, forward_dispatches, HOST_BACKWARD_OP_S, HOST_FORWARD_OP_S,
+        };
+        let embedding_ops = embedding_forward(plan);
+        host_floor(
+            &mut embedding_fwd,
+            forward_dispatches(&embedding_ops) * HOST_FORWARD_OP_S,
+        );
+        if trains_ends {
+            host_floor(
+                &mut embedding_bwd,
+                backward_dispatches(&embedding_ops, |_| false) * HOST_BACKWARD_OP_S,
+            );
+        }
+        host_floor(
+            &mut head_fwd,
+            forward_dispatches(&head_forward(plan)) * HOST_FORWARD_OP_S,
+        );
+        host_floor(
+            &mut head_bwd,
+            backward_dispatches(&head_bwd_ops, |o| {
+                trains_ends && super::method::is_weight_product(o)
+            }) * HOST_BACKWARD_OP_S,
+        );
+    }
     let p2p = if p.pp > 1 {
         let m = &plan.model;
         // In 128 bits: three counts of up to 2^24 overflow 64.
