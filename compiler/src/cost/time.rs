@@ -794,11 +794,20 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
 /// reduction bucket, `__add_grad_to_ipg_bucket`). Megatron-LM and planc's runtime have no
 /// ZeRO-3 path here: nothing to price.
 ///
+/// On one GPU the copies remain where the framework still shards: the `train.py` planc
+/// writes applies `fully_shard` whatever the world size, and FSDP2 runs the same copy-in,
+/// gather and copy-out over a group of one (`_fsdp_collectives.py` has no single-rank path
+/// around them); `fsdp_probe.py` on one H100 (docs/measurements.md, 2026-11-25) measured
+/// +0.27 ms a layer of 24 × 2048 under reshard after forward, where these copies price 0.24.
+/// torchtitan applies FSDP only over a sharded group (`dp_shard > 1`); DeepSpeed is left
+/// unpriced there (not measured).
+///
 /// `params` are the layer's held weights (gathered, frozen ones too), `trained` those whose
 /// gradients are reduced.
 pub fn sharded_param_copies(plan: &Plan, params: f64, trained: f64, dev: &Device) -> (f64, f64) {
     let p = &plan.parallel;
-    if p.zero < 3 || p.dp * p.cp <= 1 {
+    let sharded = p.dp * p.cp > 1 || plan.framework() == Framework::Torch;
+    if p.zero < 3 || !sharded {
         return (0.0, 0.0);
     }
     if !matches!(
@@ -2229,6 +2238,36 @@ mod tests {
         assert_eq!(
             sharded_param_copies(&bf16, params, params, &dev).1,
             fwd + dev.memory(4.0 * params)
+        );
+    }
+
+    #[test]
+    fn fsdp2_on_one_gpu_still_copies_where_train_py_shards() {
+        let one = |framework: &str| {
+            let mut plan = fsdp_plan(framework, "fp32");
+            plan.kernels = crate::plan::Kernels::Fused;
+            plan.parallel.dp = 1;
+            plan.cluster.groups[0].gpus_per_node = 1;
+            plan
+        };
+        let (torch, titan) = (one("torch"), one("torchtitan"));
+        let dev = Device {
+            gpu: &torch.cluster.groups[0].gpu,
+            precision: torch.train.precision,
+        };
+        let params = layer_params_per_gpu(&torch);
+        // train.py wraps every block in `fully_shard` on one GPU too: the same copies as
+        // over eight.
+        let eight = fsdp_plan("torch", "fp32");
+        assert_eq!(
+            sharded_param_copies(&torch, params, params, &dev),
+            sharded_param_copies(&eight, params, params, &dev)
+        );
+        assert!(sharded_param_copies(&torch, params, params, &dev).0 > 0.0);
+        // torchtitan does not apply FSDP without a sharded group.
+        assert_eq!(
+            sharded_param_copies(&titan, params, params, &dev),
+            (0.0, 0.0)
         );
     }
 
