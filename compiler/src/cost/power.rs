@@ -26,22 +26,35 @@ fn curve(g: &NodeGroup) -> Option<&PowerCurve> {
 /// 1B on two H200s spends a fifth of its step in collectives, and its products ran in 0.82x
 /// the time priced from its compute alone, 2026-11-28).
 pub fn utilisation(plan: &Plan) -> Option<f64> {
+    if plan
+        .cluster
+        .groups
+        .iter()
+        .all(|g| g.gpu.power_slowdown.is_none())
+    {
+        return share_at_burst(plan);
+    }
     let mut burst = plan.clone();
     for g in &mut burst.cluster.groups {
         g.gpu.power_slowdown = None;
     }
+    share_at_burst(&burst)
+}
+
+/// [`utilisation`] of a plan already priced at burst rates (no power slowdown set).
+fn share_at_burst(plan: &Plan) -> Option<f64> {
     let mut est = None;
     let micro_batches = plan.parallel.grad_accum(plan.train.global_batch).max(1) as f64;
     let mut u: Option<f64> = None;
     for s in 0..plan.parallel.pp {
-        let group = stage_group(&burst, s);
+        let group = stage_group(plan, s);
         let Some(c) = curve(group) else { continue };
         let dev = Device {
             gpu: &group.gpu,
             precision: plan.train.precision,
         };
-        let t = stage_time(&burst, s, &dev, &placement(&burst, group));
-        let e = est.get_or_insert_with(|| super::estimate(&burst));
+        let t = stage_time(plan, s, &dev, &placement(plan, group));
+        let e = est.get_or_insert_with(|| super::estimate(plan));
         let busy = e.step_s - e.stages[s as usize].optimizer_s;
         if busy > 0.0 && c.product_tflops > 0.0 {
             let flops = (t.forward.flops + t.backward.flops) * micro_batches;
@@ -62,7 +75,7 @@ pub fn settle(plan: &mut Plan) -> Option<f64> {
     for g in &mut plan.cluster.groups {
         g.gpu.power_slowdown = None;
     }
-    let u = utilisation(plan)?;
+    let u = share_at_burst(plan)?;
     for g in &mut plan.cluster.groups {
         g.gpu.power_slowdown = curve(g).map(|c| c.slowdown(u));
     }
