@@ -196,7 +196,8 @@ pub fn layout_limit(framework: Framework, generated: bool, p: &Parallel) -> Opti
                     ),
                 );
             }
-            if p.schedule == Schedule::ZeroBubble && p.pp > 1 {
+            // Refused on one stage too: the runtime's program has no zero-bubble schedule.
+            if p.schedule == Schedule::ZeroBubble {
                 return lim(
                     "schedule",
                     "schedule = zb_h1: `planc run` runs the gpipe, 1f1b and interleaved \

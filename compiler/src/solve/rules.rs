@@ -431,7 +431,7 @@ fn encode_framework(spec: &PlanSpec, v: &Vars) -> Bool {
             &v.ep.eq(&one),
             &v.zero.lt(k(2)),
             &v.offload.eq(k(0)),
-            &no_zb,
+            &Bool::from_bool(!zb),
         ]),
         _ => Bool::from_bool(true),
     }

@@ -78,14 +78,6 @@ pub fn refuse(plan: &Plan, world: &World) -> Result<(), RunError> {
             l.reason, l.attr
         )));
     }
-    if p.schedule == planc_compiler::plan::Schedule::ZeroBubble {
-        return Err(RunError::NotRunYet(
-            "`planc run` runs the gpipe, 1f1b and interleaved schedules; this plan's \
-             zero-bubble schedule splits backward into input and weight passes (change \
-             `schedule` in the `parallel` block)"
-                .into(),
-        ));
-    }
     let tp = p.tp as usize;
     if tp > 1 {
         let dims = Dims::of(plan, None).map_err(RunError::Plan)?;

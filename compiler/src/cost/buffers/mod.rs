@@ -30,8 +30,8 @@ pub mod model;
 
 use serde::Serialize;
 
+use crate::plan::Recompute;
 use crate::plan::{Attention, Framework, Optimizer, Plan, Position, Precision};
-use crate::plan::{Recompute, Schedule};
 use launch::{
     fp8_supports, norm_partials, AMAX_HISTORY, BLAS_WORKSPACE, CHUNK_ROWS, FP8_META, FP8_WORKSPACE,
     MAX_HEAD_DIM, MIN_ALLOC, REP_BLOCKS, SCALARS,
@@ -418,9 +418,8 @@ pub fn stage_buffers(shape: &Shape, micro_batches: usize) -> Result<StageBuffers
 /// where the runtime does not run the plan's layout or model as written.
 pub fn of_plan(plan: &Plan, stage: u64, micro_batches: u64) -> Option<StageBuffers> {
     let p = &plan.parallel;
-    // What `planc run` refuses (`capability`; its zero-bubble refusal covers one stage too).
+    // What `planc run` refuses (`capability`).
     let runs = crate::capability::layout_limit(Framework::Planc, false, p).is_none()
-        && p.schedule != Schedule::ZeroBubble
         && crate::capability::method_limit(Framework::Planc, &plan.train).is_none()
         && crate::capability::framework_model_limit(Framework::Planc, &plan.model).is_none();
     if !runs {
