@@ -511,6 +511,7 @@ impl Gpu {
             .functions
             .get(kernel)
             .unwrap_or_else(|| panic!("kernel {kernel} is not in KERNELS"));
+        super::signature::check(kernel, args).map_err(RunError::Cuda)?;
         let mut vals: Vec<[u8; 8]> = args
             .iter()
             .map(|a| match *a {
@@ -532,8 +533,8 @@ impl Gpu {
             .iter_mut()
             .map(|v| v.as_mut_ptr() as *mut c_void)
             .collect();
-        // SAFETY: the arguments match the kernel's parameters in kernels.cu (each launch
-        // site passes them in declaration order, with the declared widths).
+        // SAFETY: the arguments match the kernel's parameters in kernels.cu, in number and
+        // width (`signature::check` above, from the source's declaration).
         unsafe {
             result::launch_kernel(
                 f,

@@ -4,7 +4,8 @@
 //! cuBLASLt, `fp8`), the launchers of the kernel families that take more than
 //! one launch or a grid of their own (`attention` the fused attention, with
 //! `attention_cudnn` cuDNN's fused attention where it runs, `rows` the norms and
-//! their partial sums, `activation` the MLP's GELU and SwiGLU), and several GPUs (`dist`:
+//! their partial sums, `activation` the MLP's GELU and SwiGLU, `optimizer` the update),
+//! each kernel's declared parameters checked at every launch (`signature`), and several GPUs (`dist`:
 //! ranks, rendezvous, NCCL communicators and the watchdog; `trail`: the NCCL operations a
 //! rank queued, for the watchdog to name the one the GPU is stuck in), and `graph`: stream
 //! work recorded once as a CUDA graph and replayed with one launch.
@@ -19,7 +20,9 @@ pub mod cuda;
 pub mod dist;
 pub mod fp8;
 pub mod graph;
+pub mod optimizer;
 pub mod rows;
+pub mod signature;
 pub mod trail;
 
 /// GPUs the CUDA driver shows here; 0 without a driver.

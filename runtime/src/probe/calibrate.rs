@@ -21,6 +21,7 @@ use crate::device::attention_cudnn;
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::fp8;
+use crate::device::optimizer::{self, AdamW, Range};
 use crate::device::rows::{norm_partials, NormGrads, NormSaved, Norms};
 use crate::error::RunError;
 use crate::train::engine::{softmax_causal_fwd, standard_core_bwd, StandardGrads};
@@ -892,29 +893,16 @@ fn optimizer_point(gpu: &mut Gpu, hbm_bandwidth: f64) -> Result<OptimizerPoint, 
     let [w, wx, g, m, v, decay] = bufs;
     let wx = if xsz == 4 { Buf::NULL } else { wx };
     let s = time(gpu, 20, || {
-        gpu.launch_n(
-            "adamw_flat",
-            n.div_ceil(4),
-            &[
-                Arg::P(w),
-                Arg::P(wx),
-                Arg::P(g),
-                Arg::P(m),
-                Arg::P(v),
-                Arg::L(n as i64),
-                Arg::L(0),
-                Arg::P(decay),
-                Arg::F(1e-4),
-                Arg::F(0.9),
-                Arg::F(0.95),
-                Arg::F(1e-8),
-                Arg::F(0.1),
-                Arg::F(0.5),
-                Arg::F(0.5),
-                Arg::F(1.0),
-                Arg::I(1),
-            ],
-        )
+        let r = Range {
+            w,
+            wx,
+            g,
+            n,
+            lo: 0,
+            decay,
+        };
+        let h = AdamW::at_step(1e-4, (0.9, 0.95, 1e-8), 0.1, 1, 1.0);
+        optimizer::adamw(gpu, r, m, v, &h)
     })?;
     for b in bufs {
         gpu.free(b)?;

@@ -3,6 +3,7 @@
 
 use super::{Engine, Res};
 use crate::device::cuda::{Arg, Buf};
+use crate::device::optimizer::{self, AdamW, Range};
 use crate::error::RunError;
 use crate::train::model;
 use planc_compiler::cost::buffers::launch::REP_BLOCKS;
@@ -25,60 +26,27 @@ impl Engine {
         gscale: f32,
         (lo, hi): (usize, usize),
     ) -> Res {
-        let bc1 = 1.0 - (b1 as f64).powi(t as i32);
-        let bc2 = 1.0 - (b2 as f64).powi(t as i32);
-        let wx = if self.xsz == 4 {
-            Buf::NULL
-        } else {
-            self.wx.at(lo, self.xsz)
-        };
         let n = hi - lo;
         if n == 0 {
             return Ok(());
         }
-        let (w, g) = (self.w32.at(lo, 4), self.grad.at(lo, 4));
+        let r = Range {
+            w: self.w32.at(lo, 4),
+            wx: if self.xsz == 4 {
+                Buf::NULL
+            } else {
+                self.wx.at(lo, self.xsz)
+            },
+            g: self.grad.at(lo, 4),
+            n,
+            lo,
+            decay: self.decay,
+        };
         if self.shape.optimizer == Optimizer::Sgd {
-            self.gpu.launch_n(
-                "sgd_flat",
-                n,
-                &[
-                    Arg::P(w),
-                    Arg::P(wx),
-                    Arg::P(g),
-                    Arg::L(n as i64),
-                    Arg::L(lo as i64),
-                    Arg::P(self.decay),
-                    Arg::F(lr),
-                    Arg::F(wd),
-                    Arg::F(gscale),
-                ],
-            )
+            optimizer::sgd(&self.gpu, r, lr, wd, gscale)
         } else {
-            // Four elements a thread; 16-byte accesses where the range starts on a multiple
-            // of four (the buffers themselves are 256-byte aligned).
-            self.gpu.launch_n(
-                "adamw_flat",
-                n.div_ceil(4),
-                &[
-                    Arg::P(w),
-                    Arg::P(wx),
-                    Arg::P(g),
-                    Arg::P(self.m),
-                    Arg::P(self.v),
-                    Arg::L(n as i64),
-                    Arg::L(lo as i64),
-                    Arg::P(self.decay),
-                    Arg::F(lr),
-                    Arg::F(b1),
-                    Arg::F(b2),
-                    Arg::F(eps),
-                    Arg::F(wd),
-                    Arg::F(bc1 as f32),
-                    Arg::F(bc2.sqrt() as f32),
-                    Arg::F(gscale),
-                    Arg::I((lo % 4 == 0) as i32),
-                ],
-            )
+            let h = AdamW::at_step(lr, (b1, b2, eps), wd, t, gscale);
+            optimizer::adamw(&self.gpu, r, self.m, self.v, &h)
         }
     }
 
