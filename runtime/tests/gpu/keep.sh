@@ -11,6 +11,9 @@
 #          75 (preempted); `--resume` starts after the step it reached and gives the losses
 #          of an uninterrupted run (relative 1e-6), then SIGUSR1 without --save: exit 75 and
 #          says nothing was saved.
+#          LAYOUT=dp2|tp2|pp2 runs it on two GPUs in that layout: the launcher forwards the
+#          signal to both ranks, which agree on the step to stop after (through the step's
+#          scalar sums), both save it and the run exits 75.
 # Prints one PASS or FAIL line per check; exit 1 if any failed. PARTS picks the parts.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -109,6 +112,17 @@ if want preempt; then
     rm -rf "$d" && mkdir -p "$d"
     # The small fp32 GPT of numerics.sh on the synthetic corpus (no token file needed).
     sed -e '/^[[:space:]]*data[[:space:]]*=/d' "$here/gpt-fp32.tp" >"$d/plan.tp"
+    case ${LAYOUT:-} in
+        dp2 | tp2 | pp2)
+            sed -i -e 's/gpus_per_node = 1/gpus_per_node = 2/' \
+                -e "s/^\([[:space:]]*${LAYOUT%2}[[:space:]]*=[[:space:]]*\)1/\12/" "$d/plan.tp"
+            # Two data-parallel ranks of one micro-batch of 8 each.
+            [ "$LAYOUT" = dp2 ] && sed -i -e 's/global_batch = 8/global_batch = 16/' "$d/plan.tp"
+            echo "== preempt: on two GPUs, ${LAYOUT%2} = 2"
+            ;;
+        "") ;;
+        *) echo "LAYOUT=$LAYOUT: dp2, tp2 or pp2" && exit 2 ;;
+    esac
     echo "== preempt: uninterrupted, $N steps"
     "$planc" run "$d/plan.tp" --steps "$N" --metrics "$d/full.jsonl" --color never \
         >"$d/full.log" 2>&1 || fail "preempt: the uninterrupted run exited $? ($d/full.log)"

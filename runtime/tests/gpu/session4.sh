@@ -15,6 +15,9 @@ out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out"
 . "$here/env.sh"
 parts=" ${PARTS:-kernels numerics keep speed torch} "
+# KERNEL_TESTS narrows the kernels part; NUMERICS_SETS runs numerics.sh once per
+# "CASES/VARIANTS" set (default: every case), e.g. "llama-bf16/accum gpt-fp32,llama-fp32/".
+tests=${KERNEL_TESTS:-autograd norms tp_kernels flash attention_cudnn fp8 graphs}
 budget=${BUDGET:-520}
 t0=$(date +%s)
 want() {
@@ -26,7 +29,7 @@ want() {
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 if want kernels; then
     mkdir -p "$out/kernels"
-    for t in autograd norms tp_kernels flash attention_cudnn fp8 graphs; do
+    for t in $tests; do
         timeout 120 "$root/.dev/tests/$t" --nocapture >"$out/kernels/$t.log" 2>&1
         rc=$?
         echo "-- $t: exit $rc, $(grep -c '^test .* ok$' "$out/kernels/$t.log") ok, $(grep -c 'FAILED\|panicked' "$out/kernels/$t.log") failed/panicked; $(grep -ciE 'skipped' "$out/kernels/$t.log") skipped lines"
@@ -34,10 +37,14 @@ if want kernels; then
     done
 fi
 if want numerics; then
-    PLANC=$planc timeout 260 "$here/numerics.sh" "$out/numerics" >"$out/numerics.log" 2>&1
-    echo "exit $?"
-    tail -n 16 "$out/numerics.log"
-    rm -rf "$out/numerics"
+    for set in ${NUMERICS_SETS:-all}; do
+        if [ "$set" = all ]; then c=; v="flash recompute accum"; else c=${set%%/*}; v=${set#*/}; fi
+        CASES=${c//,/ } VARIANTS=${v//,/ } PLANC=$planc timeout 300 "$here/numerics.sh" "$out/numerics" \
+            >>"$out/numerics.log" 2>&1
+        echo "exit $? ($set)"
+        sed -n '/^case /,$p' "$out/numerics.log" | tail -n 12
+        rm -rf "$out/numerics"
+    done
 fi
 if want keep; then
     timeout 150 "$here/keep.sh" "$out/keep" >"$out/keep.log" 2>&1
