@@ -14,6 +14,8 @@
 
 use super::attention_cudnn::Sdpa;
 use super::cuda::{Arg, Buf, Gpu};
+use super::heads::TILE;
+pub use super::heads::{Grads, Heads};
 use crate::error::RunError;
 
 /// Which kernels run the attention: planc's scalar or tensor-core ones, or cuDNN's plans.
@@ -37,44 +39,11 @@ impl From<bool> for Kernels<'_> {
 
 type Res = Result<(), RunError>;
 
-/// Rows of a tensor-core tile (queries and keys alike) and threads of its block.
-const TILE: usize = 64;
+/// Threads of a tensor-core tile's block.
 const TC_THREADS: u32 = 128;
 /// The scalar kernels hold a row in registers, 8 elements a lane: up to this head size
 /// (the memory plan refuses larger ones under flash attention).
 pub use planc_compiler::cost::buffers::launch::MAX_HEAD_DIM;
-
-/// The attention's shape: q, k, v and o are [b, h, t, d].
-#[derive(Clone, Copy, Debug)]
-pub struct Heads {
-    pub b: usize,
-    pub h: usize,
-    pub t: usize,
-    pub d: usize,
-    /// Bytes of the storage type (4: fp32).
-    pub xsz: usize,
-}
-
-impl Heads {
-    /// Whether the tensor-core kernels take this shape.
-    pub fn tensor_cores(&self) -> bool {
-        self.xsz == 2 && matches!(self.d, 32 | 64 | 128) && self.t.is_multiple_of(TILE)
-    }
-
-    fn rows(&self) -> usize {
-        self.b * self.h * self.t
-    }
-
-    fn scale(&self) -> f32 {
-        1.0 / (self.d as f32).sqrt()
-    }
-
-    /// Dynamic shared memory of the tensor-core kernels: `tiles` tiles of TILE rows of
-    /// d + 8 elements (padding against bank conflicts), plus `floats` fp32 values.
-    fn smem(&self, tiles: usize, floats: usize) -> u32 {
-        (tiles * TILE * (self.d + 8) * self.xsz + floats * 4) as u32
-    }
-}
 
 /// o = softmax(QKᵀ/√d, causal)·V, into `o` [b, t, h·d], and lse = each row's logsumexp
 /// ([b·h·t] fp32).
@@ -126,55 +95,6 @@ pub fn forward<'a>(
                 Arg::F(hd.scale()),
             ],
         )
-    }
-}
-
-/// Where backward writes dq, dk and dv: row `t` of head `h` of sequence `b` at
-/// `b·bs + h·hs + t·rs` elements from each pointer.
-#[derive(Clone, Copy, Debug)]
-pub struct Grads {
-    pub dq: Buf,
-    pub dk: Buf,
-    pub dv: Buf,
-    bs: i64,
-    hs: i32,
-    rs: i32,
-    /// fp32 [b·h·t]: D_i = Σ O·dO, filled by backward.
-    pub dd: Buf,
-}
-
-impl Grads {
-    /// Where row `t` of head `h` of sequence `b` sits: (batch, head, row) strides in elements.
-    pub fn strides(&self) -> (i64, i64, i64) {
-        (self.bs, self.hs as i64, self.rs as i64)
-    }
-
-    /// Three [b, h, t, d] buffers.
-    pub fn heads(hd: Heads, (dq, dk, dv): (Buf, Buf, Buf), dd: Buf) -> Grads {
-        Grads {
-            dq,
-            dk,
-            dv,
-            bs: (hd.h * hd.t * hd.d) as i64,
-            hs: (hd.t * hd.d) as i32,
-            rs: hd.d as i32,
-            dd,
-        }
-    }
-
-    /// The merged gradient of the qkv projection, [b, t, 3·h·d] (q, k, v heads in turn):
-    /// only with as many key/value heads as query heads and no rope.
-    pub fn qkv(hd: Heads, dqkv: Buf, dd: Buf) -> Grads {
-        let w = hd.h * hd.d;
-        Grads {
-            dq: dqkv,
-            dk: dqkv.at(w, hd.xsz),
-            dv: dqkv.at(2 * w, hd.xsz),
-            bs: (hd.t * 3 * w) as i64,
-            hs: hd.d as i32,
-            rs: (3 * w) as i32,
-            dd,
-        }
     }
 }
 

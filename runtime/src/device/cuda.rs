@@ -14,6 +14,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use planc_compiler::plan::Precision;
 
+use super::signature::{self, Param};
 use crate::error::RunError;
 
 pub fn err(e: impl std::fmt::Debug) -> RunError {
@@ -262,6 +263,18 @@ pub enum Arg {
     F(f32),
 }
 
+impl Arg {
+    /// The kind of parameter this argument passes, as `signature` reads declarations.
+    pub fn param(&self) -> Param {
+        match self {
+            Arg::P(_) => Param::Ptr,
+            Arg::I(_) => Param::I32,
+            Arg::L(_) => Param::I64,
+            Arg::F(_) => Param::F32,
+        }
+    }
+}
+
 /// The fewest bytes a buffer takes ([`Gpu::alloc`] rounds up to it; the memory plan's
 /// figure, `planc_compiler::cost::buffers::launch`).
 pub use planc_compiler::cost::buffers::launch::MIN_ALLOC;
@@ -311,6 +324,8 @@ pub struct Gpu {
     pub xsz: usize,
     module: sys::CUmodule,
     functions: HashMap<&'static str, sys::CUfunction>,
+    /// Each kernel's declared parameters, checked at every launch.
+    signatures: HashMap<&'static str, Vec<Param>>,
     owned: Vec<Buf>,
     /// Bytes held in buffers now, and the most ever held: the memory plan, measured.
     pub held: usize,
@@ -400,6 +415,7 @@ impl Gpu {
             xsz: precision.bytes() as usize,
             module,
             functions,
+            signatures: signature::table(SOURCE, KERNELS),
             owned: Vec::new(),
             held: 0,
             peak: 0,
@@ -511,7 +527,9 @@ impl Gpu {
             .functions
             .get(kernel)
             .unwrap_or_else(|| panic!("kernel {kernel} is not in KERNELS"));
-        super::signature::check(kernel, args).map_err(RunError::Cuda)?;
+        let got: Vec<Param> = args.iter().map(Arg::param).collect();
+        signature::check(kernel, self.signatures.get(kernel).map(Vec::as_slice), &got)
+            .map_err(RunError::Cuda)?;
         let mut vals: Vec<[u8; 8]> = args
             .iter()
             .map(|a| match *a {

@@ -3,7 +3,7 @@
 //! product through cuBLAS (`blas`; under `precision = fp8` the linear layers' through
 //! cuBLASLt, `fp8`), the launchers of the kernel families that take more than
 //! one launch or a grid of their own (`attention` the fused attention, with
-//! `attention_cudnn` cuDNN's fused attention where it runs, `rows` the norms and
+//! `attention_cudnn` cuDNN's fused attention where it runs, both on the shapes of `heads`, `rows` the norms and
 //! their partial sums, `activation` the MLP's GELU and SwiGLU, `optimizer` the update),
 //! each kernel's declared parameters checked at every launch (`signature`), and several GPUs (`dist`:
 //! ranks, rendezvous, NCCL communicators and the watchdog; `trail`: the NCCL operations a
@@ -20,6 +20,7 @@ pub mod cuda;
 pub mod dist;
 pub mod fp8;
 pub mod graph;
+pub mod heads;
 pub mod optimizer;
 pub mod rows;
 pub mod signature;

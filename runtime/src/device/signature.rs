@@ -5,9 +5,7 @@
 //! the optimizer with one argument too few after the kernel gained one, and crashed with a
 //! segmentation fault instead of an error, 2026-11-28).
 
-use super::cuda::{Arg, KERNELS, SOURCE};
 use std::collections::HashMap;
-use std::sync::OnceLock;
 
 /// One parameter of a kernel, as the launch passes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,15 +17,6 @@ pub enum Param {
 }
 
 impl Param {
-    fn of_arg(a: &Arg) -> Param {
-        match a {
-            Arg::P(_) => Param::Ptr,
-            Arg::I(_) => Param::I32,
-            Arg::L(_) => Param::I64,
-            Arg::F(_) => Param::F32,
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Param::Ptr => "pointer",
@@ -135,29 +124,21 @@ fn declared<'a>(decls: &'a HashMap<String, Vec<Param>>, kernel: &str) -> Option<
     })
 }
 
-/// The parameters of each kernel of [`KERNELS`], read once from [`SOURCE`].
-fn table() -> &'static HashMap<&'static str, Vec<Param>> {
-    static TABLE: OnceLock<HashMap<&'static str, Vec<Param>>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let decls = parse(SOURCE);
-        KERNELS
-            .iter()
-            .filter_map(|&k| Some((k, declared(&decls, k)?.to_vec())))
-            .collect()
-    })
+/// The parameters of each of `kernels`, read from `source`: the launch-time table.
+pub fn table<'k>(source: &str, kernels: &[&'k str]) -> HashMap<&'k str, Vec<Param>> {
+    let decls = parse(source);
+    kernels
+        .iter()
+        .filter_map(|&k| Some((k, declared(&decls, k)?.to_vec())))
+        .collect()
 }
 
-/// `kernel`'s declared parameters, where the source declares them in types a launch passes.
-pub fn of(kernel: &str) -> Option<&'static [Param]> {
-    table().get(kernel).map(Vec::as_slice)
-}
-
-/// Whether `args` match `kernel`'s declaration; the message names both lists.
-pub fn check(kernel: &str, args: &[Arg]) -> Result<(), String> {
-    let Some(want) = of(kernel) else {
+/// Whether a launch of `kernel` with arguments of kinds `got` matches the declared `want`
+/// (`None`: a kernel whose parameters were not read, unchecked); the message names both.
+pub fn check(kernel: &str, want: Option<&[Param]>, got: &[Param]) -> Result<(), String> {
+    let Some(want) = want else {
         return Ok(());
     };
-    let got: Vec<Param> = args.iter().map(Param::of_arg).collect();
     if got == want {
         return Ok(());
     }
@@ -166,7 +147,7 @@ pub fn check(kernel: &str, args: &[Arg]) -> Result<(), String> {
         "kernel {kernel} was launched with {} arguments ({}) but declares {} ({}): a launch \
          site is out of date with kernels.cu",
         got.len(),
-        list(&got),
+        list(got),
         want.len(),
         list(want)
     ))
@@ -175,43 +156,50 @@ pub fn check(kernel: &str, args: &[Arg]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::cuda::Buf;
+    use crate::device::cuda::{KERNELS, SOURCE};
+    use Param::*;
+
+    fn of(k: &str) -> Option<Vec<Param>> {
+        table(SOURCE, KERNELS).remove(k)
+    }
 
     #[test]
     fn every_kernel_loaded_has_a_checked_parameter_list() {
+        let t = table(SOURCE, KERNELS);
         let missing: Vec<&str> = KERNELS
             .iter()
             .copied()
-            .filter(|k| of(k).is_none())
+            .filter(|k| !t.contains_key(k))
             .collect();
         assert!(missing.is_empty(), "no parameter list read for {missing:?}");
     }
 
     #[test]
     fn lists_come_from_plain_macro_and_launch_bounded_declarations() {
-        use Param::*;
-        assert_eq!(of("cast_to_x"), Some(&[Ptr, Ptr, I64][..]));
+        assert_eq!(of("cast_to_x"), Some(vec![Ptr, Ptr, I64]));
         assert_eq!(
             of("norm_fwd_v4"),
-            Some(&[Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I32, F32, I32][..])
+            Some(vec![Ptr, Ptr, Ptr, Ptr, Ptr, Ptr, I32, F32, I32])
         );
         let dkdv = of("flash_bwd_dkdv_tc128").unwrap();
         assert_eq!(dkdv.len(), 14);
         assert_eq!(&dkdv[..5], &[Ptr, Ptr, I64, I32, I32]);
-        assert_eq!(of("adamw_flat").map(<[Param]>::len), Some(17));
+        assert_eq!(of("adamw_flat").map(|p| p.len()), Some(17));
     }
 
     #[test]
     fn a_launch_one_argument_short_is_refused_with_both_lists() {
-        let args = [Arg::P(Buf::NULL), Arg::P(Buf::NULL)];
-        let e = check("cast_to_x", &args).unwrap_err();
+        let want = of("cast_to_x");
+        let e = check("cast_to_x", want.as_deref(), &[Ptr, Ptr]).unwrap_err();
         assert!(e.contains("cast_to_x"), "{e}");
         assert!(e.contains("2 arguments (pointer, pointer)"), "{e}");
         assert!(e.contains("declares 3 (pointer, pointer, long)"), "{e}");
-        let right = [Arg::P(Buf::NULL), Arg::P(Buf::NULL), Arg::L(7)];
-        assert_eq!(check("cast_to_x", &right), Ok(()));
-        let mistyped = [Arg::P(Buf::NULL), Arg::P(Buf::NULL), Arg::I(7)];
-        assert!(check("cast_to_x", &mistyped).is_err());
+        assert_eq!(
+            check("cast_to_x", want.as_deref(), &[Ptr, Ptr, I64]),
+            Ok(())
+        );
+        assert!(check("cast_to_x", want.as_deref(), &[Ptr, Ptr, I32]).is_err());
+        assert_eq!(check("unread", None, &[Ptr]), Ok(()));
     }
 
     #[test]
@@ -220,6 +208,6 @@ mod tests {
         assert!(!decls.contains_key("k"));
         let decls = parse("__global__ void none() {}\n__global__ void one(int n) {}");
         assert_eq!(decls["none"], Vec::<Param>::new());
-        assert_eq!(decls["one"], vec![Param::I32]);
+        assert_eq!(decls["one"], vec![I32]);
     }
 }

@@ -15,6 +15,7 @@ use planc_compiler::plan::{Gpu as CatalogGpu, Mlp, Precision};
 use super::collectives::Collectives;
 use super::gpu::Runner;
 use super::load::Load;
+use super::timing::{random_x, time, time_behind};
 use crate::device::activation::Activation;
 use crate::device::attention::{self, Grads, Heads, Kernels};
 use crate::device::attention_cudnn;
@@ -824,35 +825,6 @@ pub(crate) fn flash_points(
     Ok((points, by))
 }
 
-/// `n` elements of the storage type, uniform in [−1, 1) (a fixed sequence): random data
-/// draws the power real activations draw, zeros would not.
-pub(crate) fn random_x(gpu: &mut Gpu, precision: Precision, n: usize) -> Result<Buf, RunError> {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ n as u64;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    };
-    let buf = gpu.alloc(n * precision.bytes() as usize)?;
-    match precision {
-        Precision::Fp32 => gpu.upload(buf, &(0..n).map(|_| next()).collect::<Vec<f32>>())?,
-        Precision::Fp16 => gpu.upload(
-            buf,
-            &(0..n)
-                .map(|_| half::f16::from_f32(next()).to_bits())
-                .collect::<Vec<u16>>(),
-        )?,
-        _ => gpu.upload(
-            buf,
-            &(0..n)
-                .map(|_| half::bf16::from_f32(next()).to_bits())
-                .collect::<Vec<u16>>(),
-        )?,
-    }
-    Ok(buf)
-}
-
 /// `n` elements of [`random_x`]'s data: one block of at most 16M elements drawn on the host,
 /// repeated on the device (drawing the activation probe's 800M elements on the host would
 /// take seconds; the kernels' time does not depend on where values repeat).
@@ -918,41 +890,6 @@ fn optimizer_point(gpu: &mut Gpu, hbm_bandwidth: f64) -> Result<OptimizerPoint, 
         gb_per_s: bytes as f64 / s / 1e9,
         efficiency: bytes as f64 / s / hbm_bandwidth,
     })
-}
-
-/// Median seconds of `f` over `repeats` launches after two, each timed alone.
-pub(crate) fn time(
-    gpu: &Gpu,
-    repeats: usize,
-    f: impl FnMut() -> Result<(), RunError>,
-) -> Result<f64, RunError> {
-    time_behind(None, gpu, repeats, f)
-}
-
-/// [`time`], each call behind `load` where there is one.
-fn time_behind(
-    load: Option<&Load>,
-    gpu: &Gpu,
-    repeats: usize,
-    mut f: impl FnMut() -> Result<(), RunError>,
-) -> Result<f64, RunError> {
-    if let Some(l) = load {
-        l.settle()?;
-    }
-    f()?;
-    f()?;
-    let mut t = Vec::with_capacity(repeats);
-    for _ in 0..repeats {
-        if let Some(l) = load {
-            l.between()?;
-        }
-        let a = gpu.event()?;
-        f()?;
-        let b = gpu.event()?;
-        t.push(a.ms_to(&b)? as f64 / 1e3);
-    }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
 }
 
 fn fallback_gpu() -> CatalogGpu {

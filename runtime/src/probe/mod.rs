@@ -2,7 +2,8 @@
 //! next to their predictions (`ops`, `planc run --ops`) and the device profile the cost
 //! model reads (`calibrate`, `planc calibrate`). `gpu` and `collectives` time products,
 //! copies and NCCL collectives through cudarc's safe API; `load` keeps the GPU at the clock
-//! training runs it at while the attention is timed.
+//! training runs it at while the attention is timed; `power` measures the power limit's
+//! curve; `timing` is how every probe times a launch.
 
 pub mod calibrate;
 mod collectives;
@@ -10,3 +11,4 @@ pub mod gpu;
 mod load;
 pub mod ops;
 mod power;
+mod timing;

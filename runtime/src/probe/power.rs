@@ -12,7 +12,7 @@
 use planc_compiler::plan::Precision;
 use planc_compiler::profile::{PowerCurve, PowerPoint};
 
-use super::calibrate::time;
+use super::timing::{random_x, time};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Event, Gpu};
 use crate::error::RunError;
@@ -76,7 +76,7 @@ pub fn copies_for(u: f64, product_s: f64, copy_s: f64) -> usize {
 pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError> {
     let blas = Blas::new(gpu, precision)?;
     // Random operands: a product of zeros draws less power than training's.
-    let random = |gpu: &mut Gpu, n| super::calibrate::random_x(gpu, precision, n);
+    let random = |gpu: &mut Gpu, n| random_x(gpu, precision, n);
     let bufs = [
         random(gpu, SIDE * SIDE)?,
         random(gpu, SIDE * SIDE)?,

@@ -1,7 +1,7 @@
 //! `planc run`: trains the plan's model on the local GPU (the device it runs on is
 //! `crate::device`). `model` is the parameter table, `data` the token stream, `checkpoint`
 //! the Hugging Face checkpoints, `engine` the memory plan and the passes, `step` the loop
-//! and its rooms: `ranks` (the rank's place and communicators), `resume` and `save` (where
+//! (`options`: what the command line adds to the plan) and its rooms: `ranks` (the rank's place and communicators), `resume` and `save` (where
 //! a run starts, what it keeps), `program` and `executor` (the step's program and its
 //! execution, `replay` the same program recorded once as a CUDA graph and replayed),
 //! `reduce` and `update` (the sums across ranks, the optimizer with its schedule, clipping
@@ -16,6 +16,7 @@ pub mod engine;
 pub mod executor;
 pub mod metrics;
 pub mod model;
+pub mod options;
 pub mod predict;
 pub mod program;
 pub mod ranks;

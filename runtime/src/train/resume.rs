@@ -9,7 +9,7 @@ use planc_compiler::plan::{Precision, RunSettings};
 use super::checkpoint;
 use super::engine::Engine;
 use super::model::{Dims, Params, TpMap};
-use super::step::Options;
+use super::options::Options;
 use crate::error::RunError;
 
 /// Nothing is overwritten silently: a folder that holds checkpoints is only written by the

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use cudarc::driver::{sys as dsys, CudaContext};
 use planc_compiler::plan::Precision;
 
-use super::attention::{Grads, Heads};
 use super::cuda::{Buf, Gpu};
-use crate::RunError;
+use super::heads::{Grads, Heads};
+use crate::error::RunError;
 use graph::{uid, Dtype, Flavor, Graph, Layout, Shape, Uid};
 
 /// What `PLANC_CUDNN_ATTENTION` asks (a comma list): `auto` (the default: cuDNN where it
