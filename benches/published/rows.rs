@@ -28,6 +28,11 @@ pub const FILES: &[(&str, &str, &str)] = &[
         include_str!("nemo-h100.toml"),
     ),
     (
+        "Megatron-Core/NeMo, H100 bf16",
+        "nemo-h100-bf16.toml",
+        include_str!("nemo-h100-bf16.toml"),
+    ),
+    (
         "Llama 3 405B (Meta), H100",
         "llama3-405b.toml",
         include_str!("llama3-405b.toml"),
