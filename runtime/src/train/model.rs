@@ -8,14 +8,17 @@
 //! (`checkpoint.rs`); nothing else outside this file depends on the order of the table.
 
 use planc_compiler::cost::buffers::model::{aligned, visit};
-pub use planc_compiler::cost::buffers::model::{Dims, Init, Stage, ALIGN};
+pub use planc_compiler::cost::buffers::model::{Dims, Init, LayerTensor, Stage, Tensor, ALIGN};
 use planc_compiler::plan::Mlp;
 
 /// One tensor of the table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
-    /// Internal name: `wte`, `wpe`, `lnf_w`, `lnf_b`, `lm_head`, or `h.{l}.{part}` with part
-    /// one of `ln1_w ln1_b qkv_w qkv_b proj_w proj_b ln2_w ln2_b fc_w fc_b fc2_w fc2_b`.
+    /// The tensor's place in the model: what the passes look it up by.
+    pub tensor: Tensor,
+    /// Internal name (the tensor's `Display`): `wte`, `wpe`, `lnf_w`, `lnf_b`, `lm_head`, or
+    /// `h.{l}.{part}` with part one of `ln1_w ln1_b qkv_w qkv_b proj_w proj_b ln2_w ln2_b
+    /// fc_w fc_b fc2_w fc2_b`: what checkpoints translate to Hugging Face names.
     pub name: String,
     pub shape: Vec<usize>,
     /// Offset in elements into the flat buffers (weights, gradients, optimizer moments).
@@ -38,8 +41,10 @@ impl Param {
 pub struct Params {
     pub list: Vec<Param>,
     pub total: usize,
-    /// Name → position in `list`: every layer pass looks its weights up by name.
+    /// Name → position in `list`, for checkpoints and the tensor-parallel map.
     index: std::collections::HashMap<String, usize>,
+    /// Tensor → position in `list`: how the passes find their weights.
+    by_tensor: std::collections::HashMap<Tensor, usize>,
 }
 
 impl Params {
@@ -54,6 +59,7 @@ impl Params {
         let mut total = 0usize;
         visit(d, stage, |tensor, shape, init| {
             let p = Param {
+                tensor,
                 name: tensor.to_string(),
                 shape: shape.to_vec(),
                 offset: total,
@@ -68,27 +74,42 @@ impl Params {
             .enumerate()
             .map(|(i, p)| (p.name.clone(), i))
             .collect();
-        Params { list, total, index }
+        let by_tensor = list
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.tensor, i))
+            .collect();
+        Params {
+            list,
+            total,
+            index,
+            by_tensor,
+        }
     }
 
     pub fn get(&self, name: &str) -> Option<&Param> {
         self.index.get(name).map(|&i| &self.list[i])
     }
 
+    /// The table's entry of `t`, if this rank holds it.
+    pub fn of(&self, t: Tensor) -> Option<&Param> {
+        self.by_tensor.get(&t).map(|&i| &self.list[i])
+    }
+
     /// The flat-buffer range `[lo, hi)` of layer `l`'s tensors (a layer's tensors are
     /// contiguous, so its gradients can be reduced as one bucket).
     pub fn layer_range(&self, l: usize) -> (usize, usize) {
-        let prefix = format!("h.{l}.");
-        let mine: Vec<&Param> = self
+        let of_layer = |p: &&Param| matches!(p.tensor, Tensor::Layer(x, _) if x == l);
+        let lo = self
             .list
             .iter()
-            .filter(|p| p.name.starts_with(&prefix))
-            .collect();
-        let lo = mine.first().map(|p| p.offset).unwrap_or(0);
+            .find(of_layer)
+            .map(|p| p.offset)
+            .unwrap_or(0);
         let hi = self
             .list
             .iter()
-            .find(|p| p.offset > lo && !p.name.starts_with(&prefix))
+            .find(|p| p.offset > lo && !of_layer(p))
             .map(|p| p.offset)
             .unwrap_or(self.total);
         (lo, hi)
@@ -152,22 +173,26 @@ fn draw(init: Init, first: u64, dst: &mut [f32], seed: u64) {
     }
 }
 
-/// Whether a tensor is split across tensor-parallel ranks (by `internal name`); the others
-/// (norms, the row-parallel layers' biases, learned positions) are whole on every rank.
-pub fn tp_split(name: &str) -> bool {
-    let part = name.rsplit('.').next().unwrap_or(name);
-    matches!(
-        part,
-        "qkv_w" | "qkv_b" | "fc_w" | "fc_b" | "proj_w" | "fc2_w" | "wte" | "lm_head"
-    )
+/// Whether a tensor is split across tensor-parallel ranks; the others (norms, the
+/// row-parallel layers' biases, learned positions) are whole on every rank.
+pub fn tp_split(t: Tensor) -> bool {
+    use LayerTensor as L;
+    match t {
+        Tensor::Wte | Tensor::LmHead => true,
+        Tensor::Layer(_, part) => matches!(
+            part,
+            L::QkvW | L::QkvB | L::FcW | L::FcB | L::ProjW | L::Fc2W
+        ),
+        Tensor::Wpe | Tensor::LnfW | Tensor::LnfB => false,
+    }
 }
 
 /// Whether a whole (not split) tensor's gradient is a partial sum on each tensor-parallel
 /// rank under sequence parallelism: the norms and the row-parallel biases see only the
 /// rank's share of the tokens. (Learned positions are added after the embedding's
 /// reduction and their gradient taken from every token, so it is whole.)
-pub fn sp_partial(name: &str) -> bool {
-    !tp_split(name) && name != "wpe"
+pub fn sp_partial(t: Tensor) -> bool {
+    !tp_split(t) && t != Tensor::Wpe
 }
 
 /// Where one tensor-parallel rank's tensors sit in the whole model's flat buffer: runs of
@@ -189,10 +214,9 @@ impl TpMap {
         let mut runs = Vec::new();
         for p in &lp.list {
             let q = wp
-                .get(&p.name)
+                .of(p.tensor)
                 .ok_or_else(|| format!("{} is not in the whole model", p.name))?;
             let (lo, wo) = (p.offset, q.offset);
-            let part = p.name.rsplit('.').next().unwrap_or(&p.name);
             // Row blocks of a [rows, cols] tensor: (whole first row, rows).
             let cols = if p.shape.len() == 2 { p.shape[1] } else { 1 };
             let mut rows = |blocks: &[(usize, usize)]| {
@@ -203,8 +227,9 @@ impl TpMap {
                 }
             };
             let dd = whole.head_dim;
-            match part {
-                "qkv_w" | "qkv_b" => {
+            use LayerTensor as L;
+            match p.tensor {
+                Tensor::Layer(_, L::QkvW | L::QkvB) => {
                     let (hl, gl) = (local.heads * dd, local.kv_heads * dd);
                     let (h, g) = (whole.heads * dd, whole.kv_heads * dd);
                     rows(&[
@@ -213,15 +238,15 @@ impl TpMap {
                         (h + g + rank * gl, gl),
                     ]);
                 }
-                "fc_w" | "fc_b" => {
+                Tensor::Layer(_, L::FcW | L::FcB) => {
                     let fl = local.ffn;
                     match whole.mlp {
                         Mlp::Gelu => rows(&[(rank * fl, fl)]),
                         Mlp::Swiglu => rows(&[(rank * fl, fl), (whole.ffn + rank * fl, fl)]),
                     }
                 }
-                "wte" | "lm_head" => rows(&[(rank * local.vocab, local.vocab)]),
-                "proj_w" | "fc2_w" => {
+                Tensor::Wte | Tensor::LmHead => rows(&[(rank * local.vocab, local.vocab)]),
+                Tensor::Layer(_, L::ProjW | L::Fc2W) => {
                     // [C, in]: each row's share of the input columns.
                     let (il, iw) = (p.shape[1], q.shape[1]);
                     for r in 0..p.shape[0] {
@@ -412,7 +437,7 @@ mod tests {
                     }
                 }
                 for p in &whole.list {
-                    let split = tp_split(&p.name);
+                    let split = tp_split(p.tensor);
                     for i in p.offset..p.offset + p.numel() {
                         // Split tensors: each element on one rank; whole ones on every rank.
                         let want = if split { 1 } else { tp as u32 };

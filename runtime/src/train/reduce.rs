@@ -5,6 +5,7 @@
 //! same step.
 
 use super::engine::Engine;
+use super::model::Tensor;
 use super::ranks::{Comms, Ranks};
 use super::stop;
 use crate::device::cuda::Buf;
@@ -129,7 +130,7 @@ impl Reduction<'_> {
             eng.whole_sumsq(norm_range, eng.scalars.at(1, 4))?;
         }
         if self.tied_copy {
-            eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |n| n == "wte")?;
+            eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |t| t == Tensor::Wte)?;
         }
         // This rank's flags join the sums, so that every rank stops, or not, after this
         // same step.

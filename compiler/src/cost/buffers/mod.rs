@@ -28,6 +28,7 @@
 pub mod launch;
 pub mod model;
 
+use model::LayerTensor;
 use serde::Serialize;
 
 use crate::plan::Recompute;
@@ -284,7 +285,7 @@ impl Buffer {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Fp8Linear {
     pub layer: usize,
-    pub weight: &'static str,
+    pub weight: LayerTensor,
     pub i: usize,
     pub o: usize,
 }

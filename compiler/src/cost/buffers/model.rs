@@ -146,12 +146,12 @@ impl Dims {
     }
 
     /// A layer's linear weights on a rank of these dimensions: (name, inputs, outputs).
-    pub fn linear_shapes(&self) -> [(&'static str, usize, usize); 4] {
+    pub fn linear_shapes(&self) -> [(LayerTensor, usize, usize); 4] {
         [
-            ("qkv_w", self.hidden, self.qkv_rows()),
-            ("proj_w", self.attn_width(), self.hidden),
-            ("fc_w", self.hidden, self.fc_rows()),
-            ("fc2_w", self.ffn, self.hidden),
+            (LayerTensor::QkvW, self.hidden, self.qkv_rows()),
+            (LayerTensor::ProjW, self.attn_width(), self.hidden),
+            (LayerTensor::FcW, self.hidden, self.fc_rows()),
+            (LayerTensor::Fc2W, self.ffn, self.hidden),
         ]
     }
 }
@@ -213,8 +213,9 @@ impl Stage {
     }
 }
 
-/// A tensor of the parameter table, by its place in the model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A tensor of the parameter table, by its place in the model: how the runtime's passes
+/// find their weights (no name is built or parsed for a lookup).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tensor {
     Wte,
     Wpe,
@@ -225,7 +226,7 @@ pub enum Tensor {
 }
 
 /// A transformer layer's tensors, in table order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LayerTensor {
     Ln1W,
     Ln1B,
@@ -242,7 +243,8 @@ pub enum LayerTensor {
 }
 
 impl LayerTensor {
-    fn name(self) -> &'static str {
+    /// The part of the runtime's internal name after `h.{l}.`.
+    pub fn name(self) -> &'static str {
         match self {
             LayerTensor::Ln1W => "ln1_w",
             LayerTensor::Ln1B => "ln1_b",

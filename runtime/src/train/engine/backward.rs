@@ -5,6 +5,7 @@
 
 use super::{Engine, LayerActs, Res};
 use crate::device::cuda::{Arg, Buf};
+use crate::train::model::{LayerTensor, Tensor};
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::kinds::WorkKind;
 use planc_compiler::cost::op_id::OpId;
@@ -67,7 +68,7 @@ impl Engine {
             (self.rows() as u32, 1),
             256,
             &[
-                Arg::P(self.g_of("wte")),
+                Arg::P(self.g_of(Tensor::Wte)),
                 Arg::P(dfull),
                 Arg::P(st.uniq),
                 Arg::P(st.start),
@@ -81,7 +82,7 @@ impl Engine {
                 "embed_bwd_positions",
                 t * c,
                 &[
-                    Arg::P(self.g_of("wpe")),
+                    Arg::P(self.g_of(Tensor::Wpe)),
                     Arg::P(dfull),
                     Arg::I(self.shape.batch as i32),
                     Arg::I(t as i32),
@@ -96,8 +97,8 @@ impl Engine {
     pub(super) fn layer_bwd(&mut self, l: usize, x_in: Buf, a: LayerActs) -> Res {
         let d = self.shape.dims.clone();
         let n = self.rows();
-        let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
-        let gr = |s: &Self, part: &str| s.g_of(&format!("h.{l}.{part}"));
+        let w = |s: &Self, part: LayerTensor| s.wx_of(Tensor::Layer(l, part));
+        let gr = |s: &Self, part: LayerTensor| s.g_of(Tensor::Layer(l, part));
         let (c, qr, fr) = (d.hidden, d.qkv_rows(), d.fc_rows());
         let nl = self.lrows();
         let s = &self.s;
@@ -108,8 +109,8 @@ impl Engine {
             part: Part::Backward,
         })?;
         let dfull = self.tp_gather_rows(dres)?;
-        self.linear_bwd(l, "fc2_w", dact, dfull, a.act, n)?;
-        self.bias_grad(gr(self, "fc2_b"), dres, nl, c)?;
+        self.linear_bwd(l, LayerTensor::Fc2W, dact, dfull, a.act, n)?;
+        self.bias_grad(gr(self, LayerTensor::Fc2B), dres, nl, c)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpActivation,
@@ -122,8 +123,8 @@ impl Engine {
             part: Part::Backward,
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
-        self.linear_bwd(l, "fc_w", dln, dh, ln2, n)?;
-        self.bias_grad(gr(self, "fc_b"), dh, n, fr)?;
+        self.linear_bwd(l, LayerTensor::FcW, dln, dh, ln2, n)?;
+        self.bias_grad(gr(self, LayerTensor::FcB), dh, n, fr)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpNorm,
@@ -134,11 +135,11 @@ impl Engine {
             dres,
             dln_mine,
             a.x2,
-            w(self, "ln2_w"),
+            w(self, LayerTensor::Ln2W),
             a.ln2_mean,
             a.ln2_rstd,
-            gr(self, "ln2_w"),
-            gr(self, "ln2_b"),
+            gr(self, LayerTensor::Ln2W),
+            gr(self, LayerTensor::Ln2B),
         )?;
         self.mark_span(Span::Layer {
             l,
@@ -146,8 +147,8 @@ impl Engine {
             part: Part::Backward,
         })?;
         let dfull = self.tp_gather_rows(dres)?;
-        self.linear_bwd(l, "proj_w", self.s.da, dfull, a.a, n)?;
-        self.bias_grad(gr(self, "proj_b"), dres, nl, c)?;
+        self.linear_bwd(l, LayerTensor::ProjW, self.s.da, dfull, a.a, n)?;
+        self.bias_grad(gr(self, LayerTensor::ProjB), dres, nl, c)?;
         self.attention_bwd(l, a)?;
         self.mark_span(Span::Layer {
             l,
@@ -155,8 +156,8 @@ impl Engine {
             part: Part::Backward,
         })?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
-        self.linear_bwd(l, "qkv_w", dln, self.s.dqkv, ln1, n)?;
-        self.bias_grad(gr(self, "qkv_b"), self.s.dqkv, n, qr)?;
+        self.linear_bwd(l, LayerTensor::QkvW, dln, self.s.dqkv, ln1, n)?;
+        self.bias_grad(gr(self, LayerTensor::QkvB), self.s.dqkv, n, qr)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::InputNorm,
@@ -167,11 +168,11 @@ impl Engine {
             dres,
             dln_mine,
             x_in,
-            w(self, "ln1_w"),
+            w(self, LayerTensor::Ln1W),
             a.ln1_mean,
             a.ln1_rstd,
-            gr(self, "ln1_w"),
-            gr(self, "ln1_b"),
+            gr(self, LayerTensor::Ln1W),
+            gr(self, LayerTensor::Ln1B),
         )
     }
 }

@@ -4,6 +4,7 @@
 
 use super::{Engine, Input, LayerActs, Res};
 use crate::device::cuda::{Arg, Buf};
+use crate::train::model::{LayerTensor, Tensor};
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::op_id::OpId;
 use planc_compiler::plan::{Position, Recompute};
@@ -68,8 +69,8 @@ impl Engine {
                 &[
                     Arg::P(x0),
                     Arg::P(tokens),
-                    Arg::P(self.wx_of("wte")),
-                    Arg::P(self.wx_of("wpe")),
+                    Arg::P(self.wx_of(Tensor::Wte)),
+                    Arg::P(self.wx_of(Tensor::Wpe)),
                     Arg::L(n as i64),
                     Arg::I(c as i32),
                     Arg::I(d.seq_len as i32),
@@ -86,7 +87,7 @@ impl Engine {
             &[
                 Arg::P(whole),
                 Arg::P(tokens),
-                Arg::P(self.wx_of("wte")),
+                Arg::P(self.wx_of(Tensor::Wte)),
                 Arg::L(n as i64),
                 Arg::I(c as i32),
                 Arg::I(v0 as i32),
@@ -104,7 +105,7 @@ impl Engine {
                 nl * c,
                 &[
                     Arg::P(x0),
-                    Arg::P(self.wx_of("wpe")),
+                    Arg::P(self.wx_of(Tensor::Wpe)),
                     Arg::L(nl as i64),
                     Arg::L(self.row0() as i64),
                     Arg::I(d.seq_len as i32),
@@ -125,7 +126,7 @@ impl Engine {
         let d = self.shape.dims.clone();
         let n = self.rows();
         let nl = self.lrows();
-        let w = |s: &Self, part: &str| s.wx_of(&format!("h.{l}.{part}"));
+        let w = |s: &Self, part: LayerTensor| s.wx_of(Tensor::Layer(l, part));
         let (c, qr, fr) = (d.hidden, d.qkv_rows(), d.fc_rows());
         self.mark_span(Span::Layer {
             l,
@@ -137,8 +138,8 @@ impl Engine {
             a.ln1_mean,
             a.ln1_rstd,
             x_in,
-            w(self, "ln1_w"),
-            w(self, "ln1_b"),
+            w(self, LayerTensor::Ln1W),
+            w(self, LayerTensor::Ln1B),
         )?;
         self.mark_span(Span::Layer {
             l,
@@ -146,7 +147,7 @@ impl Engine {
             part: Part::Forward,
         })?;
         let ln1 = self.tp_gather_rows(a.ln1)?;
-        self.linear(l, "qkv_w", self.s.qkv, ln1, n)?;
+        self.linear(l, LayerTensor::QkvW, self.s.qkv, ln1, n)?;
         let (b, t, h, g, dd) = self.attn_args();
         let (split, threads) = self.per_pack(("qkv_split", "qkv_split_v"), b * h * t * dd);
         let mut args = vec![
@@ -170,9 +171,9 @@ impl Engine {
             part: Part::Forward,
         })?;
         if split == "qkv_split_v" {
-            args.push(Arg::P(w(self, "qkv_b")));
+            args.push(Arg::P(w(self, LayerTensor::QkvB)));
         } else {
-            self.add_bias(self.s.qkv, w(self, "qkv_b"), n, qr)?;
+            self.add_bias(self.s.qkv, w(self, LayerTensor::QkvB), n, qr)?;
         }
         self.gpu.launch_n(split, threads, &args)?;
         self.attention_fwd(l, a)?;
@@ -181,9 +182,9 @@ impl Engine {
             op: OpId::AttentionOutProj,
             part: Part::Forward,
         })?;
-        self.linear(l, "proj_w", self.s.tmp, a.a, n)?;
+        self.linear(l, LayerTensor::ProjW, self.s.tmp, a.a, n)?;
         let proj = self.tp_reduce_rows(self.s.tmp)?;
-        self.add_residual(a.x2, x_in, proj, w(self, "proj_b"), nl, c)?;
+        self.add_residual(a.x2, x_in, proj, w(self, LayerTensor::ProjB), nl, c)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpNorm,
@@ -194,8 +195,8 @@ impl Engine {
             a.ln2_mean,
             a.ln2_rstd,
             a.x2,
-            w(self, "ln2_w"),
-            w(self, "ln2_b"),
+            w(self, LayerTensor::Ln2W),
+            w(self, LayerTensor::Ln2B),
         )?;
         self.mark_span(Span::Layer {
             l,
@@ -203,8 +204,8 @@ impl Engine {
             part: Part::Forward,
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
-        self.linear(l, "fc_w", a.h, ln2, n)?;
-        self.add_bias(a.h, w(self, "fc_b"), n, fr)?;
+        self.linear(l, LayerTensor::FcW, a.h, ln2, n)?;
+        self.add_bias(a.h, w(self, LayerTensor::FcB), n, fr)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpActivation,
@@ -216,8 +217,8 @@ impl Engine {
             op: OpId::MlpDownProj,
             part: Part::Forward,
         })?;
-        self.linear(l, "fc2_w", self.s.tmp, a.act, n)?;
+        self.linear(l, LayerTensor::Fc2W, self.s.tmp, a.act, n)?;
         let down = self.tp_reduce_rows(self.s.tmp)?;
-        self.add_residual(x_out, a.x2, down, w(self, "fc2_b"), nl, c)
+        self.add_residual(x_out, a.x2, down, w(self, LayerTensor::Fc2B), nl, c)
     }
 }

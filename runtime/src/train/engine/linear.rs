@@ -5,6 +5,7 @@
 use super::{Engine, Res};
 use crate::device::cuda::Buf;
 use crate::device::fp8::{self, Linear};
+use crate::train::model::{LayerTensor, Tensor};
 use planc_compiler::cost::kinds::WorkKind;
 use planc_compiler::plan::Precision;
 
@@ -19,7 +20,7 @@ impl Engine {
         let weights: Vec<(Linear, Buf)> = self
             .fp8_linears
             .iter()
-            .map(|(&(l, name), lin)| (*lin, self.wx_of(&format!("h.{l}.{name}"))))
+            .map(|(&(l, part), lin)| (*lin, self.wx_of(Tensor::Layer(l, part))))
             .collect();
         let fp8 = self.fp8.as_mut().expect("checked above");
         fp8.begin_step(&self.gpu, &weights)
@@ -44,7 +45,7 @@ impl Engine {
             .linear_shapes()
             .iter()
             .filter(|(_, i, o)| !fp8::supports(self.rows(), *i, *o))
-            .map(|(name, i, o)| format!("{name} ({i} → {o})"))
+            .map(|(part, i, o)| format!("{} ({i} → {o})", part.name()))
             .collect();
         (self.fp8_products() < all).then(|| {
             format!(
@@ -58,21 +59,21 @@ impl Engine {
         })
     }
 
-    /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `name`: in fp8 where it
+    /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `part`: in fp8 where it
     /// runs so, else through cuBLAS in the storage type.
     pub(super) fn linear(
         &self,
         l: usize,
-        name: &'static str,
+        part: LayerTensor,
         out: Buf,
         inp: Buf,
         rows: usize,
     ) -> Res {
-        let (i, o) = self.linear_shape(name);
-        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+        let (i, o) = self.linear_shape(part);
+        match (&self.fp8, self.fp8_linears.get(&(l, part))) {
             (Some(f), Some(lin)) => f.forward(&self.gpu, lin, out, inp, rows),
             _ => {
-                let w = self.wx_of(&format!("h.{l}.{name}"));
+                let w = self.wx_of(Tensor::Layer(l, part));
                 self.blas.linear(out, inp, w, rows, i, o)
             }
         }
@@ -82,31 +83,31 @@ impl Engine {
     pub(super) fn linear_bwd(
         &self,
         l: usize,
-        name: &'static str,
+        part: LayerTensor,
         dinp: Buf,
         dout: Buf,
         inp: Buf,
         rows: usize,
     ) -> Res {
-        let (i, o) = self.linear_shape(name);
-        let gw = self.g_of(&format!("h.{l}.{name}"));
-        match (&self.fp8, self.fp8_linears.get(&(l, name))) {
+        let (i, o) = self.linear_shape(part);
+        let gw = self.g_of(Tensor::Layer(l, part));
+        match (&self.fp8, self.fp8_linears.get(&(l, part))) {
             (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows),
             _ => {
-                let w = self.wx_of(&format!("h.{l}.{name}"));
+                let w = self.wx_of(Tensor::Layer(l, part));
                 self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
                 self.blas.linear_dw(gw, dout, inp, rows, i, o)
             }
         }
     }
 
-    /// (inputs, outputs) of a layer's linear weight `name` on this rank.
-    pub(super) fn linear_shape(&self, name: &str) -> (usize, usize) {
+    /// (inputs, outputs) of a layer's linear weight `part` on this rank.
+    pub(super) fn linear_shape(&self, part: LayerTensor) -> (usize, usize) {
         self.shape
             .dims
             .linear_shapes()
             .into_iter()
-            .find(|s| s.0 == name)
+            .find(|s| s.0 == part)
             .map(|s| (s.1, s.2))
             .expect("a layer's linear weight")
     }

@@ -5,6 +5,7 @@
 
 use super::{Engine, Res};
 use crate::device::cuda::Arg;
+use crate::train::model::Tensor;
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::op_id::OpId;
 
@@ -27,10 +28,10 @@ impl Engine {
             s.lnf_mean,
             s.lnf_rstd,
             xl,
-            self.wx_of("lnf_w"),
-            self.wx_of("lnf_b"),
+            self.wx_of(Tensor::LnfW),
+            self.wx_of(Tensor::LnfB),
         )?;
-        let head = if d.tied { "wte" } else { "lm_head" };
+        let head = if d.tied { Tensor::Wte } else { Tensor::LmHead };
         // Under tensor parallelism the output layer is vocabulary-parallel: every token's
         // logits for this rank's rows of the vocabulary, a cross-entropy combined over the
         // ranks from each share's maximum, sum of exponentials and target logit.
@@ -62,11 +63,11 @@ impl Engine {
             top,
             dlnf,
             xl,
-            self.wx_of("lnf_w"),
+            self.wx_of(Tensor::LnfW),
             s.lnf_mean,
             s.lnf_rstd,
-            self.g_of("lnf_w"),
-            self.g_of("lnf_b"),
+            self.g_of(Tensor::LnfW),
+            self.g_of(Tensor::LnfB),
         )
     }
 

@@ -36,7 +36,7 @@ mod marks;
 mod optimizer;
 mod tensor_parallel;
 
-use super::model::Params;
+use super::model::{LayerTensor, Params, Tensor};
 use crate::device::attention_cudnn::Sdpa;
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
@@ -173,7 +173,7 @@ pub struct Engine {
     /// cuBLASLt's handle goes while the context lives), and each layer's linear layers that
     /// run in fp8 by (layer, weight name); the others run in bf16.
     fp8: Option<Fp8>,
-    fp8_linears: BTreeMap<(usize, &'static str), Linear>,
+    fp8_linears: BTreeMap<(usize, LayerTensor), Linear>,
     pub gpu: Gpu,
     blas: Blas,
     pub shape: Shape,
@@ -229,15 +229,17 @@ impl Engine {
         Ok(())
     }
 
-    fn wx_of(&self, name: &str) -> Buf {
-        match self.params.get(name) {
+    /// `t`'s weights in the storage type (`Buf::NULL` where this rank has none).
+    fn wx_of(&self, t: Tensor) -> Buf {
+        match self.params.of(t) {
             Some(p) => self.wx.at(p.offset, self.xsz),
             None => Buf::NULL,
         }
     }
 
-    fn g_of(&self, name: &str) -> Buf {
-        match self.params.get(name) {
+    /// `t`'s fp32 gradient (`Buf::NULL` where this rank has none).
+    fn g_of(&self, t: Tensor) -> Buf {
+        match self.params.of(t) {
             Some(p) => self.grad.at(p.offset, 4),
             None => Buf::NULL,
         }

@@ -5,7 +5,7 @@ use super::{Engine, Res};
 use crate::device::cuda::{Arg, Buf};
 use crate::device::optimizer::{self, AdamW, Range};
 use crate::error::RunError;
-use crate::train::model;
+use crate::train::model::{self, Tensor};
 use planc_compiler::cost::buffers::launch::REP_BLOCKS;
 use planc_compiler::plan::Optimizer;
 
@@ -53,18 +53,18 @@ impl Engine {
     /// Σ g² over the tensors in `[lo, hi)` that every tensor-parallel rank holds whole
     /// (one f32 at `out`): the gradient norm counts them once, not once per rank.
     pub fn whole_sumsq(&self, range: (usize, usize), out: Buf) -> Result<(), RunError> {
-        self.sumsq_of(range, out, |name| !model::tp_split(name))
+        self.sumsq_of(range, out, |t| !model::tp_split(t))
     }
 
-    /// Σ g² over the tensors named `keep` within `[lo, hi)` (one f32 at `out`).
+    /// Σ g² over the tensors `keep` takes within `[lo, hi)` (one f32 at `out`).
     pub fn sumsq_of(
         &self,
         (lo, hi): (usize, usize),
         out: Buf,
-        keep: impl Fn(&str) -> bool,
+        keep: impl Fn(Tensor) -> bool,
     ) -> Result<(), RunError> {
         let mut k = 0usize;
-        for p in self.params.list.iter().filter(|p| keep(&p.name)) {
+        for p in self.params.list.iter().filter(|p| keep(p.tensor)) {
             let (a, b) = (p.offset.max(lo), (p.offset + p.numel()).min(hi));
             if a >= b {
                 continue;

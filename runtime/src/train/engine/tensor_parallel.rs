@@ -75,7 +75,7 @@ impl Engine {
                 .params
                 .list
                 .iter()
-                .filter(|p| model::sp_partial(&p.name))
+                .filter(|p| model::sp_partial(p.tensor))
             {
                 comm.all_reduce_sum(self.grad.at(p.offset, 4), p.numel(), stream)?;
             }
