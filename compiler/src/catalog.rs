@@ -46,7 +46,11 @@ struct GpuEntry {
     pair_bus_bandwidth_gbs: Option<f64>,
     flash_forward_tflops: Option<f64>,
     flash_backward_tflops: Option<f64>,
+    cudnn_attention_forward_tflops: Option<f64>,
+    cudnn_attention_backward_tflops: Option<f64>,
     sustained_clock: Option<f64>,
+    fp8_gemm_efficiency: Option<f64>,
+    fp8_sustained_clock: Option<f64>,
     host_link_gbs: Option<f64>,
     host_memory_gbs_per_gpu: Option<f64>,
     nvlink_domain: Option<u64>,
@@ -214,7 +218,16 @@ fn gpu_from_entry(e: GpuEntry, entry: toml::Table) -> ((Vec<String>, Gpu), GpuIn
                 backward: backward * T,
             },
         ),
+        cudnn_attention: e
+            .cudnn_attention_forward_tflops
+            .zip(e.cudnn_attention_backward_tflops)
+            .map(|(forward, backward)| FlashRates {
+                forward: forward * T,
+                backward: backward * T,
+            }),
         sustained_clock: e.sustained_clock.unwrap_or(1.0),
+        fp8_gemm_efficiency: e.fp8_gemm_efficiency,
+        fp8_sustained_clock: e.fp8_sustained_clock,
         host_link: e.host_link_gbs.map(|b| b * 1e9),
         host_memory_bandwidth: e.host_memory_gbs_per_gpu.map(|b| b * 1e9),
         nvlink_domain: e.nvlink_domain,

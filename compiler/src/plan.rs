@@ -138,11 +138,20 @@ pub struct Gpu {
     /// 16-bit precision, where published: its rates are not a fixed fraction of the
     /// products' (see `catalog/gpus.toml`).
     pub flash_attention: Option<FlashRates>,
+    /// What cuDNN's fused flash attention reaches on this device at 16-bit precision, where
+    /// measured: the kernel Transformer Engine runs on Hopper and later when both it and
+    /// FlashAttention-2 apply (`cudnn_attention_*` in `catalog/gpus.toml`).
+    pub cudnn_attention: Option<FlashRates>,
     /// The fraction of its burst rate a compute-bound kernel keeps on this device through
     /// hours of training, at the board's power limit (`sustained_clock` in
     /// `catalog/gpus.toml`, with its measurement); 1 where not measured. Memory-bound
     /// kernels keep theirs: the HBM clock does not drop.
     pub sustained_clock: f64,
+    /// fp8 products: the share of the fp8 peak a large product reaches in a burst, and the
+    /// share of that it keeps at the power limit, where measured (`fp8_gemm_efficiency`,
+    /// `fp8_sustained_clock` in `catalog/gpus.toml`); else the 16-bit figures.
+    pub fp8_gemm_efficiency: Option<f64>,
+    pub fp8_sustained_clock: Option<f64>,
     /// Bytes per second, one direction, of the GPU's link to its host (PCIe, after line
     /// encoding), where known: offloaded state crosses it (`cost::offload`).
     pub host_link: Option<f64>,

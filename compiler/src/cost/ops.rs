@@ -7,6 +7,7 @@
 use super::comm::Collective;
 pub use super::op_id::OpId;
 use super::standard_attention::Core;
+pub use super::time::FusedKernel;
 use crate::plan::{Attention, Framework, LoraTarget, Mlp, Plan, Position, Recompute};
 
 /// Which parallel group a collective runs over.
@@ -33,7 +34,7 @@ pub enum OpKind {
         flops: f64,
         seq: f64,
         head_dim: f64,
-        planc_kernel: bool,
+        kernel: FusedKernel,
     },
     /// The standard attention core: its batched products and the memory passes over the
     /// scores between them, as whoever runs the plan executes them
@@ -250,7 +251,7 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
                     flops,
                     seq: s_full,
                     head_dim: d,
-                    planc_kernel,
+                    kernel: fused_kernel(plan),
                 },
             ));
         }
@@ -743,6 +744,17 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
     match super::eager::path(plan) {
         Some(path) => super::eager::embedding(plan, path, ops),
         None => ops,
+    }
+}
+
+/// Whose fused attention `plan` runs: planc's own, Megatron-Core's through Transformer
+/// Engine (cuDNN's on Hopper and later, where the catalog measured it), or the other
+/// frameworks' FlashAttention-2 (PyTorch SDPA's flash backend, flash-attn, Triton's).
+fn fused_kernel(plan: &Plan) -> FusedKernel {
+    match plan.framework() {
+        Framework::Planc => FusedKernel::Planc,
+        Framework::Megatron if !plan.eager() => FusedKernel::Cudnn,
+        _ => FusedKernel::FlashAttention2,
     }
 }
 

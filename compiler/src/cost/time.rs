@@ -54,6 +54,29 @@ pub struct Device<'a> {
     pub precision: Precision,
 }
 
+/// Whose fused attention kernel a plan's attention runs: planc's own (timed by
+/// `planc calibrate`), the frameworks' FlashAttention-2 (published rates), or cuDNN's fused
+/// flash attention, which Transformer Engine prefers on Hopper and later when both apply
+/// (NVIDIA/NeMo#9188, `docs/source/performance/memory_optimizations.rst`: "Transformer
+/// Engine prefers cuDNN flash attention on Hopper+ architectures, and Tri Dao flash
+/// attention on pre-Hopper"). A bool reads as planc's kernel (`true`) or FlashAttention-2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum FusedKernel {
+    Planc,
+    FlashAttention2,
+    Cudnn,
+}
+
+impl From<bool> for FusedKernel {
+    fn from(planc: bool) -> Self {
+        if planc {
+            FusedKernel::Planc
+        } else {
+            FusedKernel::FlashAttention2
+        }
+    }
+}
+
 impl<'a> Device<'a> {
     /// The device as the 16-bit kernels of an fp8 plan see it: under `precision = fp8` only
     /// the linear layers' products run in fp8 (`cost::fp8`); attention, the output layer and
@@ -90,7 +113,17 @@ impl<'a> Device<'a> {
     }
 
     fn matrix_rate(&self) -> f64 {
-        self.peak() * self.gpu.gemm_efficiency * self.sustained()
+        self.peak() * self.gemm_efficiency() * self.sustained()
+    }
+
+    /// The share of the peak a large product reaches in a burst at this precision: fp8's
+    /// where the catalog measured it (an 8192³ E4M3 product reached 0.68 of the fp8 peak on
+    /// the lent H200, bf16's 0.79 of its own), else the 16-bit figure.
+    fn gemm_efficiency(&self) -> f64 {
+        match (self.precision, self.gpu.fp8_gemm_efficiency) {
+            (Precision::Fp8, Some(e)) => e,
+            _ => self.gpu.gemm_efficiency,
+        }
     }
 
     /// What a compute-bound kernel keeps of its burst rate through a training run: the
@@ -104,7 +137,10 @@ impl<'a> Device<'a> {
         if self.gpu.profile.is_some() {
             1.0 / self.power().0
         } else {
-            self.gpu.sustained_clock
+            match (self.precision, self.gpu.fp8_sustained_clock) {
+                (Precision::Fp8, Some(c)) => c,
+                _ => self.gpu.sustained_clock,
+            }
         }
     }
 
@@ -249,24 +285,38 @@ impl<'a> Device<'a> {
             .map(|s| s * self.power().1)
     }
 
-    /// The published rates of the frameworks' FlashAttention-class kernel on this device,
-    /// which were measured at 16-bit precision.
-    fn flash_rates(&self, planc_kernel: bool) -> Option<crate::plan::FlashRates> {
+    /// The rates of the frameworks' fused attention kernel on this device, measured or
+    /// published at 16-bit precision: cuDNN's where it runs and was measured here, else
+    /// FlashAttention-2's.
+    fn flash_rates(&self, kernel: FusedKernel) -> Option<crate::plan::FlashRates> {
         let sixteen_bit = matches!(self.precision, Precision::Bf16 | Precision::Fp16);
-        self.gpu
-            .flash_attention
-            .filter(|_| !planc_kernel && sixteen_bit)
+        if !sixteen_bit {
+            return None;
+        }
+        match kernel {
+            FusedKernel::Planc => None,
+            FusedKernel::FlashAttention2 => self.gpu.flash_attention,
+            FusedKernel::Cudnn => self.gpu.cudnn_attention.or(self.gpu.flash_attention),
+        }
     }
 
     /// The fused attention's forward: at the profile's measured rate for the shape where
     /// the profile measured the kernel that runs (`planc_kernel`: planc's own, which is
     /// what `planc calibrate` times), else at the FlashAttention-class kernel's published
     /// rate on the device where the catalog has it, else a fraction of the product rate.
-    pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
-        if let Some(s) = self.measured_fused("flash", flops, seq, head_dim, planc_kernel) {
+    pub fn flash(
+        &self,
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        kernel: impl Into<FusedKernel>,
+    ) -> f64 {
+        let kernel = kernel.into();
+        let planc = kernel == FusedKernel::Planc;
+        if let Some(s) = self.measured_fused("flash", flops, seq, head_dim, planc) {
             return s;
         }
-        if let Some(r) = self.flash_rates(planc_kernel) {
+        if let Some(r) = self.flash_rates(kernel) {
             return (flops / (r.forward * self.sustained())).max(KERNEL_FLOOR_S);
         }
         (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
@@ -343,15 +393,23 @@ impl<'a> Device<'a> {
     /// backward's extra products and its atomic accumulation of the query gradient keep it
     /// below the forward's rate (322 against 370 TFLOP/s without a mask for
     /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
-    pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, planc_kernel: bool) -> f64 {
-        if let Some(s) = self.measured_fused("flash_backward", flops, seq, head_dim, planc_kernel) {
+    pub fn flash_backward(
+        &self,
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        kernel: impl Into<FusedKernel>,
+    ) -> f64 {
+        let kernel = kernel.into();
+        let planc = kernel == FusedKernel::Planc;
+        if let Some(s) = self.measured_fused("flash_backward", flops, seq, head_dim, planc) {
             return s;
         }
-        if let Some(r) = self.flash_rates(planc_kernel) {
+        if let Some(r) = self.flash_rates(kernel) {
             return (FLASH_BACKWARD_WORK * flops / (r.backward * self.sustained()))
                 .max(KERNEL_FLOOR_S);
         }
-        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, planc_kernel)
+        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, kernel)
     }
 }
 
@@ -468,9 +526,9 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 flops,
                 seq,
                 head_dim,
-                planc_kernel,
+                kernel,
             } => {
-                let x = dev.flash(*flops, *seq, *head_dim, *planc_kernel);
+                let x = dev.flash(*flops, *seq, *head_dim, *kernel);
                 t.compute += x;
                 attention_compute += x;
                 t.flops += flops;
@@ -657,10 +715,10 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 flops,
                 seq,
                 head_dim,
-                planc_kernel,
+                kernel,
             } => {
-                let f = dev.flash(flops, seq, head_dim, planc_kernel);
-                extra.compute += dev.flash_backward(flops, seq, head_dim, planc_kernel) - 2.0 * f;
+                let f = dev.flash(flops, seq, head_dim, kernel);
+                extra.compute += dev.flash_backward(flops, seq, head_dim, kernel) - 2.0 * f;
                 extra.flops += (FLASH_BACKWARD_WORK - 2.0) * flops;
             }
             OpKind::StandardAttention(ref core) => {
@@ -1666,6 +1724,74 @@ mod tests {
     }
 
     #[test]
+    fn transformer_engines_attention_on_hopper_is_cudnns_and_elsewhere_flashattention_2s() {
+        // Shah et al. 2024, Figs. 5-6 on an H100: cuDNN 539 / 516 TFLOP/s, FlashAttention-2
+        // 335 / 322; both burst figures at the sustained clock's share.
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let d = Device {
+            gpu: h100,
+            precision: Precision::Bf16,
+        };
+        let flops = 1e15;
+        let fa2 = d.flash(flops, 8192.0, 128.0, FusedKernel::FlashAttention2);
+        let cudnn = d.flash(flops, 8192.0, 128.0, FusedKernel::Cudnn);
+        assert!((fa2 / cudnn - 539.0 / 335.0).abs() < 1e-9);
+        let (fa2_b, cudnn_b) = (
+            d.flash_backward(flops, 8192.0, 128.0, FusedKernel::FlashAttention2),
+            d.flash_backward(flops, 8192.0, 128.0, FusedKernel::Cudnn),
+        );
+        assert!((fa2_b / cudnn_b - 516.0 / 322.0).abs() < 1e-9);
+        // Where cuDNN's kernel was not measured (an A100), the framework's FlashAttention-2.
+        let a = a100();
+        assert_eq!(
+            a.flash(flops, 8192.0, 128.0, FusedKernel::Cudnn),
+            a.flash(flops, 8192.0, 128.0, FusedKernel::FlashAttention2)
+        );
+        // Which kernel a plan's attention is: Megatron-Core with Transformer Engine, cuDNN's;
+        // its local path is unfused (`kernels = eager`); PyTorch's SDPA, FlashAttention-2.
+        let kernel = |framework: &str, kernels: &str| {
+            let plan = crate::check::check_source(
+                "kernel.tp",
+                &format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ preset = \"llama3-8b\" }}
+                 train {{ global_batch = 8, precision = bf16, optimizer = adamw, attention = flash }}
+                 parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 1 }}
+                 job j {{ framework = {framework}, kernels = {kernels} }}"
+                ),
+            )
+            .plan
+            .unwrap();
+            super::super::ops::layer_forward(&plan)
+                .iter()
+                .find_map(|o| match o.kind {
+                    OpKind::FlashAttention { kernel, .. } => Some(kernel),
+                    _ => None,
+                })
+        };
+        assert_eq!(kernel("megatron", "fused"), Some(FusedKernel::Cudnn));
+        assert_eq!(kernel("torch", "fused"), Some(FusedKernel::FlashAttention2));
+        assert_eq!(kernel("planc", "fused"), Some(FusedKernel::Planc));
+    }
+
+    #[test]
+    fn fp8_products_run_at_the_fp8_efficiency_measured_for_them() {
+        // 8192³ E4M3 on the lent H200: 1352 TFLOP/s in a burst (0.68 of 1978.9), 1265 after a
+        // minute of products (0.94 of the burst); bf16 keeps its own 0.79 and 0.84.
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let fp8 = Device {
+            gpu: h100,
+            precision: Precision::Fp8,
+        };
+        assert!((fp8.matrix_rate() - 1978.9e12 * 0.68 * 0.94).abs() < 1e6);
+        let bf16 = Device {
+            gpu: h100,
+            precision: Precision::Bf16,
+        };
+        assert!((bf16.matrix_rate() - 989.4e12 * 0.79 * 0.84).abs() < 1e6);
+    }
+
+    #[test]
     fn flashattention_2_on_hopper_runs_at_its_published_rates_not_the_products() {
         // Shah et al. 2024, Figs. 5-6: 335 TFLOP/s causal forward, 322 backward on an H100,
         // well under the 0.79 × 989 TFLOP/s cuBLAS reaches; both burst figures, kept at the
@@ -2208,10 +2334,13 @@ mod tests {
     #[test]
     fn fsdp_copies_each_gathered_layer_out_and_its_gradients_in() {
         // The layers' own kernels held the same in both frameworks: only the copies differ.
-        let plan = Plan {
+        let mut plan = Plan {
             kernels: crate::plan::Kernels::Fused,
             ..fsdp_plan("torch", "fp32")
         };
+        // Megatron-Core's attention would be cuDNN's on this device: held to the torch
+        // plan's FlashAttention-2, so only the copies differ.
+        plan.cluster.groups[0].gpu.cudnn_attention = None;
         let group = &plan.cluster.groups[0];
         let dev = Device {
             gpu: &group.gpu,

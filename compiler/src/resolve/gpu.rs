@@ -109,8 +109,11 @@ impl<'a> Resolver<'a> {
             compute_capability: None,
             pair_bus_bandwidth: None,
             flash_attention: None,
+            cudnn_attention: None,
             // A plan's own device states its rates as it measured them.
             sustained_clock: 1.0,
+            fp8_gemm_efficiency: None,
+            fp8_sustained_clock: None,
             host_link,
             host_memory_bandwidth,
             nvlink_domain,
@@ -390,7 +393,13 @@ fn inherit(own: Gpu, preset: &Gpu) -> Gpu {
             forward: f.forward * compute,
             backward: f.backward * compute,
         }),
+        cudnn_attention: preset.cudnn_attention.map(|f| FlashRates {
+            forward: f.forward * compute,
+            backward: f.backward * compute,
+        }),
         sustained_clock: preset.sustained_clock,
+        fp8_gemm_efficiency: preset.fp8_gemm_efficiency,
+        fp8_sustained_clock: preset.fp8_sustained_clock,
         host_link: own.host_link.or(preset.host_link),
         host_memory_bandwidth: own.host_memory_bandwidth.or(preset.host_memory_bandwidth),
         nvlink_domain: own
