@@ -228,9 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn the_limit_slows_every_precision_s_products_on_a_profiled_board() {
-        // fp8 products (priced from the catalog here: the shipped profile has no fp8 curve)
-        // and bf16 ones alike: the power limit is the board's.
+    fn the_limit_caps_the_products_throughput_and_slows_fp8_products_whole() {
         let mut gpu = plan(
             "layers = 2, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024",
             4,
@@ -240,25 +238,33 @@ mod tests {
         .groups[0]
             .gpu
             .clone();
-        for precision in [crate::plan::Precision::Bf16, crate::plan::Precision::Fp8] {
-            gpu.power_slowdown = None;
-            let burst = Device {
-                gpu: &gpu,
-                precision,
-            }
-            .gemm(8192.0, 8192.0, 8192.0);
-            gpu.power_slowdown = Some((1.2, 1.0));
-            let limited = Device {
-                gpu: &gpu,
-                precision,
-            }
-            .gemm(8192.0, 8192.0, 8192.0);
-            assert!(
-                (limited / burst - 1.2).abs() < 1e-9,
-                "{precision:?}: {}",
-                limited / burst
-            );
-        }
+        let rate = curve_of(&gpu).product_tflops * 1e12;
+        let time = |gpu: &crate::plan::Gpu, precision, (m, n, k): (f64, f64, f64)| {
+            Device { gpu, precision }.gemm(m, n, k)
+        };
+        let (square, thin) = ((8192.0, 8192.0, 8192.0), (2048.0, 768.0, 768.0));
+        let bf16 = crate::plan::Precision::Bf16;
+        gpu.power_slowdown = None;
+        let (square_burst, thin_burst) = (time(&gpu, bf16, square), time(&gpu, bf16, thin));
+        gpu.power_slowdown = Some((1.2, 1.0));
+        // The square product ran at the curve's burst rate: it runs at the cap, rate / 1.2.
+        let flops = 2.0 * 8192f64.powi(3);
+        assert!((time(&gpu, bf16, square) - flops * 1.2 / rate).abs() < 1e-12);
+        assert!(time(&gpu, bf16, square) > square_burst);
+        // A thin product's burst ran far under the cap: the limit leaves it as it was.
+        assert!(2.0 * 2048.0 * 768.0 * 768.0 / thin_burst < rate / 1.2);
+        assert_eq!(time(&gpu, bf16, thin), thin_burst);
+        // fp8 products (priced from the catalog here: the shipped profile has no fp8 curve)
+        // take the whole slowdown: the curve measured 16-bit products.
+        let fp8 = crate::plan::Precision::Fp8;
+        gpu.power_slowdown = None;
+        let burst = time(&gpu, fp8, square);
+        gpu.power_slowdown = Some((1.2, 1.0));
+        assert!((time(&gpu, fp8, square) / burst - 1.2).abs() < 1e-9);
+    }
+
+    fn curve_of(gpu: &crate::plan::Gpu) -> &PowerCurve {
+        gpu.profile.as_deref().unwrap().power.as_ref().unwrap()
     }
 
     #[test]

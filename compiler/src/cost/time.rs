@@ -159,6 +159,28 @@ impl<'a> Device<'a> {
         }
     }
 
+    /// A profiled product's time at the board's power limit, from its burst time. The limit
+    /// caps the tensor cores' throughput: at the share of the burst rate this plan's step
+    /// drives, the calibration's square product ran at its burst rate over the curve's
+    /// slowdown, and that rate is the cap. A product whose burst ran above it runs at the
+    /// cap; one that ran below it (thin or small shapes) keeps its burst time. Measured on
+    /// the lent H200 (`runtime/tests/gpu/fp8_gemm.py`, 2026-11-28): after a minute of
+    /// products an 8192³ bf16 product fell from 785 to 661 TFLOP/s, Llama 3 8B's shapes from
+    /// 646-692 to 603-670 (0.93-0.98 of their bursts, not 0.84); and planc's runs held
+    /// their products at their burst times where their shapes ran under the cap (Llama 3.2
+    /// 1B at 1575 MHz: 1.02x) and slowed where they ran over it (GPT 6.6B: 1.15x). fp8
+    /// products keep the whole slowdown: the curve measured 16-bit products.
+    fn product_at_power(&self, flops: f64, burst_s: f64) -> f64 {
+        let slow = self.power().0;
+        let curve = self.gpu.profile.as_deref().and_then(|p| p.power.as_ref());
+        match curve {
+            Some(c) if self.precision != Precision::Fp8 && c.product_tflops > 0.0 => {
+                burst_s.max(flops * slow / (c.product_tflops * 1e12))
+            }
+            _ => burst_s * slow,
+        }
+    }
+
     /// The device profile, where it was measured at this precision.
     fn profile(&self) -> Option<&crate::profile::Profile> {
         self.gpu
@@ -172,7 +194,10 @@ impl<'a> Device<'a> {
     /// efficiency replaces both (it holds the tile, wave and thin-shape losses).
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
         if let Some(e) = self.profile_gemm_efficiency(m, n, k) {
-            return (2.0 * m * n * k / (self.peak() * e) * self.power().0).max(KERNEL_FLOOR_S);
+            let flops = 2.0 * m * n * k;
+            return self
+                .product_at_power(flops, flops / (self.peak() * e))
+                .max(KERNEL_FLOOR_S);
         }
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
         self.catalog_gemm_math(m, n, k)
@@ -198,7 +223,10 @@ impl<'a> Device<'a> {
     /// as [`Self::catalog_gemm_math`].
     fn gemm_math(&self, m: f64, n: f64, k: f64) -> f64 {
         match self.profile_gemm_efficiency(m, n, k) {
-            Some(e) => 2.0 * m * n * k / (self.peak() * e) * self.power().0,
+            Some(e) => {
+                let flops = 2.0 * m * n * k;
+                self.product_at_power(flops, flops / (self.peak() * e))
+            }
             None => self.catalog_gemm_math(m, n, k),
         }
     }
