@@ -263,6 +263,14 @@ pub enum Arg {
     F(f32),
 }
 
+/// Each kernel's declared parameters, read from [`SOURCE`] once a process and checked at
+/// every launch.
+fn signatures() -> &'static HashMap<&'static str, Vec<Param>> {
+    static TABLE: std::sync::OnceLock<HashMap<&'static str, Vec<Param>>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(|| signature::table(SOURCE, KERNELS))
+}
+
 impl Arg {
     /// The kind of parameter this argument passes, as `signature` reads declarations.
     pub fn param(&self) -> Param {
@@ -324,8 +332,6 @@ pub struct Gpu {
     pub xsz: usize,
     module: sys::CUmodule,
     functions: HashMap<&'static str, sys::CUfunction>,
-    /// Each kernel's declared parameters, checked at every launch.
-    signatures: HashMap<&'static str, Vec<Param>>,
     owned: Vec<Buf>,
     /// Bytes held in buffers now, and the most ever held: the memory plan, measured.
     pub held: usize,
@@ -415,7 +421,6 @@ impl Gpu {
             xsz: precision.bytes() as usize,
             module,
             functions,
-            signatures: signature::table(SOURCE, KERNELS),
             owned: Vec::new(),
             held: 0,
             peak: 0,
@@ -527,9 +532,8 @@ impl Gpu {
             .functions
             .get(kernel)
             .unwrap_or_else(|| panic!("kernel {kernel} is not in KERNELS"));
-        let got: Vec<Param> = args.iter().map(Arg::param).collect();
-        signature::check(kernel, self.signatures.get(kernel).map(Vec::as_slice), &got)
-            .map_err(RunError::Cuda)?;
+        let want = signatures().get(kernel).map(Vec::as_slice);
+        signature::check(kernel, want, args.iter().map(Arg::param)).map_err(RunError::Cuda)?;
         let mut vals: Vec<[u8; 8]> = args
             .iter()
             .map(|a| match *a {

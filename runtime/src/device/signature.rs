@@ -135,19 +135,24 @@ pub fn table<'k>(source: &str, kernels: &[&'k str]) -> HashMap<&'k str, Vec<Para
 
 /// Whether a launch of `kernel` with arguments of kinds `got` matches the declared `want`
 /// (`None`: a kernel whose parameters were not read, unchecked); the message names both.
-pub fn check(kernel: &str, want: Option<&[Param]>, got: &[Param]) -> Result<(), String> {
+/// Called at every launch: the match allocates nothing, only the error builds its lists.
+pub fn check<I>(kernel: &str, want: Option<&[Param]>, got: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = Param> + Clone,
+{
     let Some(want) = want else {
         return Ok(());
     };
-    if got == want {
+    if want.iter().copied().eq(got.clone()) {
         return Ok(());
     }
+    let got: Vec<Param> = got.into_iter().collect();
     let list = |p: &[Param]| p.iter().map(|x| x.name()).collect::<Vec<_>>().join(", ");
     Err(format!(
         "kernel {kernel} was launched with {} arguments ({}) but declares {} ({}): a launch \
          site is out of date with kernels.cu",
         got.len(),
-        list(got),
+        list(&got),
         want.len(),
         list(want)
     ))
@@ -190,16 +195,13 @@ mod tests {
     #[test]
     fn a_launch_one_argument_short_is_refused_with_both_lists() {
         let want = of("cast_to_x");
-        let e = check("cast_to_x", want.as_deref(), &[Ptr, Ptr]).unwrap_err();
+        let e = check("cast_to_x", want.as_deref(), [Ptr, Ptr]).unwrap_err();
         assert!(e.contains("cast_to_x"), "{e}");
         assert!(e.contains("2 arguments (pointer, pointer)"), "{e}");
         assert!(e.contains("declares 3 (pointer, pointer, long)"), "{e}");
-        assert_eq!(
-            check("cast_to_x", want.as_deref(), &[Ptr, Ptr, I64]),
-            Ok(())
-        );
-        assert!(check("cast_to_x", want.as_deref(), &[Ptr, Ptr, I32]).is_err());
-        assert_eq!(check("unread", None, &[Ptr]), Ok(()));
+        assert_eq!(check("cast_to_x", want.as_deref(), [Ptr, Ptr, I64]), Ok(()));
+        assert!(check("cast_to_x", want.as_deref(), [Ptr, Ptr, I32]).is_err());
+        assert_eq!(check("unread", None, [Ptr]), Ok(()));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use planc_simulator::schedule::Pass;
 
 use super::data;
 use super::engine::{Dir, Engine, HostBatch, Input};
+use super::model::Tensor;
 use super::program::Program;
 use super::ranks::Comms;
 use crate::device::cuda::Buf;
@@ -316,7 +317,7 @@ fn backward(
 /// The tied embedding's gradient: the first stage's (input) and the last stage's (output
 /// layer) summed, so both copies take the same update.
 fn embedding_sum(eng: &mut Engine, io: &StepIo) -> Result<(), RunError> {
-    let wte = eng.params.get("wte").map(|p| (p.offset, p.numel()));
+    let wte = eng.params.of(Tensor::Wte).map(|p| (p.offset, p.numel()));
     if let (Some(c), Some((offset, n))) = (&io.comms.emb, wte) {
         eng.mark_step(WorkKind::Communication, "embedding gradient sum")?;
         trail::doing(format!(

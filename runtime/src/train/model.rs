@@ -41,8 +41,6 @@ impl Param {
 pub struct Params {
     pub list: Vec<Param>,
     pub total: usize,
-    /// Name → position in `list`, for checkpoints and the tensor-parallel map.
-    index: std::collections::HashMap<String, usize>,
     /// Tensor → position in `list`: how the passes find their weights.
     by_tensor: std::collections::HashMap<Tensor, usize>,
 }
@@ -69,11 +67,6 @@ impl Params {
             total += aligned(p.numel());
             list.push(p);
         });
-        let index = list
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.name.clone(), i))
-            .collect();
         let by_tensor = list
             .iter()
             .enumerate()
@@ -82,13 +75,14 @@ impl Params {
         Params {
             list,
             total,
-            index,
             by_tensor,
         }
     }
 
+    /// The entry named `name` (a checkpoint's or a test's lookup, off the hot path: the
+    /// passes go by [`Self::of`]).
     pub fn get(&self, name: &str) -> Option<&Param> {
-        self.index.get(name).map(|&i| &self.list[i])
+        self.list.iter().find(|p| p.name == name)
     }
 
     /// The table's entry of `t`, if this rank holds it.
