@@ -59,22 +59,12 @@ pub struct Device<'a> {
 /// flash attention, which Transformer Engine prefers on Hopper and later when both apply
 /// (NVIDIA/NeMo#9188, `docs/source/performance/memory_optimizations.rst`: "Transformer
 /// Engine prefers cuDNN flash attention on Hopper+ architectures, and Tri Dao flash
-/// attention on pre-Hopper"). A bool reads as planc's kernel (`true`) or FlashAttention-2.
+/// attention on pre-Hopper").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum FusedKernel {
     Planc,
     FlashAttention2,
     Cudnn,
-}
-
-impl From<bool> for FusedKernel {
-    fn from(planc: bool) -> Self {
-        if planc {
-            FusedKernel::Planc
-        } else {
-            FusedKernel::FlashAttention2
-        }
-    }
 }
 
 impl<'a> Device<'a> {
@@ -329,25 +319,36 @@ impl<'a> Device<'a> {
     }
 
     /// The fused attention's forward: at the profile's measured rate for the shape where
-    /// the profile measured the kernel that runs (`planc_kernel`: planc's own, which is
-    /// what `planc calibrate` times), else at the FlashAttention-class kernel's published
-    /// rate on the device where the catalog has it, else a fraction of the product rate.
-    pub fn flash(
+    /// the profile measured the kernel that runs (planc's own, which is what `planc
+    /// calibrate` times), else at the frameworks' kernel's rate on the device where the
+    /// catalog has it ([`Self::flash_rates`]), else a fraction of the product rate.
+    pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
+        self.fused_pass("flash", flops, seq, head_dim, kernel, |r| r.forward, 1.0)
+            .unwrap_or_else(|| {
+                (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
+            })
+    }
+
+    /// A pass of the fused attention (`work` times the forward's FLOPs at the rate `rate`
+    /// picks) where it is known: measured for planc's kernel, or at the catalog's rate for
+    /// the frameworks' at the sustained clock.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_pass(
         &self,
+        pass: &str,
         flops: f64,
         seq: f64,
         head_dim: f64,
-        kernel: impl Into<FusedKernel>,
-    ) -> f64 {
-        let kernel = kernel.into();
+        kernel: FusedKernel,
+        rate: fn(&crate::plan::FlashRates) -> f64,
+        work: f64,
+    ) -> Option<f64> {
         let planc = kernel == FusedKernel::Planc;
-        if let Some(s) = self.measured_fused("flash", flops, seq, head_dim, planc) {
-            return s;
-        }
-        if let Some(r) = self.flash_rates(kernel) {
-            return (flops / (r.forward * self.sustained())).max(KERNEL_FLOOR_S);
-        }
-        (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
+        self.measured_fused(pass, flops, seq, head_dim, planc)
+            .or_else(|| {
+                let r = self.flash_rates(kernel)?;
+                Some((work * flops / (rate(&r) * self.sustained())).max(KERNEL_FLOOR_S))
+            })
     }
 
     /// `batch` products `m×k · k×n` in one strided-batched call that writes or reads the
@@ -421,23 +422,17 @@ impl<'a> Device<'a> {
     /// backward's extra products and its atomic accumulation of the query gradient keep it
     /// below the forward's rate (322 against 370 TFLOP/s without a mask for
     /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
-    pub fn flash_backward(
-        &self,
-        flops: f64,
-        seq: f64,
-        head_dim: f64,
-        kernel: impl Into<FusedKernel>,
-    ) -> f64 {
-        let kernel = kernel.into();
-        let planc = kernel == FusedKernel::Planc;
-        if let Some(s) = self.measured_fused("flash_backward", flops, seq, head_dim, planc) {
-            return s;
-        }
-        if let Some(r) = self.flash_rates(kernel) {
-            return (FLASH_BACKWARD_WORK * flops / (r.backward * self.sustained()))
-                .max(KERNEL_FLOOR_S);
-        }
-        FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, kernel)
+    pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
+        self.fused_pass(
+            "flash_backward",
+            flops,
+            seq,
+            head_dim,
+            kernel,
+            |r| r.backward,
+            FLASH_BACKWARD_WORK,
+        )
+        .unwrap_or_else(|| FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, kernel))
     }
 }
 
@@ -1724,12 +1719,20 @@ mod tests {
             precision: Precision::Bf16,
         };
         let flops = 1e12;
-        assert!((dev.flash(flops, 1024.0, 64.0, true) - flops / 150e12).abs() < 1e-12);
-        assert!((dev.flash_backward(flops, 1024.0, 64.0, true) - flops / 60e12).abs() < 1e-12);
+        assert!(
+            (dev.flash(flops, 1024.0, 64.0, FusedKernel::Planc) - flops / 150e12).abs() < 1e-12
+        );
+        assert!(
+            (dev.flash_backward(flops, 1024.0, 64.0, FusedKernel::Planc) - flops / 60e12).abs()
+                < 1e-12
+        );
         // Another framework runs FlashAttention-2: its published H200 (H100) rates, the
         // backward's 2.5× work at its own rate.
-        assert!((dev.flash(flops, 1024.0, 64.0, false) - flops / 335e12).abs() < 1e-12);
-        let bwd = dev.flash_backward(flops, 1024.0, 64.0, false);
+        assert!(
+            (dev.flash(flops, 1024.0, 64.0, FusedKernel::FlashAttention2) - flops / 335e12).abs()
+                < 1e-12
+        );
+        let bwd = dev.flash_backward(flops, 1024.0, 64.0, FusedKernel::FlashAttention2);
         assert!((bwd - 2.5 * flops / 322e12).abs() < 1e-12);
     }
 
@@ -1739,8 +1742,11 @@ mod tests {
         assert!(d.gpu.flash_attention.is_none());
         let flops = 1e12;
         let fa = flops / (d.matrix_rate() * FLASH_EFFICIENCY);
-        assert!((d.flash(flops, 4096.0, 128.0, false) - fa).abs() < 1e-12);
-        assert!((d.flash_backward(flops, 4096.0, 128.0, false) - 2.5 * fa).abs() < 1e-12);
+        assert!((d.flash(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - fa).abs() < 1e-12);
+        assert!(
+            (d.flash_backward(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - 2.5 * fa).abs()
+                < 1e-12
+        );
         // The published H100 rates are 16-bit measurements: fp8 keeps the fraction.
         let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
         let fp8 = Device {
@@ -1748,7 +1754,7 @@ mod tests {
             precision: Precision::Fp8,
         };
         let fa = flops / (fp8.matrix_rate() * FLASH_EFFICIENCY);
-        assert!((fp8.flash(flops, 4096.0, 128.0, false) - fa).abs() < 1e-12);
+        assert!((fp8.flash(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - fa).abs() < 1e-12);
     }
 
     #[test]
@@ -1831,9 +1837,9 @@ mod tests {
         };
         let sustained = h100.sustained_clock;
         let flops = 4.4e12;
-        let fwd = d.flash(flops, 131072.0, 128.0, false);
+        let fwd = d.flash(flops, 131072.0, 128.0, FusedKernel::FlashAttention2);
         assert!((fwd - flops / (335e12 * sustained)).abs() < 1e-12);
-        let bwd = d.flash_backward(flops, 131072.0, 128.0, false);
+        let bwd = d.flash_backward(flops, 131072.0, 128.0, FusedKernel::FlashAttention2);
         assert!((bwd - 2.5 * flops / (322e12 * sustained)).abs() < 1e-12);
         assert!(flops / fwd < 0.5 * d.matrix_rate());
     }

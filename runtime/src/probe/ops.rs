@@ -14,7 +14,7 @@
 //! everywhere; without a driver, [`measure`] returns [`RunError::NoDriver`].
 
 use planc_compiler::cost::comm::Collective;
-use planc_compiler::cost::ops::{layer_forward, Group, OpKind};
+use planc_compiler::cost::ops::{layer_forward, FusedKernel, Group, OpKind};
 use planc_compiler::cost::standard_attention::Core;
 use planc_compiler::cost::time::Device;
 use planc_compiler::plan::{Attention, Gpu, Mlp, Plan, Precision};
@@ -280,10 +280,13 @@ impl Layer {
                     name: "attention_backward",
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
-                    predicted_s: Some(dev.flash_backward(flops, seq, head_dim, true)),
-                    predicted_constants_s: before(
-                        constants.flash_backward(flops, seq, head_dim, true),
-                    ),
+                    predicted_s: Some(dev.flash_backward(flops, seq, head_dim, FusedKernel::Planc)),
+                    predicted_constants_s: before(constants.flash_backward(
+                        flops,
+                        seq,
+                        head_dim,
+                        FusedKernel::Planc,
+                    )),
                     measured_s: None,
                     note: None,
                 });
@@ -292,8 +295,13 @@ impl Layer {
                     kind: "attention",
                     shape: format!("{flops:.3e} FLOP"),
                     // What runs here is planc's kernel, whatever the plan's framework.
-                    predicted_s: Some(dev.flash(flops, seq, head_dim, true)),
-                    predicted_constants_s: before(constants.flash(flops, seq, head_dim, true)),
+                    predicted_s: Some(dev.flash(flops, seq, head_dim, FusedKernel::Planc)),
+                    predicted_constants_s: before(constants.flash(
+                        flops,
+                        seq,
+                        head_dim,
+                        FusedKernel::Planc,
+                    )),
                     measured_s: None,
                     note: None,
                 }
