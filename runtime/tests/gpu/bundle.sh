@@ -3,7 +3,7 @@
 # the stripped planc binary, libz3, and the GPU test binaries. Then, on the machine (the
 # `device` tool's run, carrying .dev):
 #
-#   runtime/tests/gpu/one_gpu.sh $OUT      # kernel tests, numerics, speed + by kind
+#   runtime/tests/gpu/one_gpu.sh $OUT      # kernel tests, numerics, keep, speed + by kind, PyTorch
 #   runtime/tests/gpu/layouts.sh $OUT/layouts   # on 2 GPUs
 #   runtime/tests/gpu/two_gpu.sh $OUT      # on 2 GPUs: calibrate --gpus 2, speed, DDP
 #   runtime/tests/gpu/attention_cudnn.sh $OUT/attn   # cuDNN's attention: autograd, speed, runs
