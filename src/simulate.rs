@@ -69,6 +69,10 @@ pub fn run(
         (est.closed_form_step_s / b.step_s - 1.0) * 100.0,
         est.mfu * 100.0
     );
+    println!(
+        "{}",
+        by_kind(plan, b.rank as u64, est.micro_batches, b.step_s)
+    );
     let title = format!(
         "{}: {} {} schedule, pp {} × {} micro-batches",
         file.display(),
@@ -101,5 +105,37 @@ pub fn run(
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// The busiest stage's step by kind of work, largest first, so a user sees what to attack
+/// (and what a measurement by kind, `planc run --trace`, should be compared with).
+fn by_kind(
+    plan: &planc_compiler::plan::Plan,
+    stage: u64,
+    micro_batches: u64,
+    step_s: f64,
+) -> String {
+    let mut kinds = planc_compiler::cost::kinds::stage_by_kind(plan, stage, micro_batches);
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let parts: Vec<String> = kinds
+        .iter()
+        .map(|(k, s)| {
+            format!(
+                "{} {} ({:.0} %)",
+                k.label(),
+                duration(*s),
+                100.0 * s / step_s
+            )
+        })
+        .collect();
+    format!("kinds    {}", parts.join(", "))
+}
+
+fn duration(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.3} s")
+    } else {
+        format!("{:.1} ms", s * 1e3)
     }
 }

@@ -168,6 +168,33 @@ fn simulate_writes_a_trace_and_a_timeline_and_never_overwrites() {
 }
 
 #[test]
+fn simulate_splits_the_busiest_stage_by_kind_of_work_largest_first() {
+    let run = planc(&["simulate", "examples/gpt3-175b.tp"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("kinds "))
+        .unwrap_or_else(|| panic!("no kinds line in\n{}", run.stdout));
+    // "linear layers 12.345 s (61 %), attention ..." : the shares fall and the layers lead.
+    let shares: Vec<f64> = line
+        .split(" %")
+        .filter_map(|part| part.rsplit('(').next()?.trim().parse().ok())
+        .collect();
+    assert!(shares.len() >= 5, "{line}");
+    assert!(shares.windows(2).all(|w| w[0] >= w[1]), "{line}");
+    assert!(
+        line.contains("linear layers") && line.contains("communication"),
+        "{line}"
+    );
+    let total: f64 = shares.iter().sum();
+    assert!(
+        (50.0..=101.0).contains(&total),
+        "{line}: {total} % of the step"
+    );
+}
+
+#[test]
 fn solve_ranks_layouts_and_reports_the_best_plan() {
     let run = planc(&["solve", "examples/llama3-70b-solve.tp", "--top", "3"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
