@@ -371,7 +371,8 @@ pub fn stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> StageMemory 
     match super::buffers::of_plan(plan, stage, micro_batches) {
         Some(buffers) => {
             let b = buffers.bytes();
-            let other = RUNTIME_OVERHEAD_BYTES + b.workspace as f64;
+            let cudnn = super::buffers::cudnn_attention_bytes(plan, stage) as f64;
+            let other = RUNTIME_OVERHEAD_BYTES + b.workspace as f64 + cudnn;
             StageMemory {
                 weights_bytes: b.weights as f64,
                 gradients_bytes: b.gradients as f64,

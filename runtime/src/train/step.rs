@@ -131,7 +131,14 @@ pub fn train(
         if let Some(note) = predict::power_note(&prediction) {
             eprintln!("{note}");
         }
-        if let Some(note) = eng.attention_workspace_bytes().and_then(workspace_note) {
+        let counted = planc_compiler::cost::buffers::cudnn_attention_bytes(
+            &run_plan,
+            part.ranks.pp_rank as u64,
+        );
+        if let Some(note) = eng
+            .attention_workspace_bytes()
+            .and_then(|held| workspace_note(held, counted))
+        {
             eprintln!("{note}");
         }
         if let Some(note) = eng.fp8_note() {
@@ -670,15 +677,17 @@ fn foreign_memory_note(in_use_at_start: u64, gpu: usize) -> Option<String> {
     })
 }
 
-/// The note a run prints where cuDNN's attention holds a workspace the prediction does not
-/// count (its size is cuDNN's choice for the shape, known only once its plans are built):
-/// one worth saying, over 256 MiB.
-fn workspace_note(bytes: usize) -> Option<String> {
-    (bytes > 256 << 20).then(|| {
+/// The note a run prints where cuDNN's attention holds a workspace other than the one the
+/// prediction counted (`cost::buffers::cudnn_attention_bytes`; the size is cuDNN's choice
+/// for the shape, known only once its plans are built): one worth saying, 256 MiB apart.
+fn workspace_note(held: usize, counted: usize) -> Option<String> {
+    (held.abs_diff(counted) > 256 << 20).then(|| {
+        let gib = |b: usize| b as f64 / (1u64 << 30) as f64;
         format!(
-            "note: cuDNN's fused attention holds a {:.2} GiB workspace for this shape, which the \
-             predicted memory does not count",
-            bytes as f64 / (1u64 << 30) as f64
+            "note: cuDNN's fused attention holds a {:.2} GiB workspace for this shape; the \
+             predicted memory counted {:.2} GiB for it",
+            gib(held),
+            gib(counted)
         )
     })
 }
@@ -738,9 +747,13 @@ mod tests {
     }
 
     #[test]
-    fn a_large_cudnn_workspace_is_said_and_a_small_one_is_not() {
-        assert_eq!(workspace_note(64 << 20), None);
-        let note = workspace_note(5 << 30).expect("5 GiB is worth saying");
-        assert!(note.contains("5.00 GiB"), "{note}");
+    fn a_cudnn_workspace_other_than_the_counted_one_is_said() {
+        assert_eq!(workspace_note(64 << 20, 0), None);
+        assert_eq!(workspace_note(5 << 30, (5 << 30) - (100 << 20)), None);
+        let note = workspace_note(5 << 30, 1 << 30).expect("4 GiB apart is worth saying");
+        assert!(
+            note.contains("5.00 GiB") && note.contains("counted 1.00 GiB"),
+            "{note}"
+        );
     }
 }

@@ -35,6 +35,16 @@ pub const SCALARS: usize = 64;
 /// The largest head the fused (flash) attention kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
 
+/// The workspace cuDNN's fused attention holds for `b` sequences of `h` query heads, `t`
+/// tokens and head size `d`, stored in `xsz`-byte elements, under planc's default
+/// deterministic backward (`runtime::device::attention_cudnn`): that backward materialises
+/// dP, the probabilities' gradient [b, h, t, t] in the storage type, and accumulates dQ
+/// [b, h, t, d] in fp32. Measured: 4.13 GiB reported by cuDNN for 1 × 32 × 8192 × 128 in
+/// bf16 on an H200 (2026-11-28), 4.43e9 bytes against the 4.43e9 this counts.
+pub fn cudnn_attention_workspace(b: usize, h: usize, t: usize, d: usize, xsz: usize) -> usize {
+    b * h * t * t * xsz + b * h * t * d * 4
+}
+
 /// cuBLASLt's workspace for the fp8 products (its guidance for Hopper: 32 MiB).
 pub const FP8_WORKSPACE: usize = 32 << 20;
 /// Amaxes an fp8 tensor's scale looks back over (Transformer Engine's `DelayedScaling`

@@ -431,6 +431,30 @@ pub fn of_plan(plan: &Plan, stage: u64, micro_batches: u64) -> Option<StageBuffe
     stage_buffers(&shape, micro_batches as usize).ok()
 }
 
+/// The workspace cuDNN's fused attention will hold on stage `stage`'s GPUs when `planc run`
+/// runs the plan, where it runs there (flash attention in bf16, fp16 or fp8's bf16
+/// attention, head sizes a multiple of 8 up to 256, Ampere or newer); 0 elsewhere. It is
+/// allocated by the attention once cuDNN's plans are built, not from this list, so it is
+/// counted beside it (`cost::memory::stage_memory`).
+pub fn cudnn_attention_bytes(plan: &Plan, stage: u64) -> usize {
+    let Ok(shape) = Shape::of_plan(plan, stage as usize, 1) else {
+        return 0;
+    };
+    let d = &shape.dims;
+    let gpu = &super::stage_group(plan, stage).gpu;
+    let takes = shape.attention == Attention::Flash
+        && shape.precision != Precision::Fp32
+        && gpu.has_fused_attention()
+        && d.head_dim.is_multiple_of(8)
+        && d.head_dim <= 256
+        && d.kv_heads > 0
+        && d.heads.is_multiple_of(d.kv_heads);
+    if !takes {
+        return 0;
+    }
+    launch::cudnn_attention_workspace(shape.batch, d.heads, d.seq_len, d.head_dim, shape.xsz())
+}
+
 fn buf(name: Name, part: Part, bytes: usize) -> Buffer {
     Buffer { name, part, bytes }
 }

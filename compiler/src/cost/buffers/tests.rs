@@ -45,7 +45,7 @@ fn runnable_examples() -> Vec<(String, Plan)> {
 }
 
 #[test]
-fn the_report_of_a_plan_planc_runs_is_the_sum_of_its_buffers() {
+fn the_report_of_a_plan_planc_runs_is_the_sum_of_its_buffers_and_cudnns_workspace() {
     for (name, plan) in runnable_examples() {
         let mb = micro_batches(&plan);
         for (s, b) in stages(&plan).iter().enumerate() {
@@ -57,9 +57,13 @@ fn the_report_of_a_plan_planc_runs_is_the_sum_of_its_buffers() {
             assert_eq!(m.activations_bytes, sum.activations as f64, "{name}");
             let listed: usize = b.iter().map(|x| x.held()).sum();
             assert_eq!(listed, sum.total(), "{name}");
+            // Beside the list: the CUDA context and NCCL's buffers, and cuDNN's attention
+            // workspace, which the attention allocates once its plans are built.
             assert_eq!(
                 m.total_bytes,
-                listed as f64 + crate::cost::memory::RUNTIME_OVERHEAD_BYTES,
+                listed as f64
+                    + crate::cost::memory::RUNTIME_OVERHEAD_BYTES
+                    + cudnn_attention_bytes(&plan, s as u64) as f64,
                 "{name}"
             );
         }
@@ -323,4 +327,33 @@ fn zero_shards_tile_the_padded_buffer_and_nothing_else() {
         // Without ZeRO every rank updates everything.
         assert_eq!(shape(dp, dp - 1, 0).shard(total), (0, padded));
     }
+}
+
+#[test]
+fn cudnn_attention_workspace_is_counted_where_cudnn_runs_the_attention() {
+    let plan = |gpu: &str, precision: &str, attention: &str, tp: u64| {
+        plan_of(&format!(
+            "cluster c {{ nodes = 1, gpus_per_node = {tp}, gpu = {gpu} }}
+             model m {{ preset = \"llama3-8b\", seq_len = 8192 }}
+             train {{ global_batch = 1, precision = {precision}, attention = {attention} }}
+             parallel {{ tp = {tp}, pp = 1, dp = 1, micro_batch = 1 }}
+             job j {{ framework = planc }}"
+        ))
+    };
+    // The measured shape: 1 × 32 heads × 8192 × 128 in bf16 held 4.13 GiB (4.43e9 bytes).
+    let bf16 = plan("H200_SXM_141GB", "bf16", "flash", 1);
+    let held = cudnn_attention_bytes(&bf16, 0) as f64;
+    assert!((held / 4.43e9 - 1.0).abs() < 0.01, "{held}");
+    // Counted in the stage's memory, as what the runtime's engine does not allocate itself.
+    let mb = micro_batches(&bf16);
+    let listed = of_plan(&bf16, 0, mb).unwrap().bytes().total() as f64;
+    let total = stage_memory(&bf16, 0, mb).total_bytes;
+    assert!(total > listed + held, "{total} {listed} {held}");
+    // Tensor parallelism splits the heads, and so the workspace.
+    let tp2 = cudnn_attention_bytes(&plan("H200_SXM_141GB", "bf16", "flash", 2), 0) as f64;
+    assert!((tp2 / held - 0.5).abs() < 1e-9, "{tp2}");
+    // planc's kernels run fp32, standard attention and pre-Ampere GPUs: no workspace.
+    assert_eq!(cudnn_attention_bytes(&plan("H200_SXM_141GB", "fp32", "flash", 1), 0), 0);
+    assert_eq!(cudnn_attention_bytes(&plan("H200_SXM_141GB", "bf16", "standard", 1), 0), 0);
+    assert_eq!(cudnn_attention_bytes(&plan("V100_SXM2_32GB", "fp16", "flash", 1), 0), 0);
 }
