@@ -226,7 +226,7 @@ impl Layer {
         let (l, rows) = (self.lin, self.rows);
         self.fp8.forward(gpu, &l, self.y, self.x, rows).unwrap();
         self.fp8
-            .backward(gpu, &l, self.dx, self.dw, self.dy, self.x, rows)
+            .backward(gpu, &l, self.dx, self.dw, self.dy, self.x, rows, true)
             .unwrap();
         let s = self.fp8.scales(gpu).unwrap();
         Pass {

@@ -1475,8 +1475,14 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     // The norm reads the gradients, zeroing writes the buffer, in its type.
     let grad = plan.grad_bytes();
     let grad_norm = grad;
-    // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole.
-    let grad_buffer = if p.zero >= 2 { local } else { params };
+    // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole. planc's
+    // runtime zeroes only what the step's first weight gradients do not overwrite.
+    let whole_buffer = if p.zero >= 2 { local } else { params };
+    let grad_buffer = if plan.framework() == Framework::Planc {
+        whole_buffer * super::buffers::zeroed_gradient_share(plan)
+    } else {
+        whole_buffer
+    };
     if p.offload != Offload::None {
         // The host steps the shard (`cost::offload`); the GPU only clears its buffer.
         return super::offload::optimizer_tail(plan, local, dev.gpu)

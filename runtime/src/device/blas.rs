@@ -217,6 +217,19 @@ impl Blas {
 
     /// `dW[o, i] += dout[rows, o]ᵀ · inp[rows, i]`, into fp32.
     pub fn linear_dw(&self, dw: Buf, dout: Buf, inp: Buf, rows: usize, i: usize, o: usize) -> Res {
+        self.linear_dw_as(dw, dout, inp, (rows, i, o), true)
+    }
+
+    /// [`Self::linear_dw`], or `dw = doutᵀ · inp` where not `accumulate`: a step's first
+    /// gradient of a weight overwrites it, so its buffer needs no zeroing first.
+    pub fn linear_dw_as(
+        &self,
+        dw: Buf,
+        dout: Buf,
+        inp: Buf,
+        (rows, i, o): (usize, usize, usize),
+        accumulate: bool,
+    ) -> Res {
         self.gemm(
             N,
             T,
@@ -231,7 +244,7 @@ impl Blas {
             i,
             0,
             Out::F32,
-            (1.0, 1.0),
+            (1.0, if accumulate { 1.0 } else { 0.0 }),
             1,
         )
     }

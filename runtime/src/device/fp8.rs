@@ -364,7 +364,8 @@ impl Fp8 {
     }
 
     /// Backward of `forward`: `dx [rows, i] = dy [rows, o] · W` (bf16) and `gw [o, i] +=
-    /// dyᵀ · x` (fp32), from the kept 16-bit input `x`.
+    /// dyᵀ · x` (fp32), from the kept 16-bit input `x`; `gw =` instead where `accumulate`
+    /// is false (the step's first gradient of the weight, so `gw` needs no zeroing).
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
@@ -375,6 +376,7 @@ impl Fp8 {
         dy: Buf,
         x: Buf,
         rows: usize,
+        accumulate: bool,
     ) -> Result<(), RunError> {
         let (i, o) = (lin.i, lin.o);
         self.cast(gpu, lin.g, Format::E5m2, dy, (rows, o), self.gq, self.gqt)?;
@@ -401,7 +403,7 @@ impl Fp8 {
                 b: (self.gqt, Format::E5m2, self.meta_of(lin.g)),
                 d: gw,
                 out: Out::F32,
-                accumulate: true,
+                accumulate,
                 fast: false,
             },
         )

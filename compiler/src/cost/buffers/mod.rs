@@ -455,6 +455,34 @@ pub fn cudnn_attention_bytes(plan: &Plan, stage: u64) -> usize {
     launch::cudnn_attention_workspace(shape.batch, d.heads, d.seq_len, d.head_dim, shape.xsz())
 }
 
+/// The smallest layer linear weight whose gradient `planc run` does not zero before a step:
+/// the step's first gradient of it overwrites it (a cuBLAS product with beta 0), while a
+/// smaller one is zeroed with its neighbours in one memset (1 Mi elements: its memset costs
+/// less than a launch of its own).
+pub const OVERWRITTEN_AT_LEAST: usize = 1 << 20;
+
+/// The share of a stage's gradient buffer `planc run` zeroes before each step: all but the
+/// layers' linear weights of at least [`OVERWRITTEN_AT_LEAST`] elements, read from the first
+/// stage's table (other stages differ only by the embedding and the output layer).
+pub fn zeroed_gradient_share(plan: &Plan) -> f64 {
+    let Ok(shape) = Shape::of_plan(plan, 0, 1) else {
+        return 1.0;
+    };
+    let Some(b) = of_plan(plan, 0, 1) else {
+        return 1.0;
+    };
+    let per_layer: usize = shape
+        .dims
+        .linear_shapes()
+        .iter()
+        .map(|(_, i, o)| i * o)
+        .filter(|n| *n >= OVERWRITTEN_AT_LEAST)
+        .sum();
+    let layers: usize = shape.stage.chunks.iter().map(Vec::len).sum();
+    let table = b.table.0.max(1);
+    (1.0 - (layers * per_layer) as f64 / table as f64).clamp(0.0, 1.0)
+}
+
 fn buf(name: Name, part: Part, bytes: usize) -> Buffer {
     Buffer { name, part, bytes }
 }

@@ -353,7 +353,16 @@ fn cudnn_attention_workspace_is_counted_where_cudnn_runs_the_attention() {
     let tp2 = cudnn_attention_bytes(&plan("H200_SXM_141GB", "bf16", "flash", 2), 0) as f64;
     assert!((tp2 / held - 0.5).abs() < 1e-9, "{tp2}");
     // planc's kernels run fp32, standard attention and pre-Ampere GPUs: no workspace.
-    assert_eq!(cudnn_attention_bytes(&plan("H200_SXM_141GB", "fp32", "flash", 1), 0), 0);
-    assert_eq!(cudnn_attention_bytes(&plan("H200_SXM_141GB", "bf16", "standard", 1), 0), 0);
-    assert_eq!(cudnn_attention_bytes(&plan("V100_SXM2_32GB", "fp16", "flash", 1), 0), 0);
+    assert_eq!(
+        cudnn_attention_bytes(&plan("H200_SXM_141GB", "fp32", "flash", 1), 0),
+        0
+    );
+    assert_eq!(
+        cudnn_attention_bytes(&plan("H200_SXM_141GB", "bf16", "standard", 1), 0),
+        0
+    );
+    assert_eq!(
+        cudnn_attention_bytes(&plan("V100_SXM2_32GB", "fp16", "flash", 1), 0),
+        0
+    );
 }

@@ -11,8 +11,10 @@ use crate::device::cuda::{Alloc, Buf, Gpu};
 use crate::device::dist;
 use crate::device::fp8::{self, Fp8, Fp8Bufs};
 use crate::error::RunError;
-use crate::train::model::{self, Dims, Params};
-use planc_compiler::cost::buffers::{stage_buffers, Bytes, Kept, Name, SetBuf, StageBuffers, Work};
+use crate::train::model::{self, Dims, LayerTensor, Params, Tensor};
+use planc_compiler::cost::buffers::{
+    stage_buffers, Bytes, Kept, Name, SetBuf, StageBuffers, Work, OVERWRITTEN_AT_LEAST,
+};
 use planc_compiler::plan::{Attention, Position};
 use std::collections::BTreeMap;
 
@@ -83,7 +85,12 @@ impl Engine {
             marks: None,
             staged: Vec::new(),
             tpc: None,
+            zeroed: Vec::new(),
+            written: Default::default(),
         };
+        // Once, whole: alignment gaps and padding are never written, and stay zero.
+        eng.gpu.zero(eng.grad)?;
+        eng.zeroed = zeroed_each_step(&eng.params, &eng.shape, eng.grad);
         if eng.shape.attention == Attention::Flash {
             eng.plan_cudnn_attention()?;
         }
@@ -273,6 +280,34 @@ pub fn rope_table(d: &Dims) -> (Vec<f32>, Vec<f32>) {
     (c, s)
 }
 
+/// The gradient ranges a step zeroes: everything but the layers' linear weights of at least
+/// [`OVERWRITTEN_AT_LEAST`] elements, whose first gradient of the step overwrites them
+/// (`cost::buffers::zeroed_gradient_share` prices the same ranges).
+fn zeroed_each_step(params: &Params, shape: &Shape, grad: Buf) -> Vec<Buf> {
+    let linear: Vec<LayerTensor> = shape.dims.linear_shapes().iter().map(|s| s.0).collect();
+    let mut skipped: Vec<(usize, usize)> = params
+        .list
+        .iter()
+        .filter(|p| matches!(p.tensor, Tensor::Layer(_, part) if linear.contains(&part)))
+        .filter(|p| p.numel() >= OVERWRITTEN_AT_LEAST)
+        .map(|p| (p.offset, p.offset + p.numel()))
+        .collect();
+    skipped.sort_unstable();
+    let end = grad.bytes / 4;
+    let mut out = Vec::new();
+    let mut at = 0;
+    for (lo, hi) in skipped.into_iter().chain(std::iter::once((end, end))) {
+        if lo > at {
+            out.push(Buf {
+                ptr: grad.ptr + 4 * at as u64,
+                bytes: 4 * (lo - at),
+            });
+        }
+        at = at.max(hi);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,6 +488,53 @@ mod tests {
         }
         assert_eq!(h.sets.len(), prog.in_flight.max(1));
         prog.in_flight
+    }
+
+    /// A step zeroes every gradient but the large linear weights' (which its first weight
+    /// gradients overwrite), in ranges that are sorted, disjoint and inside the buffer, and
+    /// the cost model prices the same share (`zeroed_gradient_share`, from the first stage).
+    #[test]
+    fn a_step_zeroes_all_but_the_overwritten_linear_weights_and_is_priced_so() {
+        for (name, plan) in runnable() {
+            let shape = buffers::Shape::of_plan(&plan, 0, 1).expect("a shape");
+            let params = Params::of_stage(&shape.dims, &shape.stage);
+            let padded = shape.padded(params.total);
+            let grad = Buf {
+                ptr: 1 << 40,
+                bytes: 4 * padded,
+            };
+            let ranges = zeroed_each_step(&params, &shape, grad);
+            let mut at = grad.ptr;
+            for r in &ranges {
+                assert!(r.ptr >= at && r.bytes > 0, "{name}: sorted and disjoint");
+                at = r.ptr + r.bytes as u64;
+            }
+            assert!(
+                at <= grad.ptr + grad.bytes as u64,
+                "{name}: inside the buffer"
+            );
+            let zeroed = |i: usize| {
+                let a = grad.ptr + 4 * i as u64;
+                ranges
+                    .iter()
+                    .any(|r| a >= r.ptr && a < r.ptr + r.bytes as u64)
+            };
+            let linear: Vec<LayerTensor> = shape.dims.linear_shapes().iter().map(|s| s.0).collect();
+            for p in &params.list {
+                let big_linear = matches!(p.tensor, Tensor::Layer(_, part) if linear.contains(&part))
+                    && p.numel() >= OVERWRITTEN_AT_LEAST;
+                for i in [p.offset, p.offset + p.numel() - 1] {
+                    assert_eq!(zeroed(i), !big_linear, "{name}: {}", p.name);
+                }
+            }
+            let bytes: usize = ranges.iter().map(|r| r.bytes).sum();
+            let share = buffers::zeroed_gradient_share(&plan);
+            let ours = bytes as f64 / (4 * params.total) as f64;
+            assert!(
+                (ours - share).abs() < 0.01,
+                "{name}: {ours} zeroed, {share} priced"
+            );
+        }
     }
 
     /// On every example and GPU check `planc run` runs, each stage allocates what the

@@ -79,7 +79,8 @@ impl Engine {
         }
     }
 
-    /// Backward of `linear`: `dinp = dout · W` and the weight gradient `+= doutᵀ · inp`.
+    /// Backward of `linear`: `dinp = dout · W` and the weight gradient `+= doutᵀ · inp`
+    /// (`=` for the step's first, see `zero_grads`).
     pub(super) fn linear_bwd(
         &self,
         l: usize,
@@ -91,12 +92,13 @@ impl Engine {
     ) -> Res {
         let (i, o) = self.linear_shape(part);
         let gw = self.g_of(Tensor::Layer(l, part));
+        let add = self.accumulates(l, part);
         match (&self.fp8, self.fp8_linears.get(&(l, part))) {
-            (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows),
+            (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows, add),
             _ => {
                 let w = self.wx_of(Tensor::Layer(l, part));
                 self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
-                self.blas.linear_dw(gw, dout, inp, rows, i, o)
+                self.blas.linear_dw_as(gw, dout, inp, (rows, i, o), add)
             }
         }
     }
