@@ -433,8 +433,10 @@ pub fn modelled_stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> Sta
         sharded((trained, trained_experts), o, p.zero >= 1)
     };
     let mut weights_on_gpu = weights;
+    let mut gradients = gradients;
     if p.offload != Offload::None {
         optimizer = 0.0;
+        gradients = offloaded_gradients(plan, gradients);
     }
     if p.offload == Offload::Params {
         weights_on_gpu = 0.0;
@@ -518,6 +520,33 @@ pub fn modelled_stage_memory(plan: &Plan, stage: u64, micro_batches: u64) -> Sta
     }
 }
 
+/// DeepSpeed's `reduce_bucket_size` default (elements; planc's emitted `ds_config.json`
+/// leaves it): the gradient buckets a ZeRO optimizer reduces through.
+pub const DEEPSPEED_REDUCE_BUCKET: f64 = 5e8;
+
+/// The gradients an offloaded optimizer leaves on the GPU, of `sharded` bytes it would hold
+/// there otherwise. The host steps the shard, and its gradients live beside it:
+/// - DeepSpeed's ZeRO-Offload copies each reduced partition into the CPU optimizer's fp32
+///   gradients (Ren et al. 2021, ZeRO-Offload, §4: gradients and optimizer states on the
+///   CPU), keeping on the GPU only its reduction buckets of `reduce_bucket_size` elements
+///   in the training precision, two of them where `overlap_comm` double-buffers ZeRO-1/2's
+///   (`stage_1_and_2.py`'s `ipg_buffer`), one under ZeRO-3;
+/// - FSDP2's `CPUOffloadPolicy` (PyTorch's and torchtitan's jobs) moves each sharded
+///   gradient to the host after its reduce-scatter;
+/// - Megatron-Core's CPU optimizer copies the main gradients to the host but reduces them
+///   in its GPU buffer first, which stays.
+fn offloaded_gradients(plan: &Plan, sharded: f64) -> f64 {
+    match plan.framework() {
+        Framework::Deepspeed => {
+            let buckets = if plan.parallel.zero >= 3 { 1.0 } else { 2.0 };
+            let bucket = buckets * DEEPSPEED_REDUCE_BUCKET * plan.train.precision.bytes();
+            sharded.min(bucket)
+        }
+        Framework::Torch | Framework::Torchtitan => 0.0,
+        _ => sharded,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -546,6 +575,31 @@ mod tests {
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol * b.abs()
+    }
+
+    #[test]
+    fn an_offloaded_optimizer_keeps_its_gradients_where_the_framework_does() {
+        let plan = |framework: &str, zero: u64, offload: &str| {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = A100_SXM_80GB }}
+                 model m {{ preset = \"llama3-70b\" }}
+                 train {{ global_batch = 64, precision = bf16, optimizer = adamw }}
+                 parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 1, zero = {zero},
+                             recompute = full, offload = {offload} }}
+                 job j {{ framework = {framework} }}"
+            );
+            check_source("t.tp", &text).plan.expect("a plan")
+        };
+        let grads = |p: &Plan| stage_memory(p, 0, 8).gradients_bytes;
+        let on_gpu = grads(&plan("deepspeed", 3, "none"));
+        assert!(on_gpu > 30e9, "{on_gpu}: ZeRO-3's fp32 shard of 70B over 8");
+        // DeepSpeed: its one ZeRO-3 bucket of 5e8 bf16 elements; two under ZeRO-2.
+        assert_eq!(grads(&plan("deepspeed", 3, "optimizer")), 1e9);
+        assert_eq!(grads(&plan("deepspeed", 2, "optimizer")), 2e9);
+        // FSDP2 moves the sharded gradients to the host; Megatron's buffer stays.
+        assert_eq!(grads(&plan("torch", 3, "params")), 0.0);
+        let megatron = plan("megatron", 1, "optimizer");
+        assert_eq!(grads(&megatron), grads(&plan("megatron", 1, "none")));
     }
 
     #[test]
