@@ -264,11 +264,18 @@ fn shipped_profiles() -> &'static [(&'static str, std::sync::Arc<Profile>)] {
     })
 }
 
-/// planc's shipped profile of the catalog GPU `gpu` measured at `precision`, if any.
+/// planc's shipped profile of the catalog GPU `gpu` measured at `precision`, if any. A plan
+/// at `precision = fp8` takes the bf16 one: everything but its linear products runs in bf16,
+/// and `planc calibrate` times those products in fp8 into the bf16 profile (`fp8_gemm`).
 pub fn shipped(gpu: &str, precision: &str) -> Option<std::sync::Arc<Profile>> {
+    let measured_at = if precision == "fp8" {
+        "bf16"
+    } else {
+        precision
+    };
     shipped_profiles()
         .iter()
-        .find(|(_, p)| p.provenance.catalog_gpu == gpu && p.provenance.precision == precision)
+        .find(|(_, p)| p.provenance.catalog_gpu == gpu && p.provenance.precision == measured_at)
         .map(|(_, p)| p.clone())
 }
 
@@ -1125,6 +1132,10 @@ mod shipped {
             assert_eq!(super::shipped_name(&p), Some(file));
         }
         assert!(super::shipped("H200_SXM_141GB", "fp16").is_none());
+        // fp8 plans: the bf16 profile (whose fp8_gemm grid, where it has one, times their
+        // products; the rest of their step runs in bf16).
+        let fp8 = super::shipped("H200_SXM_141GB", "fp8").unwrap();
+        assert_eq!(super::shipped_name(&fp8), Some("h200_sxm_141gb.bf16.toml"));
         assert!(super::shipped("A100_SXM_80GB", "bf16").is_none());
         // A copy is not the shipped one.
         let copy = std::sync::Arc::new((*super::shipped("H100_SXM_80GB", "bf16").unwrap()).clone());
