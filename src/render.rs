@@ -280,8 +280,13 @@ pub fn summary(checked: &Checked) -> Option<String> {
         .map(|g| format!("{}×{}", g.gpus(), g.gpu.name))
         .collect();
     s += &format!(
-        "plan     {} GPUs ({})  tp={} pp={} dp={} cp={} ep={}  vpp={}  {} schedule\n",
+        "plan     {} GPU{} ({})  tp={} pp={} dp={} cp={} ep={}  vpp={}  {} schedule\n",
         plan.cluster.world_size(),
+        if plan.cluster.world_size() == 1 {
+            ""
+        } else {
+            "s"
+        },
         gpus.join(" + "),
         p.tp,
         p.pp,
