@@ -49,10 +49,10 @@ pub fn run(
     let b = sim.breakdown;
     let names = planc_simulator::rank_names(plan);
     println!(
-        "simulated {} tasks on {} pipeline ranks ({} GPUs by symmetry) in {:.1} ms",
+        "simulated {} tasks on {} ({} by symmetry) in {:.1} ms",
         sim.graph.graph.node_count(),
-        sim.graph.ranks,
-        plan.cluster.world_size(),
+        counted(sim.graph.ranks as u64, "pipeline rank"),
+        counted(plan.cluster.world_size(), "GPU"),
         elapsed.as_secs_f64() * 1e3
     );
     println!(
@@ -137,5 +137,14 @@ fn duration(s: f64) -> String {
         format!("{s:.3} s")
     } else {
         format!("{:.1} ms", s * 1e3)
+    }
+}
+
+/// `n` and `what`, plural where `n` is not 1.
+fn counted(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
