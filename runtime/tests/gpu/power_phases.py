@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """power_phases.py: how much a board's power limit slows products by the length of their phases.
 
-    python3 power_phases.py [--seconds 4] [--json OUT.json]
+    python3 power_phases.py [--size 4096] [--duties 0.5 ...] [--seconds 4] [--json OUT.json]
 
 `planc calibrate`'s power curve mixes long products (8192-square, ~1.4 ms each, several in a
 row) with long streaming adds at a share of the tensor cores' burst rate, and finds products
@@ -55,11 +55,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--json")
+    ap.add_argument("--size", type=int, default=4096, help="the products' square size")
     ap.add_argument("--duties", type=float, nargs="+", default=[0.5],
                     help="shares of the time in products (the rest in adds)")
     args = ap.parse_args()
     dev = torch.device("cuda")
-    n = 4096
+    n = args.size
     a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
     c = torch.empty(n, n, device=dev, dtype=torch.bfloat16)
