@@ -65,7 +65,8 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let params = stage_params(plan, rank as u64);
         // The optimizer steps the trained weights only (`cost::method`).
         let (trained, trained_experts) = stage_trained_params(plan, rank as u64);
-        costs.optimizer[rank as usize] = optimizer_time(plan, trained, trained_experts, &dev);
+        costs.optimizer[rank as usize] =
+            optimizer_time(plan, rank as u64, trained, trained_experts, &dev);
         if data_parallel && p.overlap_grad_reduce {
             costs.contention[rank as usize] = dp_contention(plan, rank as u64, &pl);
         }

@@ -197,7 +197,7 @@ pub fn stage_by_kind(plan: &Plan, stage: u64, micro_batches: u64) -> Vec<(WorkKi
     let (trained, experts) = super::method::stage_trained_params(plan, stage);
     add(
         WorkKind::Optimizer,
-        optimizer_time(plan, trained, experts, &dev),
+        optimizer_time(plan, stage, trained, experts, &dev),
     );
     out.retain(|(_, s)| *s > 0.0);
     out

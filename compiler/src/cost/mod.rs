@@ -175,7 +175,7 @@ pub fn estimate(plan: &Plan) -> Estimate {
         let (exposed, contention) = dp_exposed_parts(plan, s, mem.params, &t, &pl);
         // The optimizer steps the trained weights only (`cost::method`).
         let (trained, experts) = method::stage_trained_params(plan, s);
-        let opt = optimizer_time(plan, trained, experts, &dev);
+        let opt = optimizer_time(plan, s, trained, experts, &dev);
         stages.push(StageEstimate {
             capacity_bytes: group.gpu.memory,
             gpu: group.gpu.name.clone(),

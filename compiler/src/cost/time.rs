@@ -1435,7 +1435,7 @@ fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
 ///
 /// The distributed optimizer shards the routed experts' `experts` of the `params` over the
 /// expert data-parallel group, the rest over the data-parallel group.
-pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f64 {
+pub fn optimizer_time(plan: &Plan, stage: u64, params: f64, experts: f64, dev: &Device) -> f64 {
     let p = &plan.parallel;
     let (dense_shard, expert_shard) = if p.zero >= 1 {
         shard_groups(plan)
@@ -1479,7 +1479,7 @@ pub fn optimizer_time(plan: &Plan, params: f64, experts: f64, dev: &Device) -> f
     // runtime zeroes only what the step's first weight gradients do not overwrite.
     let whole_buffer = if p.zero >= 2 { local } else { params };
     let grad_buffer = if plan.framework() == Framework::Planc {
-        whole_buffer * super::buffers::zeroed_gradient_share(plan)
+        whole_buffer * super::buffers::zeroed_gradient_share(plan, stage)
     } else {
         whole_buffer
     };
@@ -2496,7 +2496,7 @@ mod tests {
         let d = a100();
         let params = 1e9;
         let rate = d.gpu.hbm_bandwidth * d.gpu.memory_efficiency;
-        let t = |plan: &Plan| optimizer_time(plan, params, 0.0, &d) - KERNEL_RAMP_S;
+        let t = |plan: &Plan| optimizer_time(plan, 0, params, 0.0, &d) - KERNEL_RAMP_S;
         // fp16: zero the buffer 4, unscale 8, norm 4, Adam 28, master to model 6.
         let fp16 = t(&a100_plan("fp16", 0, 1));
         assert!(

@@ -461,14 +461,13 @@ pub fn cudnn_attention_bytes(plan: &Plan, stage: u64) -> usize {
 /// less than a launch of its own).
 pub const OVERWRITTEN_AT_LEAST: usize = 1 << 20;
 
-/// The share of a stage's gradient buffer `planc run` zeroes before each step: all but the
-/// layers' linear weights of at least [`OVERWRITTEN_AT_LEAST`] elements, read from the first
-/// stage's table (other stages differ only by the embedding and the output layer).
-pub fn zeroed_gradient_share(plan: &Plan) -> f64 {
-    let Ok(shape) = Shape::of_plan(plan, 0, 1) else {
+/// The share of pipeline stage `stage`'s gradient buffer `planc run` zeroes before each
+/// step: all but the layers' linear weights of at least [`OVERWRITTEN_AT_LEAST`] elements.
+pub fn zeroed_gradient_share(plan: &Plan, stage: u64) -> f64 {
+    let Ok(shape) = Shape::of_plan(plan, stage as usize, 1) else {
         return 1.0;
     };
-    let Some(b) = of_plan(plan, 0, 1) else {
+    let Some(b) = of_plan(plan, stage, 1) else {
         return 1.0;
     };
     let per_layer: usize = shape

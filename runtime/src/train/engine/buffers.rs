@@ -492,11 +492,15 @@ mod tests {
 
     /// A step zeroes every gradient but the large linear weights' (which its first weight
     /// gradients overwrite), in ranges that are sorted, disjoint and inside the buffer, and
-    /// the cost model prices the same share (`zeroed_gradient_share`, from the first stage).
+    /// the cost model prices the same share (`zeroed_gradient_share`), on every stage.
     #[test]
     fn a_step_zeroes_all_but_the_overwritten_linear_weights_and_is_priced_so() {
-        for (name, plan) in runnable() {
-            let shape = buffers::Shape::of_plan(&plan, 0, 1).expect("a shape");
+        let stages = runnable().into_iter().flat_map(|(name, plan)| {
+            (0..plan.parallel.pp).map(move |s| (name.clone(), plan.clone(), s))
+        });
+        for (name, plan, stage) in stages {
+            let name = format!("{name}, stage {stage}");
+            let shape = buffers::Shape::of_plan(&plan, stage as usize, 1).expect("a shape");
             let params = Params::of_stage(&shape.dims, &shape.stage);
             let padded = shape.padded(params.total);
             let grad = Buf {
@@ -528,7 +532,7 @@ mod tests {
                 }
             }
             let bytes: usize = ranges.iter().map(|r| r.bytes).sum();
-            let share = buffers::zeroed_gradient_share(&plan);
+            let share = buffers::zeroed_gradient_share(&plan, stage);
             let ours = bytes as f64 / (4 * params.total) as f64;
             assert!(
                 (ours - share).abs() < 0.01,
