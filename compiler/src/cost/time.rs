@@ -1466,6 +1466,14 @@ pub fn optimizer_time(plan: &Plan, stage: u64, params: f64, experts: f64, dev: &
         // fp32 training: the weights are the master.
         _ => (4.0, w, 0.0),
     };
+    // planc's update writes the 16-bit weights in the same pass (`adamw_flat`, 30 bytes a
+    // parameter as `planc calibrate`'s `[[optimizer]]` point counts them): no second read
+    // of the master weights.
+    let copy_to_model = if plan.framework() == Framework::Planc && copy_to_model > 0.0 {
+        w
+    } else {
+        copy_to_model
+    };
     let update = grad_read + 2.0 * (master + moments + weights);
     let unscale = if plan.train.precision == Precision::Fp16 {
         8.0
@@ -2522,5 +2530,20 @@ mod tests {
         // Each: the update, the norm (2) and zeroing (2) of the bf16 buffer.
         assert!((with(OptimizerDtype::Fp32Remainders) - (28.0 + 4.0)).abs() < 1e-6);
         assert!((with(OptimizerDtype::Bf16) - (14.0 + 4.0)).abs() < 1e-6);
+        // planc's update writes the bf16 weights in its one pass (30, not 28 + 6), and
+        // zeroes only the gradients its first products do not overwrite.
+        let mut planc = a100_plan("bf16", 0, 1);
+        planc.framework = Framework::Planc;
+        let share = super::super::buffers::zeroed_gradient_share(&planc, 0);
+        assert!(
+            share > 0.0 && share < 0.2,
+            "{share}: the embedding, norms and biases"
+        );
+        let want = 30.0 + 4.0 + 4.0 * share;
+        assert!(
+            (t(&planc) * rate / params - want).abs() < 1e-6,
+            "{}",
+            t(&planc) * rate / params
+        );
     }
 }
