@@ -35,6 +35,30 @@ pub const SCALARS: usize = 64;
 /// The largest head the fused (flash) attention kernels take.
 pub const MAX_HEAD_DIM: usize = 256;
 
+/// Why cuDNN's fused attention does not take `h` query heads over `g` key/value heads of
+/// size `d` on a GPU of compute capability `cc` (major, minor), before asking cuDNN; None
+/// where it may. The runtime refuses by it (`device::attention_cudnn`), and the memory plan
+/// counts cuDNN's workspace only where it does not (`cudnn_attention_bytes`).
+pub fn cudnn_attention_refusal(h: usize, g: usize, d: usize, cc: (i32, i32)) -> Option<String> {
+    if cc.0 < 8 {
+        return Some(format!(
+            "it needs compute capability 8.0 or newer, this GPU has {}.{}",
+            cc.0, cc.1
+        ));
+    }
+    if !d.is_multiple_of(8) || d > 256 {
+        return Some(format!(
+            "it takes head sizes that are multiples of 8 up to 256, not {d}"
+        ));
+    }
+    if g < 1 || !h.is_multiple_of(g) {
+        return Some(format!(
+            "{h} query heads do not share {g} key/value heads evenly"
+        ));
+    }
+    None
+}
+
 /// The workspace cuDNN's fused attention holds for `b` sequences of `h` query heads, `t`
 /// tokens and head size `d`, stored in `xsz`-byte elements, under planc's default
 /// deterministic backward (`runtime::device::attention_cudnn`): that backward materialises

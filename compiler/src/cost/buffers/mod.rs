@@ -37,7 +37,7 @@ use launch::{
     fp8_supports, norm_partials, AMAX_HISTORY, BLAS_WORKSPACE, CHUNK_ROWS, FP8_META, FP8_WORKSPACE,
     MAX_HEAD_DIM, MIN_ALLOC, REP_BLOCKS, SCALARS,
 };
-pub use model::{Dims, Stage};
+pub use model::{Dims, Stage, OVERWRITTEN_AT_LEAST};
 
 #[cfg(test)]
 mod tests;
@@ -441,45 +441,36 @@ pub fn cudnn_attention_bytes(plan: &Plan, stage: u64) -> usize {
         return 0;
     };
     let d = &shape.dims;
-    let gpu = &super::stage_group(plan, stage).gpu;
-    let takes = shape.attention == Attention::Flash
-        && shape.precision != Precision::Fp32
-        && gpu.has_fused_attention()
-        && d.head_dim.is_multiple_of(8)
-        && d.head_dim <= 256
-        && d.kv_heads > 0
-        && d.heads.is_multiple_of(d.kv_heads);
-    if !takes {
+    // The catalog's compute capability as (major, minor); a GPU without one is taken as
+    // new enough, as `Gpu::has_fused_attention` takes it.
+    let cc = super::stage_group(plan, stage)
+        .gpu
+        .compute_capability
+        .map_or((9, 0), |c| {
+            (c.trunc() as i32, (c.fract() * 10.0).round() as i32)
+        });
+    let refused = launch::cudnn_attention_refusal(d.heads, d.kv_heads, d.head_dim, cc);
+    if shape.attention != Attention::Flash
+        || shape.precision == Precision::Fp32
+        || refused.is_some()
+    {
         return 0;
     }
     launch::cudnn_attention_workspace(shape.batch, d.heads, d.seq_len, d.head_dim, shape.xsz())
 }
 
-/// The smallest layer linear weight whose gradient `planc run` does not zero before a step:
-/// the step's first gradient of it overwrites it (a cuBLAS product with beta 0), while a
-/// smaller one is zeroed with its neighbours in one memset (1 Mi elements: its memset costs
-/// less than a launch of its own).
-pub const OVERWRITTEN_AT_LEAST: usize = 1 << 20;
-
 /// The share of pipeline stage `stage`'s gradient buffer `planc run` zeroes before each
-/// step: all but the layers' linear weights of at least [`OVERWRITTEN_AT_LEAST`] elements.
+/// step ([`model::zeroed_gradients`]).
 pub fn zeroed_gradient_share(plan: &Plan, stage: u64) -> f64 {
     let Ok(shape) = Shape::of_plan(plan, stage as usize, 1) else {
         return 1.0;
     };
-    let Some(b) = of_plan(plan, stage, 1) else {
-        return 1.0;
-    };
-    let per_layer: usize = shape
-        .dims
-        .linear_shapes()
+    let len = shape.padded(model::table_size(&shape.dims, &shape.stage).0);
+    let zeroed: usize = model::zeroed_gradients(&shape.dims, &shape.stage, len)
         .iter()
-        .map(|(_, i, o)| i * o)
-        .filter(|n| *n >= OVERWRITTEN_AT_LEAST)
+        .map(|(lo, hi)| hi - lo)
         .sum();
-    let layers: usize = shape.stage.chunks.iter().map(Vec::len).sum();
-    let table = b.table.0.max(1);
-    (1.0 - (layers * per_layer) as f64 / table as f64).clamp(0.0, 1.0)
+    zeroed as f64 / len.max(1) as f64
 }
 
 fn buf(name: Name, part: Part, bytes: usize) -> Buffer {

@@ -337,6 +337,38 @@ pub fn visit(d: &Dims, stage: &Stage, mut f: impl FnMut(Tensor, &[usize], Init))
     }
 }
 
+/// The smallest layer linear weight whose gradient `planc run` does not zero before a step:
+/// the step's first gradient of it overwrites it (a cuBLAS product with beta 0), while a
+/// smaller one is zeroed with its neighbours in one memset (1 Mi elements: its memset costs
+/// less than a launch of its own).
+pub const OVERWRITTEN_AT_LEAST: usize = 1 << 20;
+
+/// The element ranges `[lo, hi)` of a stage's flat gradient buffer of `len` elements that a
+/// step zeroes before its passes: everything but the layers' linear weights of at least
+/// [`OVERWRITTEN_AT_LEAST`] elements (alignment gaps and padding included), sorted and
+/// disjoint. The runtime zeroes them and the cost model prices their bytes.
+pub fn zeroed_gradients(d: &Dims, stage: &Stage, len: usize) -> Vec<(usize, usize)> {
+    let linear: Vec<LayerTensor> = d.linear_shapes().iter().map(|s| s.0).collect();
+    let mut out = Vec::new();
+    let (mut offset, mut at) = (0, 0);
+    visit(d, stage, |t, shape, _| {
+        let numel: usize = shape.iter().product();
+        let overwritten = matches!(t, Tensor::Layer(_, part) if linear.contains(&part))
+            && numel >= OVERWRITTEN_AT_LEAST;
+        if overwritten {
+            if offset > at {
+                out.push((at, offset));
+            }
+            at = offset + numel;
+        }
+        offset += aligned(numel);
+    });
+    if len > at {
+        out.push((at, len));
+    }
+    out
+}
+
 /// The table's length in the flat buffers (every tensor [`aligned`]) and its tensors.
 pub fn table_size(d: &Dims, stage: &Stage) -> (usize, usize) {
     let (mut total, mut tensors) = (0, 0);

@@ -86,27 +86,15 @@ pub fn dtype_of(p: Precision) -> Option<Dtype> {
 }
 
 /// Why cuDNN's fused attention does not take this shape on a GPU of compute capability
-/// `cc` (major, minor), before asking cuDNN; None where it may.
+/// `cc` (major, minor), before asking cuDNN; None where it may (the compiler's rule, which
+/// also decides where the memory plan counts cuDNN's workspace).
 pub fn refusal(s: &Shape, cc: (i32, i32)) -> Option<String> {
-    if cc.0 < 8 {
-        return Some(format!(
-            "it needs compute capability 8.0 or newer, this GPU has {}.{}",
-            cc.0, cc.1
-        ));
-    }
-    if s.d % 8 != 0 || s.d > 256 {
-        return Some(format!(
-            "it takes head sizes that are multiples of 8 up to 256, not {}",
-            s.d
-        ));
-    }
-    if s.g < 1 || s.h % s.g != 0 {
-        return Some(format!(
-            "{} query heads do not share {} key/value heads evenly",
-            s.h, s.g
-        ));
-    }
-    None
+    planc_compiler::cost::buffers::launch::cudnn_attention_refusal(
+        s.h as usize,
+        s.g as usize,
+        s.d as usize,
+        cc,
+    )
 }
 
 fn round_up(n: usize) -> usize {

@@ -11,10 +11,9 @@ use crate::device::cuda::{Alloc, Buf, Gpu};
 use crate::device::dist;
 use crate::device::fp8::{self, Fp8, Fp8Bufs};
 use crate::error::RunError;
-use crate::train::model::{self, Dims, LayerTensor, Params, Tensor};
-use planc_compiler::cost::buffers::{
-    stage_buffers, Bytes, Kept, Name, SetBuf, StageBuffers, Work, OVERWRITTEN_AT_LEAST,
-};
+use crate::train::model::{self, Dims, Params};
+use planc_compiler::cost::buffers::model::zeroed_gradients;
+use planc_compiler::cost::buffers::{stage_buffers, Bytes, Kept, Name, SetBuf, StageBuffers, Work};
 use planc_compiler::plan::{Attention, Position};
 use std::collections::BTreeMap;
 
@@ -90,7 +89,7 @@ impl Engine {
         };
         // Once, whole: alignment gaps and padding are never written, and stay zero.
         eng.gpu.zero(eng.grad)?;
-        eng.zeroed = zeroed_each_step(&eng.params, &eng.shape, eng.grad);
+        eng.zeroed = zeroed_each_step(&eng.shape, eng.grad);
         if eng.shape.attention == Attention::Flash {
             eng.plan_cudnn_attention()?;
         }
@@ -280,32 +279,17 @@ pub fn rope_table(d: &Dims) -> (Vec<f32>, Vec<f32>) {
     (c, s)
 }
 
-/// The gradient ranges a step zeroes: everything but the layers' linear weights of at least
-/// [`OVERWRITTEN_AT_LEAST`] elements, whose first gradient of the step overwrites them
-/// (`cost::buffers::zeroed_gradient_share` prices the same ranges).
-fn zeroed_each_step(params: &Params, shape: &Shape, grad: Buf) -> Vec<Buf> {
-    let linear: Vec<LayerTensor> = shape.dims.linear_shapes().iter().map(|s| s.0).collect();
-    let mut skipped: Vec<(usize, usize)> = params
-        .list
-        .iter()
-        .filter(|p| matches!(p.tensor, Tensor::Layer(_, part) if linear.contains(&part)))
-        .filter(|p| p.numel() >= OVERWRITTEN_AT_LEAST)
-        .map(|p| (p.offset, p.offset + p.numel()))
-        .collect();
-    skipped.sort_unstable();
-    let end = grad.bytes / 4;
-    let mut out = Vec::new();
-    let mut at = 0;
-    for (lo, hi) in skipped.into_iter().chain(std::iter::once((end, end))) {
-        if lo > at {
-            out.push(Buf {
-                ptr: grad.ptr + 4 * at as u64,
-                bytes: 4 * (lo - at),
-            });
-        }
-        at = at.max(hi);
-    }
-    out
+/// The gradient ranges a step zeroes (`cost::buffers::model::zeroed_gradients`, whose bytes
+/// the cost model prices): all but the large linear weights, whose first gradient of the
+/// step overwrites them.
+fn zeroed_each_step(shape: &Shape, grad: Buf) -> Vec<Buf> {
+    zeroed_gradients(&shape.dims, &shape.stage, grad.bytes / 4)
+        .into_iter()
+        .map(|(lo, hi)| Buf {
+            ptr: grad.ptr + 4 * lo as u64,
+            bytes: 4 * (hi - lo),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -314,10 +298,11 @@ mod tests {
     use crate::device::cuda::Tally;
     use crate::device::dist::World;
     use crate::train::model::Stage;
+    use crate::train::model::{LayerTensor, Tensor};
     use crate::train::program::Program;
     use crate::train::ranks::Ranks;
     use crate::train::step::{engine_shape, refuse};
-    use planc_compiler::cost::buffers::{self, Buffer};
+    use planc_compiler::cost::buffers::{self, Buffer, OVERWRITTEN_AT_LEAST};
     use planc_compiler::cost::memory::{in_flight_sets, PLANC_RECEIVES_AHEAD};
     use planc_compiler::plan::{Framework, Plan, Recompute, Schedule};
 
@@ -507,7 +492,7 @@ mod tests {
                 ptr: 1 << 40,
                 bytes: 4 * padded,
             };
-            let ranges = zeroed_each_step(&params, &shape, grad);
+            let ranges = zeroed_each_step(&shape, grad);
             let mut at = grad.ptr;
             for r in &ranges {
                 assert!(r.ptr >= at && r.bytes > 0, "{name}: sorted and disjoint");
@@ -533,7 +518,7 @@ mod tests {
             }
             let bytes: usize = ranges.iter().map(|r| r.bytes).sum();
             let share = buffers::zeroed_gradient_share(&plan, stage);
-            let ours = bytes as f64 / (4 * params.total) as f64;
+            let ours = bytes as f64 / (4 * padded) as f64;
             assert!(
                 (ours - share).abs() < 0.01,
                 "{name}: {ours} zeroed, {share} priced"
