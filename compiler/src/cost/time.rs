@@ -1462,17 +1462,12 @@ pub fn optimizer_time(plan: &Plan, stage: u64, params: f64, experts: f64, dev: &
     let (grad_read, weights, copy_to_model) = match plan.parallel.optimizer_dtype {
         Some(OptimizerDtype::Bf16) => (plan.grad_bytes(), w, 0.0),
         Some(OptimizerDtype::Fp32Remainders) if master == 2.0 => (4.0, w, 0.0),
+        // planc's update writes the 16-bit weights in the same pass (`adamw_flat`, 30 bytes
+        // a parameter as `planc calibrate`'s `[[optimizer]]` point counts them).
+        _ if master > 0.0 && plan.framework() == Framework::Planc => (4.0, 0.0, w),
         _ if master > 0.0 => (4.0, 0.0, master + w),
         // fp32 training: the weights are the master.
         _ => (4.0, w, 0.0),
-    };
-    // planc's update writes the 16-bit weights in the same pass (`adamw_flat`, 30 bytes a
-    // parameter as `planc calibrate`'s `[[optimizer]]` point counts them): no second read
-    // of the master weights.
-    let copy_to_model = if plan.framework() == Framework::Planc && copy_to_model > 0.0 {
-        w
-    } else {
-        copy_to_model
     };
     let update = grad_read + 2.0 * (master + moments + weights);
     let unscale = if plan.train.precision == Precision::Fp16 {
