@@ -7,6 +7,7 @@ use codespan_reporting::term::termcolor::{ColorChoice, StandardStream};
 
 use crate::output::write_new;
 use crate::{load, render};
+use planc_lang::units::{format_quantity, Dimension};
 
 pub fn run(
     file: &Path,
@@ -49,10 +50,16 @@ pub fn run(
     let b = sim.breakdown;
     let names = planc_simulator::rank_names(plan);
     println!(
-        "simulated {} tasks on {} ({} by symmetry) in {:.1} ms",
+        "simulated {} tasks on {} pipeline rank{} ({} GPU{} by symmetry) in {:.1} ms",
         sim.graph.graph.node_count(),
-        counted(sim.graph.ranks as u64, "pipeline rank"),
-        counted(plan.cluster.world_size(), "GPU"),
+        sim.graph.ranks,
+        if sim.graph.ranks == 1 { "" } else { "s" },
+        plan.cluster.world_size(),
+        if plan.cluster.world_size() == 1 {
+            ""
+        } else {
+            "s"
+        },
         elapsed.as_secs_f64() * 1e3
     );
     println!(
@@ -124,27 +131,10 @@ fn by_kind(
             format!(
                 "{} {} ({:.0} %)",
                 k.label(),
-                duration(*s),
+                format_quantity(*s, Dimension::Time),
                 100.0 * s / step_s
             )
         })
         .collect();
     format!("kinds    {}", parts.join(", "))
-}
-
-fn duration(s: f64) -> String {
-    if s >= 1.0 {
-        format!("{s:.3} s")
-    } else {
-        format!("{:.1} ms", s * 1e3)
-    }
-}
-
-/// `n` and `what`, plural where `n` is not 1.
-fn counted(n: u64, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
