@@ -33,6 +33,11 @@ pub const FILES: &[(&str, &str, &str)] = &[
         include_str!("nemo-h100-bf16.toml"),
     ),
     (
+        "Megatron-Core/NeMo 25.02, H100 fp8",
+        "nemo-h100-fp8-2025.toml",
+        include_str!("nemo-h100-fp8-2025.toml"),
+    ),
+    (
         "Llama 3 405B (Meta), H100",
         "llama3-405b.toml",
         include_str!("llama3-405b.toml"),
