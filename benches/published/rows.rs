@@ -42,6 +42,11 @@ pub const FILES: &[(&str, &str, &str)] = &[
         "llama3-405b.toml",
         include_str!("llama3-405b.toml"),
     ),
+    (
+        "Megatron-Bridge 26.04, H100 fp8",
+        "bridge-h100.toml",
+        include_str!("bridge-h100.toml"),
+    ),
 ];
 
 pub const CONSTANTS: &str = include_str!("constants.toml");
