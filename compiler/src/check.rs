@@ -49,6 +49,7 @@ impl Checked {
             kernels: spec.kernels_for(&parallel),
             parallel: parallel.clone(),
             framework: spec.framework(),
+            launch_blocking: spec.launch_blocking(),
         };
         self.diagnostics.extend(validate(spec, &parallel));
         let est = estimate(&plan);
@@ -149,6 +150,7 @@ pub fn check_file_with(
                 kernels: spec.kernels_for(&parallel),
                 parallel,
                 framework: spec.framework(),
+                launch_blocking: spec.launch_blocking(),
             };
             crate::cost::power::settle(&mut plan);
             let est = estimate(&plan);

@@ -108,6 +108,20 @@ pub fn lint_env(spec: &PlanSpec) -> Vec<Diagnostic> {
                 continue;
             }
         };
+        if name == crate::plan::LAUNCH_BLOCKING && crate::plan::launch_blocking_value(value) {
+            out.push(
+                Diagnostic::new(
+                    codes::P0714,
+                    "`CUDA_LAUNCH_BLOCKING` makes every kernel launch wait for its kernel",
+                )
+                .at(vf0, vs0, "a debugging setting; priced as it runs")
+                .help(
+                    "the host's dispatch of each operation then sits between kernels and \
+                     collectives stop overlapping compute: remove it unless the job needs it \
+                     (`planc explain P0714`)",
+                ),
+            );
+        }
         // A reference's value is only known on the node: only the name is checked.
         let refers = pieces.iter().any(|p| matches!(p, EnvPiece::Var(_)));
         let (nf, ns) = spec
@@ -359,6 +373,19 @@ mod tests {
             .into_iter()
             .map(|d| (d.code.to_string(), d.help.unwrap_or_default()))
             .collect()
+    }
+
+    #[test]
+    fn launch_blocking_is_warned_where_it_is_set_on() {
+        let f = codes_for("CUDA_LAUNCH_BLOCKING = 1");
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, "P0714");
+        for off in [
+            "CUDA_LAUNCH_BLOCKING = 0",
+            "CUDA_LAUNCH_BLOCKING = \"$DEBUG\"",
+        ] {
+            assert!(codes_for(off).is_empty(), "{off}");
+        }
     }
 
     #[test]

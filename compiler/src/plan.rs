@@ -877,6 +877,17 @@ impl PlanSpec {
             .map_or(Framework::Megatron, |j| j.framework)
     }
 
+    /// Whether `job.env` sets `CUDA_LAUNCH_BLOCKING` to anything but `0` (CUDA reads any
+    /// other value as on); a value taken from the node's environment (`$NAME`) is not known
+    /// here and counts as off.
+    pub fn launch_blocking(&self) -> bool {
+        self.job.as_ref().is_some_and(|j| {
+            j.env
+                .iter()
+                .any(|(k, v)| k == LAUNCH_BLOCKING && launch_blocking_value(v))
+        })
+    }
+
     /// `job.kernels`, else what the framework runs as planc launches it with layout `p`:
     /// its own kernels under `planc`; Transformer Engine's under `megatron` (a site without
     /// it writes `eager`); under `torch` and `deepspeed` the eager path where planc writes
@@ -920,11 +931,32 @@ pub struct Plan {
     /// The kernels it runs a layer with ([`PlanSpec::kernels`]).
     #[serde(skip)]
     pub kernels: Kernels,
+    /// Whether the job exports `CUDA_LAUNCH_BLOCKING` ([`PlanSpec::launch_blocking`]): every
+    /// kernel launch then waits for its kernel (`cost::launch_blocking`).
+    #[serde(skip)]
+    pub launch_blocking: bool,
+}
+
+/// The variable that makes every CUDA kernel launch synchronous.
+pub const LAUNCH_BLOCKING: &str = "CUDA_LAUNCH_BLOCKING";
+
+/// Whether a literal `CUDA_LAUNCH_BLOCKING` value turns it on: anything but `0` or nothing
+/// (a `$` reference is the node's, unknown here).
+pub fn launch_blocking_value(v: &str) -> bool {
+    let v = v.trim();
+    !(v.is_empty() || v == "0" || v.contains('$'))
 }
 
 impl Plan {
     pub fn framework(&self) -> Framework {
         self.framework
+    }
+
+    /// Whether the data-parallel reduction overlaps the backward passes: as the plan says,
+    /// unless every launch blocks (`CUDA_LAUNCH_BLOCKING`), when the host waits for each
+    /// collective before it launches the next product.
+    pub fn overlaps_grad_reduce(&self) -> bool {
+        self.parallel.overlap_grad_reduce && !self.launch_blocking
     }
 
     /// Whether the framework runs its unfused path (`job.kernels = eager`).

@@ -89,6 +89,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             kernels: s.kernels_for(&p),
                                             parallel: p.clone(),
                                             framework: s.framework(),
+                                            launch_blocking: s.launch_blocking(),
                                         };
                                         if memory_fraction(&plan) > 1.0 - s.search.memory_headroom {
                                             continue;
@@ -504,6 +505,7 @@ fn interleaved_uneven_layouts_found_by_search_are_those_brute_force_finds() {
             kernels: s.kernels_for(&parallel),
             parallel,
             framework: s.framework(),
+            launch_blocking: s.launch_blocking(),
         };
         if memory_fraction(&plan) <= 1.0 - s.search.memory_headroom {
             assert!(kept.contains(&(pp, vpp)), "({pp}, {vpp}) fits but was lost");

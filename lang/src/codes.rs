@@ -341,6 +341,14 @@ codes! {
          from the node's environment and everything else literal; a command cannot be carried \
          into all of them, and would run on every node at every start. Compute the value \
          beforehand and write it, or refer to a variable the node sets.";
+    P0714 Warning "every kernel launch blocks"
+        "`job.env` sets `CUDA_LAUNCH_BLOCKING`: every CUDA kernel launch then returns only once \
+         its kernel has finished. It is a debugging setting (an asynchronous kernel's error then \
+         points at the launch that caused it): the host can no longer run ahead of the GPU, so \
+         each kernel waits for the host's dispatch of the next operation (30 us a product, \
+         8-16 us another kernel, measured on an H200 host), and collectives no longer overlap \
+         compute. planc prices the step that way; where kernels are short the step slows most (a \
+         chain of small ops: 10.4 us an op without it, 19.6 with it). Remove it once the failure it was set to find is found.";
     P0901 Error "`planc run` does not run this part of the plan yet"
         "`planc run` trains tensor parallelism (with or without sequence parallelism), pipeline \
          parallelism with the gpipe, 1f1b and interleaved schedules (uneven end stages \

@@ -67,7 +67,7 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         let (trained, trained_experts) = stage_trained_params(plan, rank as u64);
         costs.optimizer[rank as usize] =
             optimizer_time(plan, rank as u64, trained, trained_experts, &dev);
-        if data_parallel && p.overlap_grad_reduce {
+        if data_parallel && plan.overlaps_grad_reduce() {
             costs.contention[rank as usize] = dp_contention(plan, rank as u64, &pl);
         }
         // Each chunk holds its own layers (uneven end stages split unevenly, see
@@ -141,9 +141,13 @@ pub fn lower(plan: &Plan) -> (Program, Costs) {
         zero: p.zero as u8,
         data_parallel,
         // Without overlap the reduction waits for the whole backward pass: one piece.
-        buckets: if p.overlap_grad_reduce { buckets } else { 1 },
+        buckets: if plan.overlaps_grad_reduce() {
+            buckets
+        } else {
+            1
+        },
         tied_embedding: m.tied_embeddings,
-        overlap_grad_reduce: p.overlap_grad_reduce,
+        overlap_grad_reduce: plan.overlaps_grad_reduce(),
         overlap_p2p: p.overlaps_p2p(),
     };
     let mut program = build(kind, ranks, micro_batches, opts);

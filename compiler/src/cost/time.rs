@@ -305,16 +305,20 @@ impl<'a> Device<'a> {
 
     /// The rates of the frameworks' fused attention kernel on this device, measured or
     /// published at 16-bit precision: cuDNN's where it runs and was measured here, else
-    /// FlashAttention-2's.
-    fn flash_rates(&self, kernel: FusedKernel) -> Option<crate::plan::FlashRates> {
+    /// FlashAttention-2's; with the kernel whose rates they are.
+    fn flash_rates(&self, kernel: FusedKernel) -> Option<(crate::plan::FlashRates, FusedKernel)> {
         let sixteen_bit = matches!(self.precision, Precision::Bf16 | Precision::Fp16);
         if !sixteen_bit {
             return None;
         }
+        let flash2 = || Some((self.gpu.flash_attention?, FusedKernel::FlashAttention2));
         match kernel {
             FusedKernel::Planc => None,
-            FusedKernel::FlashAttention2 => self.gpu.flash_attention,
-            FusedKernel::Cudnn => self.gpu.cudnn_attention.or(self.gpu.flash_attention),
+            FusedKernel::FlashAttention2 => flash2(),
+            FusedKernel::Cudnn => match self.gpu.cudnn_attention {
+                Some(r) => Some((r, FusedKernel::Cudnn)),
+                None => flash2(),
+            },
         }
     }
 
@@ -324,9 +328,27 @@ impl<'a> Device<'a> {
     /// catalog has it ([`Self::flash_rates`]), else a fraction of the product rate.
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
         self.fused_pass("flash", flops, seq, head_dim, kernel, |r| r.forward, 1.0)
-            .unwrap_or_else(|| {
-                (flops / (self.matrix_rate() * FLASH_EFFICIENCY)).max(KERNEL_FLOOR_S)
-            })
+            .unwrap_or_else(|| self.flash_fallback(flops, seq, head_dim, kernel, false))
+    }
+
+    /// A fused attention pass on a GPU with no published rate for its kernel: a fraction of
+    /// the product rate, FlashAttention-2's best case on Ampere, read at the pass's shape.
+    fn flash_fallback(
+        &self,
+        flops: f64,
+        seq: f64,
+        head_dim: f64,
+        kernel: FusedKernel,
+        backward: bool,
+    ) -> f64 {
+        let work = if backward { FLASH_BACKWARD_WORK } else { 1.0 };
+        // The fraction is FlashAttention-2's, whichever framework's kernel would run.
+        let published = match kernel {
+            FusedKernel::Planc => FusedKernel::Planc,
+            _ => FusedKernel::FlashAttention2,
+        };
+        let shape = super::fused_shape::factor(published, backward, seq, head_dim);
+        (work * flops / (self.matrix_rate() * FLASH_EFFICIENCY * shape)).max(KERNEL_FLOOR_S)
     }
 
     /// A pass of the fused attention (`work` times the forward's FLOPs at the rate `rate`
@@ -346,8 +368,10 @@ impl<'a> Device<'a> {
         let planc = kernel == FusedKernel::Planc;
         self.measured_fused(pass, flops, seq, head_dim, planc)
             .or_else(|| {
-                let r = self.flash_rates(kernel)?;
-                Some((work * flops / (rate(&r) * self.sustained())).max(KERNEL_FLOOR_S))
+                let (r, published) = self.flash_rates(kernel)?;
+                // The published rates are one shape's (16k tokens, heads of 128).
+                let shape = super::fused_shape::factor(published, work > 1.0, seq, head_dim);
+                Some((work * flops / (rate(&r) * shape * self.sustained())).max(KERNEL_FLOOR_S))
             })
     }
 
@@ -432,7 +456,13 @@ impl<'a> Device<'a> {
             |r| r.backward,
             FLASH_BACKWARD_WORK,
         )
-        .unwrap_or_else(|| FLASH_BACKWARD_WORK * self.flash(flops, seq, head_dim, kernel))
+        .unwrap_or_else(|| {
+            // A profile's measured forward with no measured backward: the work ratio.
+            match self.measured_fused("flash", flops, seq, head_dim, kernel == FusedKernel::Planc) {
+                Some(f) => FLASH_BACKWARD_WORK * f,
+                None => self.flash_fallback(flops, seq, head_dim, kernel, true),
+            }
+        })
     }
 }
 
@@ -949,12 +979,37 @@ fn layer_passes(
         .collect();
     // The accumulation follows the weight gradients it adds.
     let wgrad = time_ops(&weight_products, dev, pl).compute + accumulation;
-    if super::eager::path(plan).is_some() {
+    if plan.launch_blocking {
+        // Each launch waits for its kernel: the gaps add to the kernels' time, whatever the
+        // path (`cost::launch_blocking`).
+        let (gaps_fwd, gaps_bwd) = layer_blocked_gaps(plan, ops);
+        fwd.compute += gaps_fwd;
+        bwd.compute += gaps_bwd;
+    } else if super::eager::path(plan).is_some() {
         let (host_fwd, host_bwd) = layer_dispatch(plan, ops);
         host_floor(&mut fwd, host_fwd);
         host_floor(&mut bwd, host_bwd);
     }
     (fwd, bwd, wgrad)
+}
+
+/// What blocked launches add to one layer's forward and backward, the recomputed forward in
+/// the backward where the layer recomputes it.
+fn layer_blocked_gaps(plan: &Plan, ops: &[Op]) -> (f64, f64) {
+    use super::launch_blocking::{backward_gaps, forward_gaps};
+    let fwd = forward_gaps(ops);
+    let mut bwd = backward_gaps(ops, |o| {
+        super::method::is_weight_product(o) && trains_weight(plan, o)
+    });
+    match plan.parallel.recompute {
+        Recompute::Full => bwd += fwd,
+        Recompute::Selective if plan.train.attention == Attention::Standard => {
+            let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
+            bwd += forward_gaps(&core);
+        }
+        _ => {}
+    }
+    (fwd, bwd)
 }
 
 /// The host's time to dispatch one layer's forward and backward on an unfused path
@@ -1043,7 +1098,18 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     };
     let (mut embedding_fwd, mut embedding_bwd, mut head_fwd, mut head_bwd) =
         (embedding_fwd, embedding_bwd, head_fwd, head_bwd);
-    if super::eager::path(plan).is_some() {
+    if plan.launch_blocking {
+        use super::launch_blocking::{backward_gaps, forward_gaps};
+        let embedding_ops = embedding_forward(plan);
+        embedding_fwd.compute += forward_gaps(&embedding_ops);
+        if trains_ends {
+            embedding_bwd.compute += backward_gaps(&embedding_ops, |_| false);
+        }
+        head_fwd.compute += forward_gaps(&head_forward(plan));
+        head_bwd.compute += backward_gaps(&head_bwd_ops, |o| {
+            trains_ends && super::method::is_weight_product(o)
+        });
+    } else if super::eager::path(plan).is_some() {
         use super::eager::{
             backward_dispatches, forward_dispatches, HOST_BACKWARD_OP_S, HOST_FORWARD_OP_S,
         };
@@ -1216,7 +1282,7 @@ pub fn dp_exposed_parts(
     let (reduce, gather) = dp_collectives(plan, (params, experts), trained, pl);
     let gather = if p.zero >= 1 { gather } else { 0.0 };
     let m = p.grad_accum(plan.train.global_batch).max(1) as f64;
-    if !p.overlap_grad_reduce {
+    if !plan.overlaps_grad_reduce() {
         // After the backward passes (and the parameter gather before the forward ones),
         // nothing hides it.
         let per_step = if p.zero >= 2 { m } else { 1.0 };
@@ -1735,14 +1801,15 @@ mod tests {
             (dev.flash_backward(flops, 1024.0, 64.0, FusedKernel::Planc) - flops / 60e12).abs()
                 < 1e-12
         );
-        // Another framework runs FlashAttention-2: its published H200 (H100) rates, the
-        // backward's 2.5× work at its own rate.
-        assert!(
-            (dev.flash(flops, 1024.0, 64.0, FusedKernel::FlashAttention2) - flops / 335e12).abs()
-                < 1e-12
-        );
-        let bwd = dev.flash_backward(flops, 1024.0, 64.0, FusedKernel::FlashAttention2);
+        // Another framework runs FlashAttention-2: its published H200 (H100) rates at the
+        // shape they were published at, the backward's 2.5× work at its own rate; at the
+        // profile's shape, those rates read through the kernel's measured shape factor.
+        let fa2 = FusedKernel::FlashAttention2;
+        assert!((dev.flash(flops, 16384.0, 128.0, fa2) - flops / 335e12).abs() < 1e-12);
+        let bwd = dev.flash_backward(flops, 16384.0, 128.0, fa2);
         assert!((bwd - 2.5 * flops / 322e12).abs() < 1e-12);
+        let shape = super::super::fused_shape::factor(fa2, false, 1024.0, 64.0);
+        assert!((dev.flash(flops, 1024.0, 64.0, fa2) - flops / (335e12 * shape)).abs() < 1e-12);
     }
 
     #[test]
@@ -1751,10 +1818,14 @@ mod tests {
         assert!(d.gpu.flash_attention.is_none());
         let flops = 1e12;
         let fa = flops / (d.matrix_rate() * FLASH_EFFICIENCY);
-        assert!((d.flash(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - fa).abs() < 1e-12);
+        let fa2 = FusedKernel::FlashAttention2;
+        assert!((d.flash(flops, 16384.0, 128.0, fa2) - fa).abs() < 1e-12);
+        assert!((d.flash_backward(flops, 16384.0, 128.0, fa2) - 2.5 * fa).abs() < 1e-12);
+        // A shorter sequence keeps the kernel's measured shape factor, pass by pass.
+        let factor = |backward| super::super::fused_shape::factor(fa2, backward, 2048.0, 128.0);
+        assert!((d.flash(flops, 2048.0, 128.0, fa2) - fa / factor(false)).abs() < 1e-12);
         assert!(
-            (d.flash_backward(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - 2.5 * fa).abs()
-                < 1e-12
+            (d.flash_backward(flops, 2048.0, 128.0, fa2) - 2.5 * fa / factor(true)).abs() < 1e-12
         );
         // The published H100 rates are 16-bit measurements: fp8 keeps the fraction.
         let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
@@ -1763,7 +1834,7 @@ mod tests {
             precision: Precision::Fp8,
         };
         let fa = flops / (fp8.matrix_rate() * FLASH_EFFICIENCY);
-        assert!((fp8.flash(flops, 4096.0, 128.0, FusedKernel::FlashAttention2) - fa).abs() < 1e-12);
+        assert!((fp8.flash(flops, 16384.0, 128.0, fa2) - fa).abs() < 1e-12);
     }
 
     #[test]
@@ -1776,12 +1847,12 @@ mod tests {
             precision: Precision::Bf16,
         };
         let flops = 1e15;
-        let fa2 = d.flash(flops, 8192.0, 128.0, FusedKernel::FlashAttention2);
-        let cudnn = d.flash(flops, 8192.0, 128.0, FusedKernel::Cudnn);
+        let fa2 = d.flash(flops, 16384.0, 128.0, FusedKernel::FlashAttention2);
+        let cudnn = d.flash(flops, 16384.0, 128.0, FusedKernel::Cudnn);
         assert!((fa2 / cudnn - 539.0 / 335.0).abs() < 1e-9);
         let (fa2_b, cudnn_b) = (
-            d.flash_backward(flops, 8192.0, 128.0, FusedKernel::FlashAttention2),
-            d.flash_backward(flops, 8192.0, 128.0, FusedKernel::Cudnn),
+            d.flash_backward(flops, 16384.0, 128.0, FusedKernel::FlashAttention2),
+            d.flash_backward(flops, 16384.0, 128.0, FusedKernel::Cudnn),
         );
         assert!((fa2_b / cudnn_b - 516.0 / 322.0).abs() < 1e-9);
         // Where cuDNN's kernel was not measured (an A100), the framework's FlashAttention-2.

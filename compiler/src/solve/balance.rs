@@ -109,6 +109,7 @@ pub fn balance(spec: &PlanSpec, p: Parallel) -> Parallel {
         kernels: spec.kernels_for(&p),
         parallel: p,
         framework: spec.framework(),
+        launch_blocking: spec.launch_blocking(),
     };
     // The pieces of one stage's work on each stage's GPUs: they do not depend on the split.
     let stage_pieces: Vec<Pieces> = (0..plan.parallel.pp)

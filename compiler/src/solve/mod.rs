@@ -125,6 +125,7 @@ fn plan_of(spec: &PlanSpec, parallel: Parallel) -> Plan {
         kernels: spec.kernels_for(&parallel),
         parallel,
         framework: spec.framework(),
+        launch_blocking: spec.launch_blocking(),
     }
 }
 
