@@ -16,27 +16,12 @@ FLOP and byte rates, so a linear model P = P_idle + a * FLOP/s + b * bytes/s can
 import argparse
 import json
 import statistics
-import subprocess
 import threading
 import time
 
 import torch
 
-
-def sampler(rows, stop):
-    q = "clocks.sm,power.draw"
-    p = subprocess.Popen(["nvidia-smi", f"--query-gpu={q}", "--format=csv,noheader,nounits",
-                          "-lms", "100"], stdout=subprocess.PIPE, text=True)
-    while not stop.is_set():
-        line = p.stdout.readline()
-        if not line:
-            break
-        try:
-            clock, power = (float(x) for x in line.split(",")[:2])
-        except ValueError:
-            continue
-        rows.append((time.time(), clock, power))
-    p.terminate()
+from power_phases import sampler  # nvidia-smi's clock and power every 100 ms
 
 
 def main():
