@@ -2,7 +2,8 @@
 //! and kernels were timed in bursts; a training step that drives the tensor cores hard
 //! holds the GPU at its power limit, at a lower clock, for as long as it trains (Llama 3 8B's
 //! layers on an H200: 1515 MHz against the bursts' 1980, products 1.16x their burst
-//! times), while a step of small products (GPT-2: 533 W of 700) keeps the boost clock.
+//! times); GPT-2 124M's small products reach it too once the step runs long enough (600
+//! steps, 20 s: 695 W and 1710 MHz; its first second, 30 steps, drew 516 W).
 //! `planc calibrate` measures how much slower products and memory-bound kernels run in a
 //! steady mix that drives the tensor cores at a given share of their burst rate
 //! ([`crate::profile::PowerCurve`]); [`settle`] reads that curve at the share the plan's

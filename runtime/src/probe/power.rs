@@ -2,8 +2,9 @@
 //! drives the tensor cores. A step that keeps them busy (Llama 3 8B's layers, ~650 TFLOP/s
 //! on an H200) holds the GPU at its power limit, at 1515 MHz where a probe's bursts ran at
 //! 1980, and its products run 1.16x slower than their burst times; GPT-2's small products
-//! (276 TFLOP/s) draw 533 W of 700 and keep the boost clock (2026-11-28, clocks sampled
-//! through `planc run`). So calibration times the same square product in a burst, then
+//! reach the limit as well once the step runs for more than a few seconds (695 W at 1710
+//! MHz over 600 steps; 30 steps, a second, read 516 W: 2026-11-28, clocks sampled through
+//! `planc run`). So calibration times the same square product in a burst, then
 //! inside a steady mix of products and memory-bound copies, at several shares of the
 //! products' burst rate, each mix run long enough for the limiter to settle: the product's
 //! and the copies' slowdown at each share is what the cost model applies to a step that

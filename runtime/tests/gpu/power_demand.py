@@ -5,8 +5,9 @@
 
 `planc calibrate`'s power curve reads a plan's slowdown at the share of the burst product rate
 its step reaches, from mixes of products and streaming adds that all hold the board at its
-limit. Training steps at the same share do not all draw that much (GPT-2: 533 W of 700 at a
-share of ~0.45; GPT 1.3B at 1800 MHz where the 50 % mix held 1650). This measures the power
+limit. Training steps at the same share seemed not to draw that much (GPT-2: 533 W of 700 at a
+share of ~0.45 over a one-second run, 695 W over a twenty-second one; GPT 1.3B at 1800 MHz
+where the 50 % mix held 1650). This measures the power
 of each kind of work on its own, at duties low enough to stay under the limit: the board
 idle; 8192-square bf16 products, and streaming adds of 3 x 256 MiB, each for a duty of every
 10 ms (the rest idle: the host sleeps); and the two mixed. Power and SM clock are
