@@ -12,16 +12,12 @@ weights N(0, 0.02), activations after GELU, gradients of small magnitude, and a 
 operand). Each run prints its power, clock and achieved rate, and the watts over idle per
 TFLOP/s.
 """
-import argparse
 import json
-import statistics
-import threading
-import time
 
 import torch
 import torch.nn.functional as F
 
-from power_phases import sampler  # nvidia-smi's clock and power every 100 ms
+from power_duty import Board, arguments
 
 
 def operands(kind, m, n, k):
@@ -39,18 +35,9 @@ def operands(kind, m, n, k):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--duty", type=float, default=0.3)
-    ap.add_argument("--json")
-    args = ap.parse_args()
-    rows, stop = [], threading.Event()
-    threading.Thread(target=sampler, args=(rows, stop), daemon=True).start()
-    time.sleep(0.5)
-    t0 = time.time()
-    time.sleep(args.seconds)
-    idle = statistics.median(p for t, _, p in rows if t0 + args.seconds / 2 <= t)
-    print(f"power_operands: idle {idle:.1f} W", flush=True)
+    args = arguments("power by a product's shape and operands")
+    board = Board(args.seconds)
+    print(f"power_operands: idle {board.idle:.1f} W", flush=True)
     cases = [("8192^3", 8192, 8192, 8192, k) for k in ("random", "trained", "half_zero", "zeros")]
     cases += [
         ("GPT-2 qkv 16384x2304x768", 16384, 2304, 768, "random"),
@@ -60,36 +47,19 @@ def main():
         ("GPT 1.3B fc1 16384x8192x2048", 16384, 8192, 2048, "trained"),
         ("Llama 8B fc1 8192x14336x4096", 8192, 14336, 4096, "random"),
     ]
-    out = [{"name": "idle", "power_w": idle}]
+    out = [{"name": "idle", "power_w": board.idle}]
     for name, m, n, k, kind in cases:
         a, b = operands(kind, m, n, k)
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        for _ in range(5):
-            torch.matmul(a, b, out=c)
-        torch.cuda.synchronize()
-        period, products, start = 0.010, 0, time.time()
-        while time.time() - start < args.seconds:
-            s = time.time()
-            while time.time() - s < args.duty * period:
-                torch.matmul(a, b, out=c)
-                products += 1
-                torch.cuda.synchronize()
-            rest = period - (time.time() - s)
-            if rest > 0:
-                time.sleep(rest)
-        end = time.time()
-        half = [r for r in rows if start + (end - start) / 2 <= r[0] <= end]
-        power = statistics.median(p for _, _, p in half)
-        clock = statistics.median(c for _, c, _ in half)
-        tflops = products * 2.0 * m * n * k / (end - start) / 1e12
+        launches, wall, clock, power = board.duty(lambda: torch.matmul(a, b, out=c), args.seconds, args.duty)
+        tflops = launches * 2.0 * m * n * k / wall / 1e12
         r = {"name": name, "operands": kind, "power_w": power, "clock_mhz": clock, "tflops": tflops,
-             "w_per_tflops": (power - idle) / tflops if tflops else None}
+             "w_per_tflops": (power - board.idle) / tflops}
         out.append(r)
         print(f"power_operands: {name:30s} {kind:9s} {power:6.1f} W {clock:5.0f} MHz {tflops:6.1f} TFLOP/s "
               f"{r['w_per_tflops']:.3f} W per TFLOP/s over idle", flush=True)
         del a, b, c
         torch.cuda.empty_cache()
-    stop.set()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
