@@ -183,14 +183,22 @@ fn summary(p: &Profile) -> String {
         );
     }
     if let Some(c) = &p.power {
+        let at = c
+            .burst_clock_mhz
+            .map(|m| format!(" at {m:.0} MHz"))
+            .unwrap_or_default();
         s += &format!(
-            "power    products ({:.0} TFLOP/s in a burst) in a steady mix with copies: \
+            "power    products ({:.0} TFLOP/s in a burst{at}) in a steady mix with copies: \
              how much slower each runs at the power limit\n",
             c.product_tflops
         );
         for pt in &c.points {
+            let held = match (pt.clock_mhz, pt.power_w) {
+                (Some(m), Some(w)) => format!(" ({m:.0} MHz, {w:.0} W)"),
+                _ => String::new(),
+            };
             s += &format!(
-                "         at {:>3.0} % of the burst rate ({:>2} copies a product): products {:.3}×, copies {:.3}×\n",
+                "         at {:>3.0} % of the burst rate ({:>2} copies a product): products {:.3}×, copies {:.3}×{held}\n",
                 pt.utilisation * 100.0,
                 pt.copies,
                 pt.product_slowdown,

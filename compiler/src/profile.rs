@@ -164,6 +164,10 @@ impl OverlapPoint {
 pub struct PowerCurve {
     /// The square product's burst rate (TFLOP/s) the utilisations are shares of.
     pub product_tflops: f64,
+    /// The SM clock (MHz) the burst ran at, where NVML could be read: a profile's burst
+    /// times hold only at the clock they ran at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_clock_mhz: Option<f64>,
     pub points: Vec<PowerPoint>,
 }
 
@@ -174,6 +178,12 @@ pub struct PowerPoint {
     pub copies: usize,
     pub product_slowdown: f64,
     pub memory_slowdown: f64,
+    /// The SM clock (MHz) and the board's power (W) the settled mix held, where NVML could
+    /// be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_mhz: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_w: Option<f64>,
 }
 
 impl PowerCurve {
@@ -975,16 +985,39 @@ mod tests {
     }
 
     #[test]
+    fn a_curve_keeps_the_clocks_it_was_measured_at_and_older_curves_read_without_them() {
+        let text = "product_tflops = 775.0\nburst_clock_mhz = 1755.0\n\
+                    [[points]]\nutilisation = 0.5\ncopies = 21\nproduct_slowdown = 1.117\n\
+                    memory_slowdown = 0.965\nclock_mhz = 1665.0\npower_w = 690.0\n";
+        let c: PowerCurve = toml::from_str(text).unwrap();
+        assert_eq!(c.burst_clock_mhz, Some(1755.0));
+        assert_eq!(
+            (c.points[0].clock_mhz, c.points[0].power_w),
+            (Some(1665.0), Some(690.0))
+        );
+        let back: PowerCurve = toml::from_str(&toml::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let old = "product_tflops = 786.0\n[[points]]\nutilisation = 0.3\ncopies = 50\n\
+                   product_slowdown = 1.0\nmemory_slowdown = 0.92\n";
+        let c: PowerCurve = toml::from_str(old).unwrap();
+        assert_eq!((c.burst_clock_mhz, c.points[0].clock_mhz), (None, None));
+        assert!(!toml::to_string(&c).unwrap().contains("clock"));
+    }
+
+    #[test]
     fn an_impossible_power_point_is_refused_naming_it() {
         let point = |utilisation: f64, product_slowdown: f64| PowerPoint {
             utilisation,
             copies: 1,
             product_slowdown,
             memory_slowdown: 1.0,
+            clock_mhz: None,
+            power_w: None,
         };
         let mut p = Profile {
             power: Some(PowerCurve {
                 product_tflops: 786.0,
+                burst_clock_mhz: None,
                 points: vec![point(0.5, 1.09), point(1.0, 1.16)],
             }),
             ..Profile::empty_for_tests()

@@ -93,30 +93,39 @@ mod tests {
         // nears the limit, then products and copies slower.
         PowerCurve {
             product_tflops: 800.0,
+            burst_clock_mhz: None,
             points: vec![
                 PowerPoint {
                     utilisation: 0.3,
                     copies: 20,
                     product_slowdown: 1.0,
                     memory_slowdown: 1.0,
+                    clock_mhz: None,
+                    power_w: None,
                 },
                 PowerPoint {
                     utilisation: 0.5,
                     copies: 9,
                     product_slowdown: 1.0,
                     memory_slowdown: 1.0,
+                    clock_mhz: None,
+                    power_w: None,
                 },
                 PowerPoint {
                     utilisation: 0.7,
                     copies: 4,
                     product_slowdown: 1.05,
                     memory_slowdown: 1.02,
+                    clock_mhz: None,
+                    power_w: None,
                 },
                 PowerPoint {
                     utilisation: 1.0,
                     copies: 0,
                     product_slowdown: 1.2,
                     memory_slowdown: 1.0,
+                    clock_mhz: None,
+                    power_w: None,
                 },
             ],
         }
@@ -152,11 +161,14 @@ mod tests {
         assert_eq!(c.slowdown(1.4), (1.2, 1.0));
         let fast = PowerCurve {
             product_tflops: 800.0,
+            burst_clock_mhz: None,
             points: vec![PowerPoint {
                 utilisation: 0.5,
                 copies: 9,
                 product_slowdown: 0.97,
                 memory_slowdown: 0.9,
+                clock_mhz: None,
+                power_w: None,
             }],
         };
         assert_eq!(fast.slowdown(0.5), (1.0, 1.0));

@@ -508,6 +508,18 @@ impl Gpu {
         unsafe { result::stream::synchronize(self.stream) }.map_err(err)
     }
 
+    /// The board's PCI address as NVML names it (`probe::nvml`).
+    pub fn pci_bus_id(&self) -> Result<String, RunError> {
+        use sys::CUdevice_attribute as A;
+        let at = |a| self.ctx.attribute(a).map_err(err);
+        Ok(format!(
+            "{:08x}:{:02x}:{:02x}.0",
+            at(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            at(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            at(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?
+        ))
+    }
+
     /// Launches `kernel` on `grid` blocks of `block` threads.
     pub fn launch(
         &self,

@@ -95,9 +95,16 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
         adds,
         add_n,
     };
+    let board = super::nvml::Nvml::open(&gpu.pci_bus_id()?);
+    if let Err(why) = &board {
+        eprintln!("note: calibration records no clocks: {why}");
+    }
+    let clock = || board.as_ref().ok().and_then(|b| b.sample());
     // Idle a moment, as a probe's burst follows a pause.
     std::thread::sleep(std::time::Duration::from_millis(500));
     let product_s = time(gpu, 5, || mix.product())?;
+    // The clock the burst ended at: the SM clock does not wait for NVML's power average.
+    let burst_clock_mhz = clock().map(|(mhz, _)| mhz);
     let copy_s = time(gpu, 5, || mix.copies(gpu, 1))?;
     let mut points = Vec::new();
     for u in UTILISATIONS {
@@ -107,6 +114,10 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
             mix.product()?;
             mix.copies(gpu, n)?;
         }
+        gpu.sync()?;
+        // The settled mix's clock and power (NVML's power is a one-second average, over the
+        // settling cycles just run).
+        let held = clock();
         let mut marks: Vec<(Event, Event, Event)> = Vec::with_capacity(TIMED);
         for _ in 0..TIMED {
             let a = gpu.event()?;
@@ -131,6 +142,8 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
             } else {
                 median(copy) / (n as f64 * copy_s)
             },
+            clock_mhz: held.map(|(mhz, _)| mhz),
+            power_w: held.map(|(_, w)| w),
         });
     }
     for b in bufs.into_iter().chain(adds) {
@@ -138,6 +151,7 @@ pub fn curve(gpu: &mut Gpu, precision: Precision) -> Result<PowerCurve, RunError
     }
     Ok(PowerCurve {
         product_tflops: 2.0 * (SIDE as f64).powi(3) / product_s / 1e12,
+        burst_clock_mhz,
         points,
     })
 }
