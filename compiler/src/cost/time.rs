@@ -979,53 +979,85 @@ fn layer_passes(
         .collect();
     // The accumulation follows the weight gradients it adds.
     let wgrad = time_ops(&weight_products, dev, pl).compute + accumulation;
-    if plan.launch_blocking {
-        // Each launch waits for its kernel: the gaps add to the kernels' time, whatever the
-        // path (`cost::launch_blocking`).
-        let (gaps_fwd, gaps_bwd) = layer_blocked_gaps(plan, ops);
-        fwd.compute += gaps_fwd;
-        bwd.compute += gaps_bwd;
-    } else if super::eager::path(plan).is_some() {
-        let (host_fwd, host_bwd) = layer_dispatch(plan, ops);
-        host_floor(&mut fwd, host_fwd);
-        host_floor(&mut bwd, host_bwd);
+    if let Some(host) = HostCost::of(plan) {
+        let (host_fwd, host_bwd) = layer_host(plan, ops, host);
+        host.apply(&mut fwd, host_fwd);
+        host.apply(&mut bwd, host_bwd);
     }
     (fwd, bwd, wgrad)
 }
 
-/// What blocked launches add to one layer's forward and backward, the recomputed forward in
-/// the backward where the layer recomputes it.
-fn layer_blocked_gaps(plan: &Plan, ops: &[Op]) -> (f64, f64) {
-    use super::launch_blocking::{backward_gaps, forward_gaps};
-    let fwd = forward_gaps(ops);
-    let mut bwd = backward_gaps(ops, |o| {
-        super::method::is_weight_product(o) && trains_weight(plan, o)
-    });
-    match plan.parallel.recompute {
-        Recompute::Full => bwd += fwd,
-        Recompute::Selective if plan.train.attention == Attention::Standard => {
-            let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
-            bwd += forward_gaps(&core);
-        }
-        _ => {}
-    }
-    (fwd, bwd)
+/// What the host costs a pass beyond its kernels, where it costs anything: an unfused path's
+/// dispatch of each operation (`cost::eager`), which a pass takes no less than, or, under
+/// `CUDA_LAUNCH_BLOCKING`, each blocked launch's gap, which adds to the kernels
+/// (`cost::launch_blocking`).
+#[derive(Clone, Copy)]
+enum HostCost {
+    Dispatch,
+    Blocking,
 }
 
-/// The host's time to dispatch one layer's forward and backward on an unfused path
-/// (`cost::eager`): the forward's operations; autograd's backward operations, with
-/// Megatron-LM's `main_grad.add_` hook a parameter tensor where the products do not
-/// accumulate, and the forward run again where the layer recomputes it.
-fn layer_dispatch(plan: &Plan, ops: &[Op]) -> (f64, f64) {
-    use super::eager::{
-        backward_dispatches, forward_dispatches, HOST_BACKWARD_OP_S, HOST_FORWARD_OP_S,
-    };
-    let fwd = forward_dispatches(ops) * HOST_FORWARD_OP_S;
-    let mut bwd = backward_dispatches(ops, |o| {
+impl HostCost {
+    fn of(plan: &Plan) -> Option<HostCost> {
+        if plan.launch_blocking {
+            Some(HostCost::Blocking)
+        } else if super::eager::path(plan).is_some() {
+            Some(HostCost::Dispatch)
+        } else {
+            None
+        }
+    }
+
+    /// The host's time for `ops`' forward.
+    fn forward(self, ops: &[Op]) -> f64 {
+        match self {
+            HostCost::Dispatch => {
+                super::eager::forward_dispatches(ops) * super::eager::HOST_FORWARD_OP_S
+            }
+            HostCost::Blocking => super::launch_blocking::forward_gaps(ops),
+        }
+    }
+
+    /// The host's time for `ops`' backward, the products whose weight `trains` with their
+    /// weight gradient.
+    fn backward(self, ops: &[Op], trains: impl Fn(&Op) -> bool) -> f64 {
+        match self {
+            HostCost::Dispatch => {
+                super::eager::backward_dispatches(ops, trains) * super::eager::HOST_BACKWARD_OP_S
+            }
+            HostCost::Blocking => super::launch_blocking::backward_gaps(ops, trains),
+        }
+    }
+
+    /// The host's time for one small backward kernel (a gradient hook's add).
+    fn backward_op(self) -> f64 {
+        match self {
+            HostCost::Dispatch => super::eager::HOST_BACKWARD_OP_S,
+            HostCost::Blocking => super::launch_blocking::BLOCKED_BACKWARD_OP_S,
+        }
+    }
+
+    /// `host` seconds on pass `t`: its floor (the GPU's queue runs ahead of a host that
+    /// dispatches faster than the kernels run), or its gaps added.
+    fn apply(self, t: &mut PassTime, host: f64) {
+        match self {
+            HostCost::Dispatch => host_floor(t, host),
+            HostCost::Blocking => t.compute += host,
+        }
+    }
+}
+
+/// The host's time for one layer's forward and backward ([`HostCost`]): the forward's
+/// operations; autograd's backward operations, with Megatron-LM's `main_grad.add_` hook a
+/// parameter tensor where the products do not accumulate, and the forward run again where
+/// the layer recomputes it.
+fn layer_host(plan: &Plan, ops: &[Op], host: HostCost) -> (f64, f64) {
+    let fwd = host.forward(ops);
+    let mut bwd = host.backward(ops, |o| {
         super::method::is_weight_product(o) && trains_weight(plan, o)
-    }) * HOST_BACKWARD_OP_S;
+    });
     if !super::eager::accumulates_in_products(plan) {
-        bwd += super::eager::parameter_tensors(plan, 1.0, false, false) * HOST_BACKWARD_OP_S;
+        bwd += super::eager::parameter_tensors(plan, 1.0, false, false) * host.backward_op();
     }
     match plan.parallel.recompute {
         Recompute::Full => bwd += fwd,
@@ -1034,7 +1066,7 @@ fn layer_dispatch(plan: &Plan, ops: &[Op]) -> (f64, f64) {
                 && plan.framework() != Framework::Planc =>
         {
             let core: Vec<Op> = ops.iter().filter(|o| is_core(o)).cloned().collect();
-            bwd += forward_dispatches(&core) * HOST_FORWARD_OP_S;
+            bwd += host.forward(&core);
         }
         _ => {}
     }
@@ -1098,42 +1130,17 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     };
     let (mut embedding_fwd, mut embedding_bwd, mut head_fwd, mut head_bwd) =
         (embedding_fwd, embedding_bwd, head_fwd, head_bwd);
-    if plan.launch_blocking {
-        use super::launch_blocking::{backward_gaps, forward_gaps};
+    if let Some(host) = HostCost::of(plan) {
         let embedding_ops = embedding_forward(plan);
-        embedding_fwd.compute += forward_gaps(&embedding_ops);
+        host.apply(&mut embedding_fwd, host.forward(&embedding_ops));
         if trains_ends {
-            embedding_bwd.compute += backward_gaps(&embedding_ops, |_| false);
+            host.apply(&mut embedding_bwd, host.backward(&embedding_ops, |_| false));
         }
-        head_fwd.compute += forward_gaps(&head_forward(plan));
-        head_bwd.compute += backward_gaps(&head_bwd_ops, |o| {
+        host.apply(&mut head_fwd, host.forward(&head_forward(plan)));
+        let head_host = host.backward(&head_bwd_ops, |o| {
             trains_ends && super::method::is_weight_product(o)
         });
-    } else if super::eager::path(plan).is_some() {
-        use super::eager::{
-            backward_dispatches, forward_dispatches, HOST_BACKWARD_OP_S, HOST_FORWARD_OP_S,
-        };
-        let embedding_ops = embedding_forward(plan);
-        host_floor(
-            &mut embedding_fwd,
-            forward_dispatches(&embedding_ops) * HOST_FORWARD_OP_S,
-        );
-        if trains_ends {
-            host_floor(
-                &mut embedding_bwd,
-                backward_dispatches(&embedding_ops, |_| false) * HOST_BACKWARD_OP_S,
-            );
-        }
-        host_floor(
-            &mut head_fwd,
-            forward_dispatches(&head_forward(plan)) * HOST_FORWARD_OP_S,
-        );
-        host_floor(
-            &mut head_bwd,
-            backward_dispatches(&head_bwd_ops, |o| {
-                trains_ends && super::method::is_weight_product(o)
-            }) * HOST_BACKWARD_OP_S,
-        );
+        host.apply(&mut head_bwd, head_host);
     }
     let p2p = if p.pp > 1 {
         let m = &plan.model;
