@@ -92,20 +92,40 @@ fn activations(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         rows,
         width: f,
     };
-    activation(Mlp::Gelu).forward(gpu, act, hb).unwrap();
-    activation(Mlp::Gelu).backward(gpu, dh, hb, db).unwrap();
+    activation(Mlp::Gelu)
+        .forward(gpu, act, hb, Buf::NULL)
+        .unwrap();
+    activation(Mlp::Gelu)
+        .backward(gpu, dh, hb, Buf::NULL, db)
+        .unwrap();
     let mut k = Case::default();
     k.put("h", &h, &[rows, f]);
     k.put("dout", &d, &[rows, f]);
     k.put("out.act", &down(gpu, act, n), &[rows, f]);
     k.put("out.dh", &down(gpu, dh, n), &[rows, f]);
     k.check(py, "gelu", dir);
+    // The first MLP product's bias, added by the activation as it reads (training's path).
+    let bias = rng.vec(f, 1.0, 0.0);
+    let bb = up(gpu, &bias);
+    activation(Mlp::Gelu).forward(gpu, act, hb, bb).unwrap();
+    activation(Mlp::Gelu).backward(gpu, dh, hb, bb, db).unwrap();
+    let mut k = Case::default();
+    k.put("h", &h, &[rows, f]);
+    k.put("b", &bias, &[f]);
+    k.put("dout", &d, &[rows, f]);
+    k.put("out.act", &down(gpu, act, n), &[rows, f]);
+    k.put("out.dh", &down(gpu, dh, n), &[rows, f]);
+    k.check(py, "gelu_bias", dir);
 
     let h2 = rng.vec(2 * n, 3.0, 0.0);
     let hb = up(gpu, &h2);
     let dh2 = gpu.alloc(2 * n * 4).unwrap();
-    activation(Mlp::Swiglu).forward(gpu, act, hb).unwrap();
-    activation(Mlp::Swiglu).backward(gpu, dh2, hb, db).unwrap();
+    activation(Mlp::Swiglu)
+        .forward(gpu, act, hb, Buf::NULL)
+        .unwrap();
+    activation(Mlp::Swiglu)
+        .backward(gpu, dh2, hb, Buf::NULL, db)
+        .unwrap();
     let mut k = Case::default();
     k.put("h", &h2, &[rows, 2 * f]);
     k.put("dout", &d, &[rows, f]);
@@ -241,6 +261,66 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         c.put("out.dqkv", &down(gpu, dqkv, b * t * w), &[b, t, w]);
         c.check(py, &format!("rope:{d}"), dir);
     }
+}
+
+/// The activations in bf16, which take the hardware exponential (`act_exp` in kernels.cu):
+/// GELU with the first product's bias and SwiGLU, against autograd on the same rounded
+/// inputs at a bf16 tolerance. Rows of 96 are whole packs of 8: the vector path training
+/// takes.
+fn activations_bf16(py: &str, dir: &Path, rng: &mut Rng) {
+    let Some(mut gpu) =
+        common::gpu_or_skip("kernel autograd test (bf16 activations)", Precision::Bf16)
+    else {
+        return;
+    };
+    let (rows, f) = (16usize, 96usize);
+    let mut round = |v: Vec<f32>| -> (Vec<f32>, Buf) {
+        let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+        let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect();
+        let buf = gpu.alloc(bytes.len()).unwrap();
+        gpu.upload(buf, &bytes).unwrap();
+        (r.iter().map(|x| x.to_f32()).collect(), buf)
+    };
+    let (h, hb) = round(rng.vec(rows * 2 * f, 3.0, 0.0));
+    let (d, db) = round(rng.vec(rows * f, 1.0, 0.0));
+    let (bias, bb) = round(rng.vec(f, 1.0, 0.0));
+    let act = gpu.alloc(rows * f * 2).unwrap();
+    let dh = gpu.alloc(rows * 2 * f * 2).unwrap();
+    let back = |b: Buf, n: usize| -> Vec<f32> {
+        let raw: Vec<u16> = gpu.download(b, n).unwrap();
+        raw.into_iter()
+            .map(|x| bf16::from_bits(x).to_f32())
+            .collect()
+    };
+    let gelu = Activation {
+        mlp: Mlp::Gelu,
+        rows,
+        width: f,
+    };
+    gelu.forward(&gpu, act, hb, bb).unwrap();
+    gelu.backward(&gpu, dh, hb, bb, db).unwrap();
+    let mut k = Case::default();
+    k.put("h", &h[..rows * f], &[rows, f]);
+    k.put("b", &bias, &[f]);
+    k.put("dout", &d, &[rows, f]);
+    k.put("out.act", &back(act, rows * f), &[rows, f]);
+    k.put("out.dh", &back(dh, rows * f), &[rows, f]);
+    k.put("tol", &[2e-2], &[1]);
+    k.check(py, "gelu_bias:bf16", dir);
+    let swiglu = Activation {
+        mlp: Mlp::Swiglu,
+        rows,
+        width: f,
+    };
+    swiglu.forward(&gpu, act, hb, Buf::NULL).unwrap();
+    swiglu.backward(&gpu, dh, hb, Buf::NULL, db).unwrap();
+    let mut k = Case::default();
+    k.put("h", &h, &[rows, 2 * f]);
+    k.put("dout", &d, &[rows, f]);
+    k.put("out.act", &back(act, rows * f), &[rows, f]);
+    k.put("out.dh", &back(dh, rows * 2 * f), &[rows, 2 * f]);
+    k.put("tol", &[2e-2], &[1]);
+    k.check(py, "swiglu:bf16", dir);
 }
 
 /// The fused attention in `p` (fp32: the scalar kernels; bf16: the tensor-core ones).
@@ -389,4 +469,5 @@ fn every_kernel_pair_matches_pytorch_autograd() {
     drop(gpu);
     flash(Precision::Fp32, &py, dir.path(), &mut rng);
     flash(Precision::Bf16, &py, dir.path(), &mut rng);
+    activations_bf16(&py, dir.path(), &mut rng);
 }

@@ -20,11 +20,22 @@ pub struct Activation {
 }
 
 impl Activation {
-    /// out[rows, F] = the activation of `h`.
-    pub fn forward(&self, gpu: &Gpu, out: Buf, h: Buf) -> Res {
+    /// out[rows, F] = the activation of `h` plus `bias` (a row of F; null for none). Only
+    /// GELU takes the bias here: SwiGLU's 2F-wide bias is added to `h` before.
+    pub fn forward(&self, gpu: &Gpu, out: Buf, h: Buf, bias: Buf) -> Res {
         let n = self.rows * self.width;
         match self.mlp {
-            Mlp::Gelu => gpu.launch_v("gelu_fwd", n, &[Arg::P(out), Arg::P(h), Arg::L(n as i64)]),
+            Mlp::Gelu => gpu.launch_v(
+                "gelu_fwd",
+                n,
+                &[
+                    Arg::P(out),
+                    Arg::P(h),
+                    Arg::P(bias),
+                    Arg::I(self.width as i32),
+                    Arg::L(n as i64),
+                ],
+            ),
             Mlp::Swiglu => gpu.launch_v(
                 "swiglu_fwd",
                 n,
@@ -38,14 +49,22 @@ impl Activation {
         }
     }
 
-    /// dh = the gradient of `h` (written, not added) for `dout`, the output's.
-    pub fn backward(&self, gpu: &Gpu, dh: Buf, h: Buf, dout: Buf) -> Res {
+    /// dh = the gradient of `h` (written, not added) for `dout`, the output's; `bias` as
+    /// [`Activation::forward`] took it.
+    pub fn backward(&self, gpu: &Gpu, dh: Buf, h: Buf, bias: Buf, dout: Buf) -> Res {
         let n = self.rows * self.width;
         match self.mlp {
             Mlp::Gelu => gpu.launch_v(
                 "gelu_bwd",
                 n,
-                &[Arg::P(dh), Arg::P(h), Arg::P(dout), Arg::L(n as i64)],
+                &[
+                    Arg::P(dh),
+                    Arg::P(h),
+                    Arg::P(bias),
+                    Arg::I(self.width as i32),
+                    Arg::P(dout),
+                    Arg::L(n as i64),
+                ],
             ),
             Mlp::Swiglu => gpu.launch_v(
                 "swiglu_bwd",

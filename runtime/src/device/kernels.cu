@@ -143,9 +143,16 @@ __global__ void add_bias(X* x, const X* bias, long rows, int cols) {
     long n = rows * cols;
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
     if (i + VEC <= n) {
-        Pack p;
+        Pack p, pb;
         p.u = *(const uint4*)(x + i);
-        for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
+        if (cols % VEC == 0) {
+            // A pack never straddles two rows: the bias's pack is one load.
+            pb.u = *(const uint4*)(bias + i % cols);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(pb.x[k]));
+        } else {
+            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
+        }
         *(uint4*)(x + i) = p.u;
     } else {
         for (long j = i; j < n; j++) x[j] = st(ld(x[j]) + ld(bias[j % cols]));
@@ -404,7 +411,7 @@ __device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, c
 template <int NP>
 __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp, const X* w,
                                const float* mean, const float* rstd, long rows, int C,
-                               int rows_per_chunk, int rms) {
+                               int rows_per_chunk, int rms, int want_db) {
     int packs = C / VEC;
     float dw[NP][VEC], db[NP][VEC];
     Pack wp[NP];
@@ -483,7 +490,8 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 part[(long)blockIdx.x * C + pk * VEC + k] = dw[p][k];
-                part[((long)gridDim.x + blockIdx.x) * C + pk * VEC + k] = db[p][k];
+                // Without a bias (RMSNorm) its partials would be written for nothing.
+                if (want_db) part[((long)gridDim.x + blockIdx.x) * C + pk * VEC + k] = db[p][k];
             }
         }
     }
@@ -498,9 +506,10 @@ extern "C" {
     }                                                                                       \
     __global__ void norm_bwd_v##NP(X* dinp, float* part, const X* dout, const X* inp,      \
                                    const X* w, const float* mean, const float* rstd,       \
-                                   long rows, int C, int rows_per_chunk, int rms) {        \
+                                   long rows, int C, int rows_per_chunk, int rms,          \
+                                   int want_db) {                                          \
         norm_bwd_packs<NP>(dinp, part, dout, inp, w, mean, rstd, rows, C, rows_per_chunk,   \
-                           rms);                                                            \
+                           rms, want_db);                                                   \
     }
 
 NORM_PACKS(1)
@@ -528,50 +537,87 @@ __global__ void sum_partials_2d(float* out, const float* part, int chunks, int c
 
 // ---- MLP activations ----------------------------------------------------------------------
 
-// GELU with the tanh approximation (GPT-2's `gelu_new`).
-__device__ __forceinline__ float gelu(float x) {
+// The activations' transcendentals. A 16-bit type keeps 8 (bf16) or 11 (fp16) bits of
+// mantissa, so the hardware exponential's error of a few fp32 units in the last place
+// never reaches what is stored, at a fraction of the accurate one's instructions (these
+// kernels should move bytes, not wait on arithmetic). fp32 training keeps the accurate
+// functions, which its numerics hold to 1e-7.
+__device__ __forceinline__ float act_exp(float x) { return sizeof(X) == 2 ? __expf(x) : expf(x); }
+
+// GELU with the tanh approximation (GPT-2's `gelu_new`): 0.5·x·(1 + tanh(u)) with
+// u = √(2/π)·(x + 0.044715·x³). In 16-bit training it is taken as x·σ(2u), the same
+// function, one hardware exponential and one division; fp32 keeps tanhf.
+__device__ __forceinline__ float gelu_u(float x) {
     const float k = 0.7978845608028654f;  // sqrt(2/pi)
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    return k * (x + 0.044715f * x * x * x);
 }
 
-// VEC elements a thread.
-__global__ void gelu_fwd(X* out, const X* inp, long n) {
+__device__ __forceinline__ float gelu(float x) {
+    float u = gelu_u(x);
+    if (sizeof(X) == 2) return x / (1.0f + act_exp(-2.0f * u));
+    return 0.5f * x * (1.0f + tanhf(u));
+}
+
+// out = gelu(inp + bias[column]) over rows of `cols` (bias may be null): the first MLP
+// product's bias is added here rather than in a pass of its own, and not stored, so the
+// backward adds it again as it reads. VEC elements a thread; a pack never straddles two
+// rows when `cols` is a multiple of VEC (else element by element).
+__global__ void gelu_fwd(X* out, const X* inp, const X* bias, int cols, long n) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
-    if (i + VEC <= n) {
-        Pack p;
+    if (i + VEC <= n && cols % VEC == 0) {
+        Pack p, pb;
         p.u = *(const uint4*)(inp + i);
-        for (int k = 0; k < VEC; k++) p.x[k] = st(gelu(ld(p.x[k])));
+        if (bias) pb.u = *(const uint4*)(bias + i % cols);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            p.x[k] = st(gelu(ld(p.x[k]) + (bias ? ld(pb.x[k]) : 0.0f)));
         *(uint4*)(out + i) = p.u;
     } else {
-        for (long j = i; j < n; j++) out[j] = st(gelu(ld(inp[j])));
+        for (long j = i; j < n && j < i + VEC; j++)
+            out[j] = st(gelu(ld(inp[j]) + (bias ? ld(bias[j % cols]) : 0.0f)));
     }
 }
 
+// d gelu / dx = 0.5·(1 + t) + 0.5·x·(1 − t²)·du/dx with t = tanh(u); with σ = σ(2u),
+// t = 2σ − 1, so the 16-bit form is σ + 2·x·σ·(1 − σ)·du/dx.
 __device__ __forceinline__ float gelu_grad(float x) {
     const float k = 0.7978845608028654f;
-    float u = k * (x + 0.044715f * x * x * x);
-    float t = tanhf(u);
+    float u = gelu_u(x);
     float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    if (sizeof(X) == 2) {
+        float sg = 1.0f / (1.0f + act_exp(-2.0f * u));
+        return sg + 2.0f * x * sg * (1.0f - sg) * du;
+    }
+    float t = tanhf(u);
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
-// VEC elements a thread.
-__global__ void gelu_bwd(X* dinp, const X* inp, const X* dout, long n) {
+// dinp = gelu'(inp + bias[column]) · dout, the bias as gelu_fwd added it. VEC elements a
+// thread.
+__global__ void gelu_bwd(X* dinp, const X* inp, const X* bias, int cols, const X* dout, long n) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
-    if (i + VEC <= n) {
-        Pack px, pd;
+    if (i + VEC <= n && cols % VEC == 0) {
+        Pack px, pd, pb;
         px.u = *(const uint4*)(inp + i);
         pd.u = *(const uint4*)(dout + i);
-        for (int k = 0; k < VEC; k++) px.x[k] = st(gelu_grad(ld(px.x[k])) * ld(pd.x[k]));
+        if (bias) pb.u = *(const uint4*)(bias + i % cols);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            float x = ld(px.x[k]) + (bias ? ld(pb.x[k]) : 0.0f);
+            px.x[k] = st(gelu_grad(x) * ld(pd.x[k]));
+        }
         *(uint4*)(dinp + i) = px.u;
     } else {
-        for (long j = i; j < n; j++) dinp[j] = st(gelu_grad(ld(inp[j])) * ld(dout[j]));
+        for (long j = i; j < n && j < i + VEC; j++) {
+            float x = ld(inp[j]) + (bias ? ld(bias[j % cols]) : 0.0f);
+            dinp[j] = st(gelu_grad(x) * ld(dout[j]));
+        }
     }
 }
 
 // h[n, 0:F] is the gate, h[n, F:2F] the up projection: out = silu(gate) · up. VEC
 // elements of a row a thread (F is a multiple of VEC; else one by one).
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + act_exp(-g)); }
 
 __global__ void swiglu_fwd(X* out, const X* h, long rows, int F) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
@@ -597,7 +643,7 @@ __global__ void swiglu_fwd(X* out, const X* h, long rows, int F) {
 }
 
 __device__ __forceinline__ void swiglu_grad(float g, float u, float d, float* dg, float* du) {
-    float sg = 1.0f / (1.0f + expf(-g));
+    float sg = 1.0f / (1.0f + act_exp(-g));
     *dg = d * u * sg * (1.0f + g * (1.0f - sg));
     *du = d * g * sg;
 }
@@ -921,7 +967,9 @@ __global__ void cross_entropy(X* logits, float* loss, const int* target, int V, 
     long row = blockIdx.x;
     X* x = logits + row * V;
     int packs = V % VEC == 0 ? V / VEC : 0;
-    // One pass for the maximum and the sum together (online rescaling), one to write.
+    // One pass for the maximum and the sum together (online rescaling), one to write. The
+    // packs' exponentials take act_exp (the hardware one in 16-bit training), as the
+    // activations do: the loss and the stored gradient cannot tell them apart.
     float m = -INFINITY, s = 0.0f;
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
         Pack pk;
@@ -931,7 +979,7 @@ __global__ void cross_entropy(X* logits, float* loss, const int* target, int V, 
         for (int k = 0; k < VEC; k++) pm = fmaxf(pm, ld(pk.x[k]));
         float mn = fmaxf(m, pm), acc = 0.0f;
 #pragma unroll
-        for (int k = 0; k < VEC; k++) acc += expf(ld(pk.x[k]) - mn);
+        for (int k = 0; k < VEC; k++) acc += act_exp(ld(pk.x[k]) - mn);
         s = s * exp_from(m, mn) + acc;
         m = mn;
     }
@@ -949,7 +997,7 @@ __global__ void cross_entropy(X* logits, float* loss, const int* target, int V, 
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             int j = p * VEC + k;
-            float pj = expf(ld(pk.x[k]) - mx) * inv;
+            float pj = act_exp(ld(pk.x[k]) - mx) * inv;
             pk.x[k] = st((pj - (j == tgt ? 1.0f : 0.0f)) * dscale);
         }
         *(uint4*)(x + (long)p * VEC) = pk.u;

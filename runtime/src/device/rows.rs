@@ -119,6 +119,7 @@ impl Norms {
                     Arg::I(c as i32),
                     Arg::I(rows.div_ceil(chunks) as i32),
                     Arg::I(rms),
+                    Arg::I(i32::from(db != Buf::NULL)),
                 ],
             )?;
             // The kernel's grid is `chunks` blocks, but the last may hold no rows when

@@ -716,8 +716,10 @@ impl ActivationProbe {
             "{rows}×{width} overflows the probe"
         );
         let act = Activation { mlp, rows, width };
-        let fwd = time(gpu, 20, || act.forward(gpu, self.out, self.h))?;
-        let bwd = time(gpu, 20, || act.backward(gpu, self.dh, self.h, self.dout))?;
+        let fwd = time(gpu, 20, || act.forward(gpu, self.out, self.h, Buf::NULL))?;
+        let bwd = time(gpu, 20, || {
+            act.backward(gpu, self.dh, self.h, Buf::NULL, self.dout)
+        })?;
         let bytes = activation_bytes(mlp, rows as f64, width as f64, self.precision.bytes());
         Ok([("forward", fwd, bytes), ("backward", bwd, 2.0 * bytes)]
             .into_iter()

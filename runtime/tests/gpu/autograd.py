@@ -56,6 +56,12 @@ def gelu(t):
     return {"act": y, "dh": dh}
 
 
+def gelu_bias(t):
+    # The bias is not a leaf here: training adds its gradient from dh (the bias gradient).
+    y, (dh,) = grad_of(lambda h: F.gelu(h + d64(t["b"]), approximate="tanh"), [t["h"]], t["dout"])
+    return {"act": y, "dh": dh}
+
+
 def swiglu(t):
     f = t["h"].shape[-1] // 2
     y, (dh,) = grad_of(lambda h: F.silu(h[:, :f]) * h[:, f:], [t["h"]], t["dout"])
@@ -185,6 +191,7 @@ CASES = {
     "layernorm": layernorm,
     "rmsnorm": rmsnorm,
     "gelu": gelu,
+    "gelu_bias": gelu_bias,
     "swiglu": swiglu,
     "softmax": softmax,
     "cross_entropy": cross_entropy,

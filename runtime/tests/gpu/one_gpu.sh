@@ -34,7 +34,7 @@ if want kernels; then
     echo "== kernel tests"
     mkdir -p "$out/kernels"
     for t in ${KERNEL_TESTS:-autograd norms tp_kernels flash attention_cudnn fp8 graphs}; do
-        timeout 120 "$root/.dev/tests/$t" --nocapture >"$out/kernels/$t.log" 2>&1
+        timeout 240 "$root/.dev/tests/$t" --nocapture >"$out/kernels/$t.log" 2>&1
         rc=$?
         echo "-- $t: exit $rc, $(grep -c '^test .* ok$' "$out/kernels/$t.log") ok, $(grep -c 'FAILED\|panicked' "$out/kernels/$t.log") failed or panicked"
         grep -E "max rel|SKIPPED" "$out/kernels/$t.log" | head -n 8

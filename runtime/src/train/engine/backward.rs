@@ -116,7 +116,9 @@ impl Engine {
             op: OpId::MlpActivation,
             part: Part::Backward,
         })?;
-        self.activation().backward(&self.gpu, dh, a.h, dact)?;
+        let fc_bias = self.activation_bias(l);
+        self.activation()
+            .backward(&self.gpu, dh, a.h, fc_bias, dact)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpUpProj,

@@ -6,7 +6,8 @@ use super::{Engine, Res};
 use crate::device::activation::Activation;
 use crate::device::cuda::{Arg, Buf};
 use crate::device::rows::{self, NormGrads, NormSaved, Norms, CHUNK_ROWS};
-use planc_compiler::plan::Norm;
+use crate::train::model::{LayerTensor, Tensor};
+use planc_compiler::plan::{Mlp, Norm};
 
 impl Engine {
     /// Of a per-element kernel and its pack-a-thread variant, the one to launch over
@@ -140,6 +141,15 @@ impl Engine {
 
     /// The MLP's activation over a micro-batch's tokens (gathered under sequence
     /// parallelism) and this rank's share of F.
+    /// The first MLP product's bias where the activation adds it (GELU), else null (no
+    /// bias, or SwiGLU, whose bias is added to the product's output in a pass before).
+    pub(super) fn activation_bias(&self, l: usize) -> Buf {
+        if self.shape.dims.mlp != Mlp::Gelu {
+            return Buf::NULL;
+        }
+        self.wx_of(Tensor::Layer(l, LayerTensor::FcB))
+    }
+
     pub(super) fn activation(&self) -> Activation {
         Activation {
             mlp: self.shape.dims.mlp,

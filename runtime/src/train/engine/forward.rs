@@ -205,13 +205,17 @@ impl Engine {
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.linear(l, LayerTensor::FcW, a.h, ln2, n)?;
-        self.add_bias(a.h, w(self, LayerTensor::FcB), n, fr)?;
+        // GELU adds the bias as it reads (and its backward again): `h` is kept without it.
+        let fc_bias = self.activation_bias(l);
+        if fc_bias == Buf::NULL {
+            self.add_bias(a.h, w(self, LayerTensor::FcB), n, fr)?;
+        }
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpActivation,
             part: Part::Forward,
         })?;
-        self.activation().forward(&self.gpu, a.act, a.h)?;
+        self.activation().forward(&self.gpu, a.act, a.h, fc_bias)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpDownProj,
