@@ -9,7 +9,7 @@ and keeps the fastest. This times the linear layers' products of issue 26's spee
 (forward Y = X W^T, input gradient dX = dY W, weight gradient dW = dY^T X), bf16, both ways,
 and sums each plan's step (every layer's three products, the output layer's three) so the
 gain can be weighed before any kernel selection is built into the runtime. Times are
-medians of 20 after 5 warm-ups.
+medians of 10 after 3 warm-ups (sdpa_rates.py's timing).
 """
 import json
 import os
@@ -18,27 +18,14 @@ import tempfile
 
 import torch
 
+from sdpa_rates import median_ms  # the same timing: medians after warm-ups, by events
+
 PLANS = {
     # name: (tokens, layers, [(in, out)], head (in, vocab))
     "gpt2-124m 16x1024": (16384, 12, [(768, 2304), (768, 768), (768, 3072), (3072, 768)], (768, 50304)),
     "llama3.2-1b 4x2048": (8192, 16, [(2048, 3072), (2048, 2048), (2048, 16384), (8192, 2048)], (2048, 128256)),
     "gpt-6.6b 1x2048": (2048, 32, [(4096, 12288), (4096, 4096), (4096, 16384), (16384, 4096)], (4096, 50304)),
 }
-
-
-def median_ms(fn, reps=20):
-    for _ in range(5):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def products(tokens, i, o):
