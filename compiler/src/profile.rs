@@ -28,6 +28,12 @@ pub struct Provenance {
     /// all of which measured planc's kernels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused_attention: Option<String>,
+    /// A fingerprint of the CUDA kernels of planc's own that the profile timed (the
+    /// runtime's `device::cuda::kernels_fingerprint`): a run whose build's kernels differ
+    /// says so, since the profile's norm, activation, attention and optimizer points timed
+    /// other code. Absent from older profiles.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -313,6 +319,7 @@ impl Profile {
                 planc_version: "0".into(),
                 seconds: 0.0,
                 fused_attention: None,
+                kernels: None,
             },
             gemm: vec![],
             memory: vec![],

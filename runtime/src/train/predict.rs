@@ -26,6 +26,8 @@ pub struct Prediction {
     /// What ran the fused attention the profile timed (its provenance; older profiles
     /// timed planc's kernels), where a profile prices the run.
     pub attention_timed_on: Option<String>,
+    /// The fingerprint of planc's kernels the pricing profile timed, where it records one.
+    pub kernels_timed: Option<String>,
     pub step_s: f64,
     pub peak_bytes: f64,
     pub memory: PredictedMemory,
@@ -135,6 +137,24 @@ pub fn attention_path_note(pred: &Prediction, on_cudnn: bool) -> Option<String> 
     })
 }
 
+/// The note a run prints when the profile that prices it timed planc's kernels of another
+/// build (`current` is this build's fingerprint): its norm, activation, attention and
+/// optimizer points are that build's (GPT-2's activations moved 3.7 % of its step between
+/// two builds, 2026-11-28). Silent where the profile records no fingerprint (profiles from
+/// before it did), or none prices the run.
+pub fn kernels_note(pred: &Prediction, current: &str) -> Option<String> {
+    let timed = pred.kernels_timed.as_deref()?;
+    (timed != current).then(|| {
+        format!(
+            "note: the profile that prices this run ({}) timed planc's kernels of another build \
+             (kernels {timed}; this build's are {current}), so its predictions for the norms, \
+             activations, attention and optimizer are that build's; `planc calibrate` times \
+             this build's",
+            pred.profile.as_deref().unwrap_or("the device's")
+        )
+    })
+}
+
 /// `plan` as the run prices it: on the local device's catalog GPU with its profile and
 /// planc's own kernels.
 fn as_run(plan: &Plan, device_name: &str) -> (Plan, Gpu, Option<Power>) {
@@ -188,6 +208,10 @@ pub fn predict(plan: &Plan, device_name: &str) -> Prediction {
                 .clone()
                 .unwrap_or_else(|| PLANC_KERNELS.to_string())
         }),
+        kernels_timed: gpu
+            .profile
+            .as_ref()
+            .and_then(|pr| pr.provenance.kernels.clone()),
         step_s,
         peak_bytes: st.total_bytes,
         memory: PredictedMemory {
@@ -290,6 +314,21 @@ mod tests {
         let mut cudnn = pred;
         cudnn.attention_timed_on = Some("cuDNN 9.19.0, deterministic backward".into());
         assert_eq!(attention_path_note(&cudnn, true), None);
+    }
+
+    #[test]
+    fn a_profile_that_timed_another_builds_kernels_says_so() {
+        // The shipped profiles predate the fingerprint: nothing can be said of them.
+        let mut pred = predict(&plan("tp = 1, pp = 1, dp = 2"), "NVIDIA H100 80GB HBM3");
+        assert_eq!(pred.kernels_timed, None);
+        assert_eq!(kernels_note(&pred, "0123456789ab"), None);
+        // A profile of this build's kernels is quiet; one of another build's is not.
+        pred.kernels_timed = Some("0123456789ab".into());
+        assert_eq!(kernels_note(&pred, "0123456789ab"), None);
+        let note = kernels_note(&pred, "ba9876543210").expect("another build's kernels");
+        assert!(note.contains("kernels 0123456789ab"), "{note}");
+        assert!(note.contains("this build's are ba9876543210"), "{note}");
+        assert!(note.contains("planc calibrate"), "{note}");
     }
 
     #[test]

@@ -131,6 +131,10 @@ pub fn train(
         if let Some(note) = predict::power_note(&prediction) {
             eprintln!("{note}");
         }
+        let fingerprint = crate::device::cuda::kernels_fingerprint();
+        if let Some(note) = predict::kernels_note(&prediction, &fingerprint) {
+            eprintln!("{note}");
+        }
         let counted = planc_compiler::cost::buffers::cudnn_attention_bytes(
             &run_plan,
             part.ranks.pp_rank as u64,
