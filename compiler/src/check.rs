@@ -42,15 +42,7 @@ impl Checked {
         self.diagnostics.retain(|d| {
             !(d.code.starts_with("P03") || d.code.starts_with("P04") || d.code == codes::P0502.id)
         });
-        let plan = Plan {
-            cluster: spec.cluster.clone(),
-            model: spec.model.clone(),
-            train: spec.train.clone(),
-            kernels: spec.kernels_for(&parallel),
-            parallel: parallel.clone(),
-            framework: spec.framework(),
-            launch_blocking: spec.launch_blocking(),
-        };
+        let plan = spec.plan_with(parallel.clone());
         self.diagnostics.extend(validate(spec, &parallel));
         let est = estimate(&plan);
         self.diagnostics.extend(memory_checks(spec, &plan, &est));
@@ -143,15 +135,7 @@ pub fn check_file_with(
         let layout_ok = !layout_diags.iter().any(Diagnostic::is_error);
         checked.diagnostics.extend(layout_diags);
         if layout_ok {
-            let mut plan = Plan {
-                cluster: spec.cluster.clone(),
-                model: spec.model.clone(),
-                train: spec.train.clone(),
-                kernels: spec.kernels_for(&parallel),
-                parallel,
-                framework: spec.framework(),
-                launch_blocking: spec.launch_blocking(),
-            };
+            let mut plan = spec.plan_with(parallel);
             crate::cost::power::settle(&mut plan);
             let est = estimate(&plan);
             checked

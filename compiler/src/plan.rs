@@ -877,6 +877,20 @@ impl PlanSpec {
             .map_or(Framework::Megatron, |j| j.framework)
     }
 
+    /// The plan this spec describes with layout `parallel` (its holes filled): the one place
+    /// a [`Plan`] takes the spec's job-level settings (framework, kernels, launch blocking).
+    pub fn plan_with(&self, parallel: Parallel) -> Plan {
+        Plan {
+            cluster: self.cluster.clone(),
+            model: self.model.clone(),
+            train: self.train.clone(),
+            kernels: self.kernels_for(&parallel),
+            parallel,
+            framework: self.framework(),
+            launch_blocking: self.launch_blocking(),
+        }
+    }
+
     /// Whether `job.env` sets `CUDA_LAUNCH_BLOCKING` to anything but `0` (CUDA reads any
     /// other value as on); a value taken from the node's environment (`$NAME`) is not known
     /// here and counts as off.

@@ -102,15 +102,7 @@ pub fn balance(spec: &PlanSpec, p: Parallel) -> Parallel {
     if candidates.is_empty() {
         return p;
     }
-    let mut plan = Plan {
-        cluster: spec.cluster.clone(),
-        model: spec.model.clone(),
-        train: spec.train.clone(),
-        kernels: spec.kernels_for(&p),
-        parallel: p,
-        framework: spec.framework(),
-        launch_blocking: spec.launch_blocking(),
-    };
+    let mut plan = spec.plan_with(p);
     // The pieces of one stage's work on each stage's GPUs: they do not depend on the split.
     let stage_pieces: Vec<Pieces> = (0..plan.parallel.pp)
         .map(|s| {

@@ -118,15 +118,7 @@ pub fn memory_fraction(plan: &Plan) -> f64 {
 }
 
 fn plan_of(spec: &PlanSpec, parallel: Parallel) -> Plan {
-    Plan {
-        cluster: spec.cluster.clone(),
-        model: spec.model.clone(),
-        train: spec.train.clone(),
-        kernels: spec.kernels_for(&parallel),
-        parallel,
-        framework: spec.framework(),
-        launch_blocking: spec.launch_blocking(),
-    }
+    spec.plan_with(parallel)
 }
 
 /// The first rule a layout breaks, if any (memory aside).
