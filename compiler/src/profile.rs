@@ -29,7 +29,7 @@ pub struct Provenance {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused_attention: Option<String>,
     /// A fingerprint of the CUDA kernels of planc's own that the profile timed (the
-    /// runtime's `device::cuda::kernels_fingerprint`): a run whose build's kernels differ
+    /// runtime's `train::predict::kernels_fingerprint`): a run whose build's kernels differ
     /// says so, since the profile's norm, activation, attention and optimizer points timed
     /// other code. Absent from older profiles.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -24,18 +24,6 @@ pub fn err(e: impl std::fmt::Debug) -> RunError {
 /// The kernels' source (`kernels.cu`, then fp8's casts in `fp8.cu`), for NVRTC.
 pub const SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("fp8.cu"));
 
-/// A short fingerprint of [`SOURCE`] (the first 12 hex digits of its SHA-256): what a
-/// profile records of the kernels it timed, so a run of a build whose kernels changed can
-/// say that the profile's points for them are another build's.
-pub fn kernels_fingerprint() -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(SOURCE.as_bytes())
-        .iter()
-        .take(6)
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// The storage type of activations and compute weights: 0 fp32, 1 bf16, 2 fp16.
 pub fn storage_code(p: Precision) -> u32 {
     match p {
@@ -697,18 +685,5 @@ impl Drop for Event {
         unsafe {
             let _ = result::event::destroy(self.0);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// The fingerprint is the source's, short and stable: two calls agree, and it is twelve
-    /// hex digits a profile can hold and a note can print.
-    #[test]
-    fn the_kernels_fingerprint_is_twelve_hex_digits_of_the_source() {
-        let f = super::kernels_fingerprint();
-        assert_eq!(f, super::kernels_fingerprint());
-        assert_eq!(f.len(), 12);
-        assert!(f.chars().all(|c| c.is_ascii_hexdigit()), "{f}");
     }
 }

@@ -152,7 +152,7 @@ pub fn calibrate(
             planc_version: env!("CARGO_PKG_VERSION").into(),
             seconds: started.elapsed().as_secs_f64(),
             fused_attention,
-            kernels: Some(crate::device::cuda::kernels_fingerprint()),
+            kernels: Some(crate::train::predict::kernels_fingerprint()),
         },
         gemm,
         memory,

@@ -137,6 +137,15 @@ pub fn attention_path_note(pred: &Prediction, on_cudnn: bool) -> Option<String> 
     })
 }
 
+/// A short fingerprint of planc's kernels' source (`device::cuda::SOURCE`; the first 12 hex
+/// digits of the hash the checkpoints take of a plan, [`super::plan_hash`]): what a profile
+/// records of the kernels it timed.
+pub fn kernels_fingerprint() -> String {
+    let mut h = super::plan_hash(crate::device::cuda::SOURCE);
+    h.truncate(12);
+    h
+}
+
 /// The note a run prints when the profile that prices it timed planc's kernels of another
 /// build (`current` is this build's fingerprint): its norm, activation, attention and
 /// optimizer points are that build's (GPT-2's activations moved 3.7 % of its step between
@@ -314,6 +323,14 @@ mod tests {
         let mut cudnn = pred;
         cudnn.attention_timed_on = Some("cuDNN 9.19.0, deterministic backward".into());
         assert_eq!(attention_path_note(&cudnn, true), None);
+    }
+
+    #[test]
+    fn the_kernels_fingerprint_is_twelve_hex_digits_of_their_source() {
+        let f = kernels_fingerprint();
+        assert_eq!(f.len(), 12);
+        assert!(f.chars().all(|c| c.is_ascii_hexdigit()), "{f}");
+        assert!(super::super::plan_hash(crate::device::cuda::SOURCE).starts_with(&f));
     }
 
     #[test]

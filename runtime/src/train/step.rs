@@ -131,7 +131,7 @@ pub fn train(
         if let Some(note) = predict::power_note(&prediction) {
             eprintln!("{note}");
         }
-        let fingerprint = crate::device::cuda::kernels_fingerprint();
+        let fingerprint = predict::kernels_fingerprint();
         if let Some(note) = predict::kernels_note(&prediction, &fingerprint) {
             eprintln!("{note}");
         }
