@@ -174,6 +174,7 @@ fn cached_in(
 /// Every kernel `kernels.cu` defines, by name: loaded at start so a missing one fails
 /// before training, not in the middle of a step.
 pub const KERNELS: &[&str] = &[
+    "spin",
     "cast_to_x",
     "add_x",
     "add_bias",

@@ -1,14 +1,18 @@
 //! The CUDA side: one context on GPU 0, a stream, a cuBLAS handle, and timed kernels.
-//! Times are taken with CUDA events around each launch, after warm-up launches, and the
-//! median of the repeats is reported. Inputs are random, never zeros (a product of zeros
-//! runs faster than real data).
+//! Times are taken with CUDA events around each launch, after warm-up launches, each
+//! launch queued behind a short spin so its interval is the kernel's and not the host's
+//! time to issue it ([`SPIN`]), and the median of the repeats is reported. Inputs are
+//! random, never zeros (a product of zeros runs faster than real data).
 
 use std::sync::Arc;
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, DriverError};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig,
+    PushKernelArg,
+};
 use half::{bf16, f16};
 use planc_compiler::plan::Precision;
 
@@ -18,10 +22,22 @@ fn cuda(e: DriverError) -> RunError {
     RunError::Cuda(e.to_string())
 }
 
+/// One SM held for a number of clock cycles, nothing else (`kernels.cu`'s `spin`, compiled
+/// here on its own: the runner loads none of planc's kernels). Queued before each timed
+/// launch for [`super::timing::SPIN_CYCLES`] cycles: on an idle stream the start event ran
+/// while the host was still issuing the cuBLAS call (5-20 µs), which priced small products
+/// 10-15 % slow (docs/measurements.md, 2026-11-24, "How calibration times a launch").
+const SPIN: &str = r#"extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+}"#;
+
 pub struct Runner {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
+    spin: CudaFunction,
     precision: Precision,
     pub device_name: String,
     pub gpu_count: usize,
@@ -45,10 +61,17 @@ impl Runner {
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(|e| RunError::Cuda(e.to_string()))?;
         let device_name = ctx.name().map_err(cuda)?;
+        let ptx = cudarc::nvrtc::compile_ptx(SPIN)
+            .map_err(|e| RunError::Cuda(format!("NVRTC, compiling the timing spin: {e}")))?;
+        let spin = ctx
+            .load_module(ptx)
+            .and_then(|m| m.load_function("spin"))
+            .map_err(cuda)?;
         Ok(Runner {
             ctx,
             stream,
             blas,
+            spin,
             precision,
             device_name,
             gpu_count: gpu_count as usize,
@@ -96,6 +119,15 @@ impl Runner {
                 .ctx
                 .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .map_err(cuda)?;
+            let mut spin = self.stream.launch_builder(&self.spin);
+            spin.arg(&super::timing::SPIN_CYCLES);
+            let one = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: `spin` takes one i64, passed above, and touches no memory.
+            unsafe { spin.launch(one) }.map_err(cuda)?;
             start.record(&self.stream).map_err(cuda)?;
             launch()?;
             end.record(&self.stream).map_err(cuda)?;
@@ -195,4 +227,25 @@ pub fn self_check() -> Result<f64, RunError> {
         }
     }
     Ok((err / norm).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The runner's own spin compiles with NVRTC (any machine with libnvrtc; `.ci/run`
+    /// installs it) and spins on the SM clock: a runner that could not build it would fail
+    /// calibration at its first product.
+    #[test]
+    fn the_timing_spin_compiles() {
+        // SAFETY: only probes whether the shared library loads.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            println!("SKIPPED timing spin compilation: libnvrtc not found (see .ci/run)");
+            return;
+        }
+        let ptx = cudarc::nvrtc::compile_ptx(SPIN).unwrap_or_else(|e| panic!("{e}"));
+        let text = ptx.to_src();
+        assert!(text.contains(".entry spin("), "{text}");
+        assert!(text.contains("%clock64"), "{text}");
+    }
 }

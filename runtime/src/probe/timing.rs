@@ -1,11 +1,16 @@
 //! How the probes time a launch and fill their operands, shared by calibration's grid
 //! (`calibrate`) and the power limit's mixes (`power`): the median of launches timed one by
-//! one with events (optionally each behind a sustained load), and operands of random data.
+//! one with events, each queued behind a short spin (or a sustained load) so the interval
+//! holds the launch's own time and not the host's to issue it, and operands of random data.
 
 use planc_compiler::plan::Precision;
 
 use super::load::Load;
-use crate::device::cuda::{Buf, Gpu};
+use crate::device::cuda::{Arg, Buf, Gpu};
+
+/// Clock cycles of the spin queued before each launch timed alone: ~50 µs at 2 GHz,
+/// longer than the host takes to issue a launch (a cuBLAS call, a norm's two kernels).
+pub(crate) const SPIN_CYCLES: i64 = 100_000;
 use crate::error::RunError;
 
 /// `n` elements of the storage type, uniform in [−1, 1) (a fixed sequence): random data
@@ -60,8 +65,9 @@ pub(crate) fn time_behind(
     f()?;
     let mut t = Vec::with_capacity(repeats);
     for _ in 0..repeats {
-        if let Some(l) = load {
-            l.between()?;
+        match load {
+            Some(l) => l.between()?,
+            None => gpu.launch("spin", (1, 1), 1, &[Arg::L(SPIN_CYCLES)])?,
         }
         let a = gpu.event()?;
         f()?;
