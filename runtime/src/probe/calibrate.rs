@@ -683,7 +683,17 @@ pub(crate) struct ActivationProbe {
     dh: Buf,
     out: Buf,
     dout: Buf,
+    /// GELU's bias row (training adds the first product's bias in the activation).
+    bias: Buf,
+    /// Products queued before each timed launch: an activation follows a product in
+    /// training and runs at the clock the products hold the board at (GELU's and SwiGLU's
+    /// arithmetic makes them clock-bound in part: timed in bursts they ran 1.06-1.17x
+    /// faster than in training, 2026-11-28).
+    load: Load,
 }
+
+/// The widest MLP whose GELU bias the probe holds (wider ones are timed without it).
+const PROBE_BIAS: usize = 1 << 17;
 
 impl ActivationProbe {
     pub(crate) fn new(
@@ -699,6 +709,8 @@ impl ActivationProbe {
             dh: gpu.alloc(2 * elements * xsz)?,
             out: gpu.alloc(elements * xsz)?,
             dout: random_tiled(gpu, precision, elements)?,
+            bias: random_x(gpu, precision, PROBE_BIAS)?,
+            load: Load::new(gpu, precision)?,
         })
     }
 
@@ -717,9 +729,15 @@ impl ActivationProbe {
             "{rows}×{width} overflows the probe"
         );
         let act = Activation { mlp, rows, width };
-        let fwd = time(gpu, 20, || act.forward(gpu, self.out, self.h, Buf::NULL))?;
-        let bwd = time(gpu, 20, || {
-            act.backward(gpu, self.dh, self.h, Buf::NULL, self.dout)
+        let bias = if mlp == Mlp::Gelu && width <= PROBE_BIAS {
+            self.bias
+        } else {
+            Buf::NULL
+        };
+        let load = Some(&self.load);
+        let fwd = time_behind(load, gpu, 20, || act.forward(gpu, self.out, self.h, bias))?;
+        let bwd = time_behind(load, gpu, 20, || {
+            act.backward(gpu, self.dh, self.h, bias, self.dout)
         })?;
         let bytes = activation_bytes(mlp, rows as f64, width as f64, self.precision.bytes());
         Ok([("forward", fwd, bytes), ("backward", bwd, 2.0 * bytes)]
@@ -736,10 +754,10 @@ impl ActivationProbe {
     }
 
     pub(crate) fn free(self, gpu: &mut Gpu) -> Result<(), RunError> {
-        for buf in [self.h, self.dh, self.out, self.dout] {
+        for buf in [self.h, self.dh, self.out, self.dout, self.bias] {
             gpu.free(buf)?;
         }
-        Ok(())
+        self.load.free(gpu)
     }
 }
 
