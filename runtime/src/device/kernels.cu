@@ -564,6 +564,12 @@ __device__ __forceinline__ float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
+// Element i's column in rows of `cols`: 32-bit where i fits (64-bit division is a long
+// software sequence, several times a 32-bit one's, and these kernels run one a pack).
+__device__ __forceinline__ int column_of(long i, int cols, long n) {
+    return n <= 0xffffffffL ? (int)((unsigned)i % (unsigned)cols) : (int)(i % cols);
+}
+
 // out = gelu(inp + bias[column]) over rows of `cols` (bias may be null): the first MLP
 // product's bias is added here rather than in a pass of its own, and not stored, so the
 // backward adds it again as it reads. VEC elements a thread; a pack never straddles two
@@ -573,7 +579,7 @@ __global__ void gelu_fwd(X* out, const X* inp, const X* bias, int cols, long n) 
     if (i + VEC <= n && cols % VEC == 0) {
         Pack p, pb;
         p.u = *(const uint4*)(inp + i);
-        if (bias) pb.u = *(const uint4*)(bias + i % cols);
+        if (bias) pb.u = *(const uint4*)(bias + column_of(i, cols, n));
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             p.x[k] = st(gelu(ld(p.x[k]) + (bias ? ld(pb.x[k]) : 0.0f)));
@@ -606,7 +612,7 @@ __global__ void gelu_bwd(X* dinp, const X* inp, const X* bias, int cols, const X
         Pack px, pd, pb;
         px.u = *(const uint4*)(inp + i);
         pd.u = *(const uint4*)(dout + i);
-        if (bias) pb.u = *(const uint4*)(bias + i % cols);
+        if (bias) pb.u = *(const uint4*)(bias + column_of(i, cols, n));
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             float x = ld(px.x[k]) + (bias ? ld(pb.x[k]) : 0.0f);
