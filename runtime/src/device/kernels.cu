@@ -156,9 +156,16 @@ __global__ void add_bias(X* x, const X* bias, long rows, int cols) {
     long n = rows * cols;
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
     if (i + VEC <= n) {
-        Pack p;
+        Pack p, pb;
         p.u = *(const uint4*)(x + i);
-        for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
+        if (cols % VEC == 0) {
+            // A pack never straddles two rows: the bias's pack is one load.
+            pb.u = *(const uint4*)(bias + i % cols);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(pb.x[k]));
+        } else {
+            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
+        }
         *(uint4*)(x + i) = p.u;
     } else {
         for (long j = i; j < n; j++) x[j] = st(ld(x[j]) + ld(bias[j % cols]));
