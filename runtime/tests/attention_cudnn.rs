@@ -123,30 +123,30 @@ fn up16(gpu: &mut Gpu, bits: &[u16]) -> Buf {
     b
 }
 
-/// [b, g, t, d] → [b, h, t, d]: each key/value head repeated for the query heads it
-/// serves, as the qkv split stores them.
-fn repeat_heads(x: &[u16], tr: &Trial) -> Vec<u16> {
+/// [b, g, t, d] → [b, h, t, d] as the grouped qkv split leaves a key/value head for
+/// cuDNN: at its group's first query head, the other heads holding what was there before
+/// (garbage here, 2.0, which a graph reading them would turn into wrong outputs).
+fn group_heads(x: &[u16], tr: &Trial) -> Vec<u16> {
     let (rep, td) = (tr.h / tr.g, tr.t * tr.d);
-    let mut out = Vec::with_capacity(tr.b * tr.h * td);
+    let mut out = vec![0x4000u16; tr.b * tr.h * td];
     for b in 0..tr.b {
-        for h in 0..tr.h {
-            let at = (b * tr.g + h / rep) * td;
-            out.extend_from_slice(&x[at..at + td]);
+        for g in 0..tr.g {
+            let (src, dst) = ((b * tr.g + g) * td, (b * tr.h + g * rep) * td);
+            out[dst..dst + td].copy_from_slice(&x[src..src + td]);
         }
     }
     out
 }
 
-/// [b, h, t, d] → [b, g, t, d]: the sum over each group's query heads, as the merge does.
-fn sum_groups(x: &[f32], tr: &Trial) -> Vec<f32> {
+/// [b, h, t, d] → [b, g, t, d]: each group's first query head, where cuDNN leaves the
+/// group's gradient and the merge reads it.
+fn first_heads(x: &[f32], tr: &Trial) -> Vec<f32> {
     let (rep, td) = (tr.h / tr.g, tr.t * tr.d);
-    let mut out = vec![0.0; tr.b * tr.g * td];
+    let mut out = Vec::with_capacity(tr.b * tr.g * td);
     for b in 0..tr.b {
-        for h in 0..tr.h {
-            let (src, dst) = ((b * tr.h + h) * td, (b * tr.g + h / rep) * td);
-            for i in 0..td {
-                out[dst + i] += x[src + i];
-            }
+        for g in 0..tr.g {
+            let at = (b * tr.h + g * rep) * td;
+            out.extend_from_slice(&x[at..at + td]);
         }
     }
     out
@@ -185,8 +185,8 @@ fn print_graphs(s: &Shape, grads: (i64, i64, i64), deterministic: bool) {
     );
 }
 
-/// Where the trial's backward writes: gradient buffers (zero-initialised by `alloc`, and
-/// the grouped ones then filled with garbage to check the non-first heads are cleared).
+/// Where the trial's backward writes: gradient buffers filled with garbage, which the
+/// gradients must overwrite (at each group's first query head where heads are grouped).
 struct Out {
     grads: Grads,
     bufs: Vec<Buf>,
@@ -228,7 +228,7 @@ fn gradients(gpu: &Gpu, tr: &Trial, out: &Out) -> ([Vec<f32>; 3], Vec<u16>) {
         [0, 1, 2].map(|p| all[p * n..(p + 1) * n].to_vec())
     };
     let [dq, dk, dv] = g;
-    ([dq, sum_groups(&dk, tr), sum_groups(&dv, tr)], raw)
+    ([dq, first_heads(&dk, tr), first_heads(&dv, tr)], raw)
 }
 
 /// Runs one trial; Err says what disagreed or failed.
@@ -266,8 +266,8 @@ fn run_trial(
     let (dout, db) = round(tr.precision, &rng.vec(n, 1.0, 0.0));
     let (qd, kd, vd, dod) = (
         up16(gpu, &qb),
-        up16(gpu, &repeat_heads(&kb, tr)),
-        up16(gpu, &repeat_heads(&vb, tr)),
+        up16(gpu, &group_heads(&kb, tr)),
+        up16(gpu, &group_heads(&vb, tr)),
         up16(gpu, &db),
     );
     let o = gpu.alloc(n * 2).unwrap();

@@ -195,9 +195,27 @@ fn softmax_and_loss(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     }
 }
 
+/// `x` [b, h, t, d] with each group's non-first heads replaced: by the group's first head
+/// (`Some(None)`: the copies the ungrouped split writes), or by `fill` (`Some(Some(v))`).
+fn regroup(x: &[f32], (b, h, g, td): (usize, usize, usize, usize), fill: Option<f32>) -> Vec<f32> {
+    let rep = h / g;
+    let mut out = x.to_vec();
+    for bi in 0..b {
+        for hi in (0..h).filter(|hi| hi % rep != 0) {
+            let (at, first) = ((bi * h + hi) * td, (bi * h + hi / rep * rep) * td);
+            for i in 0..td {
+                out[at + i] = fill.unwrap_or(x[first + i]);
+            }
+        }
+    }
+    out
+}
+
 fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     // D 64: whole packs (fp32: 4 elements), the pack-a-thread kernels; D 36: per element.
-    for d in [64usize, 36] {
+    // Grouped (cuDNN's attention): a key/value head written and its gradient read at its
+    // group's first query head only; the others hold garbage that must not leak in.
+    for (d, grouped) in [(64usize, false), (36, false), (64, true), (36, true)] {
         let (b, t, h, g) = (2usize, 16usize, 4usize, 2usize);
         let w = (h + 2 * g) * d;
         let half = d / 2;
@@ -211,18 +229,28 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         }
         let qkv = rng.vec(b * t * w, 1.0, 0.0);
         let n = b * h * t * d;
-        let (dq, dk, dv) = (
+        let (dq, mut dk, mut dv) = (
             rng.vec(n, 1.0, 0.0),
             rng.vec(n, 1.0, 0.0),
             rng.vec(n, 1.0, 0.0),
         );
+        let shape = (b, h, g, t * d);
+        let (dkb, dvb) = if grouped {
+            let bufs = (
+                up(gpu, &regroup(&dk, shape, Some(1e3))),
+                up(gpu, &regroup(&dv, shape, Some(1e3))),
+            );
+            // The reference: a group's gradient is its first head's.
+            dk = regroup(&dk, shape, Some(0.0));
+            dv = regroup(&dv, shape, Some(0.0));
+            bufs
+        } else {
+            (up(gpu, &dk), up(gpu, &dv))
+        };
         let (cb, sb, qb) = (up(gpu, &cos), up(gpu, &sin), up(gpu, &qkv));
-        let (q, k, v) = (
-            gpu.alloc(n * 4).unwrap(),
-            gpu.alloc(n * 4).unwrap(),
-            gpu.alloc(n * 4).unwrap(),
-        );
-        let (dqb, dkb, dvb) = (up(gpu, &dq), up(gpu, &dk), up(gpu, &dv));
+        let garbage = vec![1e3f32; n];
+        let (q, k, v) = (up(gpu, &garbage), up(gpu, &garbage), up(gpu, &garbage));
+        let dqb = up(gpu, &dq);
         let dqkv = gpu.alloc(b * t * w * 4).unwrap();
         let dims = [
             Arg::I(b as i32),
@@ -238,12 +266,15 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         split.extend_from_slice(&dims);
         let mut merge = vec![Arg::P(dqkv), Arg::P(dqb), Arg::P(dkb), Arg::P(dvb)];
         merge.extend_from_slice(&dims);
+        merge.push(Arg::I(i32::from(grouped)));
         if packed {
             split.push(Arg::P(Buf::NULL));
+            split.push(Arg::I(i32::from(grouped)));
             gpu.launch_n("qkv_split_v", n / 4, &split).unwrap();
             gpu.launch_n("qkv_merge_grad_v", b * t * w / 4, &merge)
                 .unwrap();
         } else {
+            split.push(Arg::I(i32::from(grouped)));
             gpu.launch_n("qkv_split", n, &split).unwrap();
             gpu.launch_n("qkv_merge_grad", b * t * w, &merge).unwrap();
         }
@@ -255,11 +286,21 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         for (name, x) in [("dq", &dq), ("dk", &dk), ("dv", &dv)] {
             c.put(name, x, &[b, h, t, d]);
         }
-        for (name, x) in [("out.q", q), ("out.k", k), ("out.v", v)] {
-            c.put(name, &down(gpu, x, n), &[b, h, t, d]);
+        c.put("out.q", &down(gpu, q, n), &[b, h, t, d]);
+        for (name, x) in [("out.k", k), ("out.v", v)] {
+            let got = down(gpu, x, n);
+            // Grouped: the reference's copies are its first heads; so must ours be, once
+            // the non-first heads (left as they were, garbage) take the first's values.
+            let got = if grouped {
+                regroup(&got, shape, None)
+            } else {
+                got
+            };
+            c.put(name, &got, &[b, h, t, d]);
         }
         c.put("out.dqkv", &down(gpu, dqkv, b * t * w), &[b, t, w]);
-        c.check(py, &format!("rope:{d}"), dir);
+        let mode = if grouped { "grouped" } else { "copies" };
+        c.check(py, &format!("rope:{d}:{mode}"), dir);
     }
 }
 

@@ -707,9 +707,11 @@ __global__ void swiglu_bwd(X* dh, const X* h, const X* dout, long rows, int F) {
 // Index arithmetic below is 32-bit: the engine refuses tensors of 2³¹ elements or more.
 
 // qkv[B, T, (H + 2G)·D] → q, k, v [B, H, T, D]: rope on q and k when `rcos` is not null,
-// and each key/value head repeated for the H / G query heads that share it.
+// and each key/value head repeated for the H / G query heads that share it, or, when
+// `grouped` (cuDNN's attention, which reads a group's head once through its strides),
+// written at the group's first query head only: the copies would be bytes nobody reads.
 __global__ void qkv_split(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
-                          const float* rcos, const float* rsin) {
+                          const float* rcos, const float* rsin, int grouped) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned total = (unsigned)B * H * T * D;
     if (i >= total) return;
@@ -722,25 +724,31 @@ __global__ void qkv_split(X* q, X* k, X* v, const X* qkv, int B, int T, int H, i
     const X* qs = row + h * D;
     const X* ks = row + (H + g) * D;
     const X* vs = row + (H + G + g) * D;
+    bool kv = !grouped || h % (H / G) == 0;
     if (rcos) {
         unsigned half = D / 2;
         unsigned j = d < half ? d : d - half;
         float c = rcos[t * half + j], s = rsin[t * half + j];
         float qo = d < half ? -ld(qs[d + half]) : ld(qs[d - half]);
-        float ko = d < half ? -ld(ks[d + half]) : ld(ks[d - half]);
         q[i] = st(ld(qs[d]) * c + qo * s);
-        k[i] = st(ld(ks[d]) * c + ko * s);
+        if (kv) {
+            float ko = d < half ? -ld(ks[d + half]) : ld(ks[d - half]);
+            k[i] = st(ld(ks[d]) * c + ko * s);
+        }
     } else {
         q[i] = qs[d];
-        k[i] = ks[d];
+        if (kv) k[i] = ks[d];
     }
-    v[i] = vs[d];
+    if (kv) v[i] = vs[d];
 }
 
 // The inverse of qkv_split for gradients: un-rotate dq and dk, and sum the gradients of the
-// query heads that share a key/value head, in head order. One thread per element of dqkv.
+// query heads that share a key/value head, in head order; when `grouped`, a group's
+// gradient is whole at its first query head (cuDNN sums the group) and the others are
+// not read. One thread per element of dqkv.
 __global__ void qkv_merge_grad(X* dqkv, const X* dq, const X* dk, const X* dv, int B, int T,
-                               int H, int G, int D, const float* rcos, const float* rsin) {
+                               int H, int G, int D, const float* rcos, const float* rsin,
+                               int grouped) {
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned W = (unsigned)(H + 2 * G) * D;
     unsigned total = (unsigned)B * T * W;
@@ -774,7 +782,7 @@ __global__ void qkv_merge_grad(X* dqkv, const X* dq, const X* dk, const X* dv, i
         s = rsin[t * half + j];
     }
     float acc = 0.0f;
-    for (unsigned r = 0; r < rep; r++) {
+    for (unsigned r = 0; r < (grouped ? 1u : rep); r++) {
         unsigned h = g * rep + r;
         const X* src = (is_v ? dv : dk) + (((unsigned long long)b * H + h) * T + t) * D;
         float val = ld(src[d]);
@@ -816,7 +824,7 @@ __device__ __forceinline__ Pack pack_plus(const X* src, const X* bias, long at) 
 // The product's bias is added here, before rope rotates q and k, rather than in a pass
 // over qkv of its own.
 __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
-                            const float* rcos, const float* rsin, const X* bias) {
+                            const float* rcos, const float* rsin, const X* bias, int grouped) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     int P = D / VEC;
     if (i >= (long)B * H * T * P) return;
@@ -829,9 +837,13 @@ __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H,
     int g = h / (H / G);
     const X* row = qkv + (b * T + t) * (long)(H + 2 * G) * D;
     long qa = (long)h * D, ka = (long)(H + g) * D, va = (long)(H + G + g) * D;
+    bool kv = !grouped || h % (H / G) == 0;
     Pack qp = pack_plus(row, bias, qa + d0);
-    Pack kp = pack_plus(row, bias, ka + d0);
-    Pack vp = pack_plus(row, bias, va + d0);
+    Pack kp, vp;
+    if (kv) {
+        kp = pack_plus(row, bias, ka + d0);
+        vp = pack_plus(row, bias, va + d0);
+    }
     if (rcos) {
         int half = D / 2;
         bool lo = d0 < half;
@@ -839,17 +851,22 @@ __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H,
         const float* c = rcos + (long)t * half + (lo ? d0 : pd);
         const float* s = rsin + (long)t * half + (lo ? d0 : pd);
         Pack qo = pack_plus(row, bias, qa + pd);
-        Pack ko = pack_plus(row, bias, ka + pd);
         rope_pack(qp, qp, qo, lo, c, s, true);
-        rope_pack(kp, kp, ko, lo, c, s, true);
+        if (kv) {
+            Pack ko = pack_plus(row, bias, ka + pd);
+            rope_pack(kp, kp, ko, lo, c, s, true);
+        }
     }
     *(uint4*)(q + i * VEC) = qp.u;
-    *(uint4*)(k + i * VEC) = kp.u;
-    *(uint4*)(v + i * VEC) = vp.u;
+    if (kv) {
+        *(uint4*)(k + i * VEC) = kp.u;
+        *(uint4*)(v + i * VEC) = vp.u;
+    }
 }
 
 __global__ void qkv_merge_grad_v(X* dqkv, const X* dq, const X* dk, const X* dv, int B, int T,
-                                 int H, int G, int D, const float* rcos, const float* rsin) {
+                                 int H, int G, int D, const float* rcos, const float* rsin,
+                                 int grouped) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     int P = D / VEC;
     int Wp = (H + 2 * G) * P;
@@ -866,7 +883,7 @@ __global__ void qkv_merge_grad_v(X* dqkv, const X* dq, const X* dk, const X* dv,
     const float* s = rcos ? rsin + (long)t * half + (lo ? d0 : pd) : 0;
     bool is_v = head >= H + G;
     int first = head < H ? head : (is_v ? head - H - G : head - H) * (H / G);
-    int rep = head < H ? 1 : H / G;
+    int rep = head < H || grouped ? 1 : H / G;
     const X* base = head < H ? dq : (is_v ? dv : dk);
     bool rot = rcos && !is_v;
     float acc[VEC];

@@ -6,10 +6,11 @@
 //! one-line note saying why.
 //!
 //! The graphs read planc's buffers where they are: q, k, v as the qkv split leaves them
-//! ([b, h, t, d], a grouped key/value head read once through strides that skip its
-//! copies), o and dO in the merged [b, t, h·d] layout, dq/dk/dv where `Grads` says (a
-//! group's dk and dv at its first query head, the other heads zero, so the merge's sum is
-//! the group's gradient), forward's logsumexp in the `lse` buffer and backward's D_i in
+//! ([b, h, t, d], a grouped key/value head read once, at its group's first query head,
+//! through strides that skip the others), o and dO in the merged [b, t, h·d] layout,
+//! dq/dk/dv where `Grads` says (a group's whole dk and dv at its first query head; the
+//! other heads are neither written nor cleared, and the merge reads only the first),
+//! forward's logsumexp in the `lse` buffer and backward's D_i in
 //! `Grads::dd`. Backward is deterministic by default (cuDNN's dP-workspace backward:
 //! engines noted non-deterministic are refused); `PLANC_CUDNN_ATTENTION=nondeterministic`
 //! takes the fp32-accumulator backward instead, whose dq sums in a varying order.
@@ -333,18 +334,6 @@ impl Sdpa {
                 self.grads,
                 gr.strides()
             )));
-        }
-        let s = &self.shape;
-        if s.rep() > 1 {
-            // A group's dk and dv land at its first query head; the merge sums every head
-            // of the group, so the others must hold zeros.
-            let n = (s.b * s.h * s.t * s.d) as usize * hd.xsz;
-            for b in [gr.dk, gr.dv] {
-                gpu.zero(Buf {
-                    ptr: b.ptr,
-                    bytes: n.min(b.bytes),
-                })?;
-            }
         }
         if self.accum > 0 && self.version < 90600 {
             // cuDNN before 9.6 expects the accumulator zeroed by its caller.

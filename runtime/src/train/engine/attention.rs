@@ -44,6 +44,14 @@ impl Engine {
         self.attn.as_ref().map(|a| a.workspace_bytes())
     }
 
+    /// Whether a key/value head is kept once per group, at its first query head, between
+    /// the qkv split and the merge of the gradients: cuDNN's attention reads it there
+    /// through strides and leaves the group's whole gradient there. planc's kernels and the
+    /// standard core's products read every query head's copy.
+    pub(super) fn kv_grouped(&self) -> bool {
+        self.attention_on_cudnn()
+    }
+
     /// The kernels that run this engine's fused attention.
     pub(super) fn kernels(&self, hd: Heads) -> Kernels<'_> {
         match &self.attn {
@@ -196,6 +204,7 @@ impl Engine {
                 Arg::I(dd as i32),
                 Arg::P(self.rope_cos),
                 Arg::P(self.rope_sin),
+                Arg::I(i32::from(self.kv_grouped())),
             ],
         )
     }

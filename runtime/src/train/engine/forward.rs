@@ -175,6 +175,7 @@ impl Engine {
         } else {
             self.add_bias(self.s.qkv, w(self, LayerTensor::QkvB), n, qr)?;
         }
+        args.push(Arg::I(i32::from(self.kv_grouped())));
         self.gpu.launch_n(split, threads, &args)?;
         self.attention_fwd(l, a)?;
         self.mark_span(Span::Layer {
