@@ -1,5 +1,6 @@
-//! On a GPU: the vectorised norm kernels (a row's 16-byte packs held in registers, 1, 2 or
-//! 4 a thread) forward and backward, LayerNorm and RMSNorm, launched as training launches
+//! On a GPU: the vectorised norm kernels (a row's 16-byte packs held in registers: the
+//! forward one warp a row up to 16 packs a lane, else, and the backward, a block a row, 1,
+//! 2 or 4 a thread) forward and backward, LayerNorm and RMSNorm, launched as training launches
 //! them (`rows::Norms`), against a float64 reference on the CPU, with a row count that
 //! leaves the backward's last chunk short. Without a GPU it
 //! prints SKIPPED and passes.
@@ -105,11 +106,12 @@ fn vectorised_norms_match_float64() {
     let Some(mut gpu) = gpu_or_skip("norm kernel test", Precision::Fp32) else {
         return;
     };
-    // fp32 packs are 4 elements: C 256 is 64 packs (1 a thread, 64 threads), 2048 is 512
-    // (2 a thread, 256), 4096 is 1024 (4 a thread, 256). 2500 rows make 1024 chunks of 3
-    // (512 of 5 at C 4096): rows loaded a row ahead, a last chunk of one row (C ≤ 2048),
-    // and chunks with none.
-    for c in [256, 2048, 4096, 200] {
+    // fp32 packs are 4 elements. The forward one warp a row for C 256 (2 packs a lane),
+    // 200 (2, the second partly), 1024 (8), 2048 (16); a block a row for 4096 (1024 packs,
+    // 4 a thread). The backward a block a row: 256 (64 threads), 1024 (256 threads), 2048
+    // (2 a thread), 4096 (4). 2500 rows make 1024 chunks of 3 (512 of 5 at C 4096): rows
+    // loaded a row ahead, a last chunk of one row (C ≤ 2048), and chunks with none.
+    for c in [256, 1024, 2048, 4096, 200] {
         assert!(
             norm_packs(c, 4).is_some(),
             "C {c} takes the vectorised kernels"

@@ -510,7 +510,82 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
     }
 }
 
+// The forward one warp a row, for rows of at most 16 packs a lane: the row's sums are warp
+// shuffles, with no block barrier between a row's loads and its stores (on an H200 under
+// ncu, Llama 3.2 1B's 2048-wide rows 1.05 -> 0.82 ms a step, GPT-2's 768 0.70 -> 0.54).
+// The backward stays a block a row (norm_bwd_packs): one warp a row, its weight gradient
+// summed per lane and the warps added in order through shared memory, ran 1.5x slower.
+template <int NP>
+__device__ __forceinline__ void warp_row_load(Pack* p, const X* src, int packs, int lane) {
+#pragma unroll
+    for (int i = 0; i < NP; i++) {
+        int pk = lane + i * WARP;
+        if (pk < packs) p[i].u = *(const uint4*)(src + pk * VEC);
+    }
+}
+
+template <int NP>
+__device__ void norm_fwd_warp(X* out, float* mean, float* rstd, const X* inp, const X* w,
+                              const X* b, long rows, int C, float eps, int rms) {
+    int lane = threadIdx.x % WARP;
+    long row = (long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (row >= rows) return;
+    int packs = C / VEC;
+    Pack xp[NP];
+    warp_row_load<NP>(xp, inp + row * C, packs, lane);
+    float s = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if (lane + p * WARP < packs)
+#pragma unroll
+            for (int k = 0; k < VEC; k++) s += ld(xp[p].x[k]);
+    float m = rms ? 0.0f : warp_sum(s) / C;
+    float q = 0.0f;
+#pragma unroll
+    for (int p = 0; p < NP; p++)
+        if (lane + p * WARP < packs)
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float d = ld(xp[p].x[k]) - m;
+                q += d * d;
+            }
+    float r = rsqrtf(warp_sum(q) / C + eps);
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int pk = lane + p * WARP;
+        if (pk < packs) {
+            Pack wp, bp, op;
+            wp.u = *(const uint4*)(w + pk * VEC);
+            if (b) bp.u = *(const uint4*)(b + pk * VEC);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float y = (ld(xp[p].x[k]) - m) * r * ld(wp.x[k]);
+                if (b) y += ld(bp.x[k]);
+                op.x[k] = st(y);
+            }
+            *(uint4*)(out + row * C + pk * VEC) = op.u;
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
 extern "C" {
+
+#define NORM_WARP(NP)                                                                       \
+    __global__ void __launch_bounds__(128)                                                  \
+        norm_fwd_w##NP(X* out, float* mean, float* rstd, const X* inp, const X* w,          \
+                       const X* b, long rows, int C, float eps, int rms) {                  \
+        norm_fwd_warp<NP>(out, mean, rstd, inp, w, b, rows, C, eps, rms);                   \
+    }
+
+NORM_WARP(1)
+NORM_WARP(2)
+NORM_WARP(4)
+NORM_WARP(8)
+NORM_WARP(16)
 
 #define NORM_PACKS(NP)                                                                      \
     __global__ void norm_fwd_v##NP(X* out, float* mean, float* rstd, const X* inp,         \

@@ -30,6 +30,24 @@ pub fn norm_packs(c: usize, xsz: usize) -> Option<(usize, u32)> {
     Some((np, threads as u32))
 }
 
+/// Packs a lane of the one-warp-a-row norm forward (1, 2, 4, 8 or 16: the kernel's
+/// suffix) for a row of `c` elements of `xsz` bytes; None where the row is not whole
+/// 16-byte packs or needs more than 16 a lane (the block-a-row kernel takes those, and
+/// every backward).
+pub fn norm_warp_packs(c: usize, xsz: usize) -> Option<usize> {
+    let vec = 16 / xsz;
+    if !c.is_multiple_of(vec) {
+        return None;
+    }
+    let packs = c / vec;
+    [1usize, 2, 4, 8, 16]
+        .into_iter()
+        .find(|np| np * 32 >= packs)
+}
+
+/// Threads a block of the one-warp-a-row forward: four rows at a time.
+const WARP_BLOCK: u32 = 128;
+
 /// The norm of `rows` rows of `width` elements of `xsz` bytes (LayerNorm, or RMSNorm).
 #[derive(Clone, Copy, Debug)]
 pub struct Norms {
@@ -80,6 +98,13 @@ impl Norms {
             Arg::F(self.eps),
             Arg::I(i32::from(self.rms)),
         ];
+        if let Some(np) = norm_warp_packs(self.width, self.xsz) {
+            let mut args = args.to_vec();
+            args.insert(6, Arg::L(self.rows as i64));
+            let rows_a_block = (WARP_BLOCK / 32) as usize;
+            let grid = (self.rows.div_ceil(rows_a_block) as u32, 1);
+            return gpu.launch(&format!("norm_fwd_w{np}"), grid, WARP_BLOCK, &args);
+        }
         let grid = (self.rows as u32, 1);
         match norm_packs(self.width, self.xsz) {
             Some((np, threads)) => gpu.launch(&format!("norm_fwd_v{np}"), grid, threads, &args),
@@ -201,7 +226,18 @@ fn sum_partials_many(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize)
 
 #[cfg(test)]
 mod tests {
-    use super::{norm_chunks, norm_packs, norm_partials};
+    use super::{norm_chunks, norm_packs, norm_partials, norm_warp_packs};
+
+    #[test]
+    fn rows_up_to_16_packs_a_lane_go_one_warp_a_row() {
+        // bf16: GPT-2's 768 is 96 packs (4 a lane, the last partly), Llama 3.2 1B's 2048 is
+        // 256 (8), 4096 is 512 (16); 8192 is too wide, 100 is not whole packs.
+        assert_eq!(norm_warp_packs(768, 2), Some(4));
+        assert_eq!(norm_warp_packs(2048, 2), Some(8));
+        assert_eq!(norm_warp_packs(4096, 2), Some(16));
+        assert_eq!(norm_warp_packs(8192, 2), None);
+        assert_eq!(norm_warp_packs(100, 2), None);
+    }
 
     #[test]
     fn norm_rows_split_into_packs_a_thread_and_whole_warps() {

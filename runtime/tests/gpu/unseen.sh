@@ -63,14 +63,17 @@ fi
 if want speed; then
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
     case "$gpu" in *H100*) cat=H100_SXM_80GB ;; *) cat=H200_SXM_141GB ;; esac
+    # The sources apart from the copies `both` writes ($out/plans/NAME.tp), which would
+    # otherwise truncate the file they read.
+    mkdir -p "$out/plans/src"
     for ex in gpt2-124m-1gpu llama3.2-1b-1gpu; do
-        f=$out/plans/$ex.tp
+        f=$out/plans/src/$ex.tp
         sed -e "s/gpu = [A-Z0-9_]*/gpu = $cat/" -e '/profile = /d' "$root/examples/$ex.tp" >"$f"
         both "$ex" "$f"
     done
     # GPT-2 with flash attention too: issue 26 sets it beside torch.compile's.
-    sed -e "s/attention = standard/attention = flash/" "$out/plans/gpt2-124m-1gpu.tp" >"$out/plans/gpt2-124m-flash.tp"
-    both gpt2-124m-flash "$out/plans/gpt2-124m-flash.tp"
+    sed -e "s/attention = standard/attention = flash/" "$out/plans/src/gpt2-124m-1gpu.tp" >"$out/plans/src/gpt2-124m-flash.tp"
+    both gpt2-124m-flash "$out/plans/src/gpt2-124m-flash.tp"
     both gpt6.6b "$here/plans/gpt6.6b.tp"
 fi
 if want torch; then
