@@ -171,6 +171,13 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
              pass by pass); default fused for megatron and planc, eager for torchtitan and for \
              torch and deepspeed running the train.py planc writes; planc extension"
         }
+        ("job", "attention_kernel") => {
+            "whose fused attention kernel the framework runs, for `attention = flash`: flash2 \
+             (FlashAttention-2: flash-attn, PyTorch SDPA), cudnn (Transformer Engine's on \
+             Hopper) or triton (FlashAttention in Triton, priced at FlashAttention-2's rate \
+             over Dao 2023's measured 1.4x forward and 2x backward); default cudnn for \
+             megatron with fused kernels, flash2 otherwise; planc extension"
+        }
         ("job", "volume") => {
             "a Kubernetes PersistentVolumeClaim mounted at checkpoint_dir in every pod, so \
              checkpoints outlive the pods; planc extension"

@@ -85,6 +85,13 @@ enumeration!(
     /// framework's unfused path, one PyTorch kernel per operation (`cost::eager`).
     Kernels { Fused = "fused", Eager = "eager" }
 );
+enumeration!(
+    /// Whose fused attention kernel the framework runs (`job.attention_kernel`), where the
+    /// plan says: FlashAttention-2 (`flash-attn`, PyTorch SDPA's flash backend), cuDNN's
+    /// (Transformer Engine on Hopper), or FlashAttention in Triton (e.g. llm-foundry's
+    /// `attn_impl: triton`).
+    AttentionKernel { Flash2 = "flash2", Cudnn = "cudnn", Triton = "triton" }
+);
 enumeration!(Scheduler { Slurm = "slurm", K8s = "k8s", None = "none" });
 enumeration!(
     /// Which flags `job.entrypoint` takes: planc's (the torchrun and DeepSpeed targets'
@@ -770,6 +777,8 @@ pub struct Job {
     /// Extension: the kernel path as written; `None` takes the framework's
     /// ([`PlanSpec::kernels`]).
     pub kernels: Option<Kernels>,
+    /// Extension: the fused attention kernel as written; `None` takes the framework's.
+    pub attention_kernel: Option<AttentionKernel>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -888,6 +897,7 @@ impl PlanSpec {
             parallel,
             framework: self.framework(),
             launch_blocking: self.launch_blocking(),
+            attention_kernel: self.job.as_ref().and_then(|j| j.attention_kernel),
         }
     }
 
@@ -949,6 +959,10 @@ pub struct Plan {
     /// kernel launch then waits for its kernel (`cost::launch_blocking`).
     #[serde(skip)]
     pub launch_blocking: bool,
+    /// The fused attention kernel the job states (`job.attention_kernel`); `None`: the
+    /// framework's (`cost::ops::fused_kernel`).
+    #[serde(skip)]
+    pub attention_kernel: Option<AttentionKernel>,
 }
 
 /// The variable that makes every CUDA kernel launch synchronous.

@@ -1891,6 +1891,12 @@ impl<'a> Resolver<'a> {
                 .unwrap_or(EntrypointArgs::Planc),
             volume: self.string(n, "volume"),
             kernels: self.enumeration(n, "kernels", Kernels::NAMES, Kernels::parse),
+            attention_kernel: self.enumeration(
+                n,
+                "attention_kernel",
+                AttentionKernel::NAMES,
+                AttentionKernel::parse,
+            ),
         })
     }
 

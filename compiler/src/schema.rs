@@ -166,6 +166,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "entrypoint_args",
             "volume",
             "kernels",
+            "attention_kernel",
         ],
         &["env"],
     ),

@@ -3,7 +3,7 @@
 
 use planc_compiler::check::check_source;
 use planc_compiler::cost::estimate;
-use planc_compiler::plan::{Hole, Plan, PlanSpec};
+use planc_compiler::plan::{Hole, PlanSpec};
 use planc_compiler::solve::{self, broken_rule, memory_fraction, space::Space};
 use planc_compiler::validate::validate;
 
@@ -82,15 +82,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                         if validate(s, &p).iter().any(|d| d.is_error()) {
                                             continue;
                                         }
-                                        let plan = Plan {
-                                            cluster: s.cluster.clone(),
-                                            model: s.model.clone(),
-                                            train: s.train.clone(),
-                                            kernels: s.kernels_for(&p),
-                                            parallel: p.clone(),
-                                            framework: s.framework(),
-                                            launch_blocking: s.launch_blocking(),
-                                        };
+                                        let plan = s.plan_with(p.clone());
                                         if memory_fraction(&plan) > 1.0 - s.search.memory_headroom {
                                             continue;
                                         }
@@ -498,15 +490,7 @@ fn interleaved_uneven_layouts_found_by_search_are_those_brute_force_finds() {
             last_stage_layers: Some(7),
             ..planc_compiler::plan::Parallel::neutral()
         };
-        let plan = Plan {
-            cluster: s.cluster.clone(),
-            model: s.model.clone(),
-            train: s.train.clone(),
-            kernels: s.kernels_for(&parallel),
-            parallel,
-            framework: s.framework(),
-            launch_blocking: s.launch_blocking(),
-        };
+        let plan = s.plan_with(parallel);
         if memory_fraction(&plan) <= 1.0 - s.search.memory_headroom {
             assert!(kept.contains(&(pp, vpp)), "({pp}, {vpp}) fits but was lost");
         }

@@ -543,6 +543,7 @@ fn context<'a>(
         entrypoint_args: EntrypointArgs::Planc,
         volume: None,
         kernels: None,
+        attention_kernel: None,
     };
     let job = spec.job.as_ref().unwrap_or(&default_job);
     let unsupported =

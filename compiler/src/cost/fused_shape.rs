@@ -61,7 +61,8 @@ const CUDNN: Rates = Rates {
 pub fn factor(kernel: FusedKernel, backward: bool, seq: f64, head_dim: f64) -> f64 {
     let rates = match kernel {
         FusedKernel::Planc => return 1.0,
-        FusedKernel::FlashAttention2 => &FLASH2,
+        // The Triton kernel's own rates are FlashAttention-2's slowed (`cost::time`).
+        FusedKernel::FlashAttention2 | FusedKernel::Triton => &FLASH2,
         FusedKernel::Cudnn => &CUDNN,
     };
     let (narrow, wide) = if backward {

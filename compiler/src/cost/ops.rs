@@ -8,7 +8,9 @@ use super::comm::Collective;
 pub use super::op_id::OpId;
 use super::standard_attention::Core;
 pub use super::time::FusedKernel;
-use crate::plan::{Attention, Framework, LoraTarget, Mlp, Plan, Position, Recompute};
+use crate::plan::{
+    Attention, AttentionKernel, Framework, LoraTarget, Mlp, Plan, Position, Recompute,
+};
 
 /// Which parallel group a collective runs over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -747,14 +749,18 @@ pub fn embedding_forward(plan: &Plan) -> Vec<Op> {
     }
 }
 
-/// Whose fused attention `plan` runs: planc's own, Megatron-Core's through Transformer
-/// Engine (cuDNN's on Hopper and later, where the catalog measured it), or the other
-/// frameworks' FlashAttention-2 (PyTorch SDPA's flash backend, flash-attn, Triton's).
+/// Whose fused attention `plan` runs: planc's own; the kernel `job.attention_kernel`
+/// states; Megatron-Core's through Transformer Engine (cuDNN's on Hopper and later, where
+/// the catalog measured it); or the other frameworks' FlashAttention-2 (PyTorch SDPA's
+/// flash backend, flash-attn).
 fn fused_kernel(plan: &Plan) -> FusedKernel {
-    match plan.framework() {
-        Framework::Planc => FusedKernel::Planc,
-        Framework::Megatron if !plan.eager() => FusedKernel::Cudnn,
-        _ => FusedKernel::FlashAttention2,
+    match (plan.framework(), plan.attention_kernel) {
+        (Framework::Planc, _) => FusedKernel::Planc,
+        (_, Some(AttentionKernel::Flash2)) => FusedKernel::FlashAttention2,
+        (_, Some(AttentionKernel::Cudnn)) => FusedKernel::Cudnn,
+        (_, Some(AttentionKernel::Triton)) => FusedKernel::Triton,
+        (Framework::Megatron, None) if !plan.eager() => FusedKernel::Cudnn,
+        (_, None) => FusedKernel::FlashAttention2,
     }
 }
 

@@ -55,8 +55,8 @@ pub struct Device<'a> {
 }
 
 /// Whose fused attention kernel a plan's attention runs: planc's own (timed by
-/// `planc calibrate`), the frameworks' FlashAttention-2 (published rates), or cuDNN's fused
-/// flash attention, which Transformer Engine prefers on Hopper and later when both apply
+/// `planc calibrate`), the frameworks' FlashAttention-2 (published rates), FlashAttention in
+/// Triton where the job says so (`job.attention_kernel`), or cuDNN's fused flash attention, which Transformer Engine prefers on Hopper and later when both apply
 /// (NVIDIA/NeMo#9188, `docs/source/performance/memory_optimizations.rst`: "Transformer
 /// Engine prefers cuDNN flash attention on Hopper+ architectures, and Tri Dao flash
 /// attention on pre-Hopper").
@@ -65,6 +65,25 @@ pub enum FusedKernel {
     Planc,
     FlashAttention2,
     Cudnn,
+    /// FlashAttention in Triton: FlashAttention-2's rates over [`TRITON_FLASH_SLOWDOWN`].
+    Triton,
+}
+
+/// How much longer FlashAttention in Triton takes than FlashAttention-2, forward and
+/// backward: FlashAttention-2 ran 1.3-1.5x faster forward (1.4 taken) and about 2x faster
+/// backward than the Triton kernel on an A100 80GB (Dao 2023, "FlashAttention-2", arXiv
+/// 2307.08691, section 4.1, sequences 512 to 16k, heads of 64 and 128). The Triton kernel is
+/// FlashAttention's first algorithm; no Hopper measurement of it is cited, so the A100's
+/// ratio is carried to later GPUs.
+pub const TRITON_FLASH_SLOWDOWN: (f64, f64) = (1.4, 2.0);
+
+/// The Triton kernel's slowdown for a pass (`backward`), 1 for every other kernel.
+fn triton_slowdown(kernel: FusedKernel, backward: bool) -> f64 {
+    match (kernel, backward) {
+        (FusedKernel::Triton, false) => TRITON_FLASH_SLOWDOWN.0,
+        (FusedKernel::Triton, true) => TRITON_FLASH_SLOWDOWN.1,
+        _ => 1.0,
+    }
 }
 
 impl<'a> Device<'a> {
@@ -314,7 +333,7 @@ impl<'a> Device<'a> {
         let flash2 = || Some((self.gpu.flash_attention?, FusedKernel::FlashAttention2));
         match kernel {
             FusedKernel::Planc => None,
-            FusedKernel::FlashAttention2 => flash2(),
+            FusedKernel::FlashAttention2 | FusedKernel::Triton => flash2(),
             FusedKernel::Cudnn => match self.gpu.cudnn_attention {
                 Some(r) => Some((r, FusedKernel::Cudnn)),
                 None => flash2(),
@@ -348,7 +367,8 @@ impl<'a> Device<'a> {
             _ => FusedKernel::FlashAttention2,
         };
         let shape = super::fused_shape::factor(published, backward, seq, head_dim);
-        (work * flops / (self.matrix_rate() * FLASH_EFFICIENCY * shape)).max(KERNEL_FLOOR_S)
+        let slow = triton_slowdown(kernel, backward);
+        (slow * work * flops / (self.matrix_rate() * FLASH_EFFICIENCY * shape)).max(KERNEL_FLOOR_S)
     }
 
     /// A pass of the fused attention (`work` times the forward's FLOPs at the rate `rate`
@@ -371,7 +391,11 @@ impl<'a> Device<'a> {
                 let (r, published) = self.flash_rates(kernel)?;
                 // The published rates are one shape's (16k tokens, heads of 128).
                 let shape = super::fused_shape::factor(published, work > 1.0, seq, head_dim);
-                Some((work * flops / (rate(&r) * shape * self.sustained())).max(KERNEL_FLOOR_S))
+                let slow = triton_slowdown(kernel, work > 1.0);
+                Some(
+                    (slow * work * flops / (rate(&r) * shape * self.sustained()))
+                        .max(KERNEL_FLOOR_S),
+                )
             })
     }
 
@@ -1878,7 +1902,7 @@ mod tests {
                  model m {{ preset = \"llama3-8b\" }}
                  train {{ global_batch = 8, precision = bf16, optimizer = adamw, attention = flash }}
                  parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 1 }}
-                 job j {{ framework = {framework}, kernels = {kernels} }}"
+                 job j {{ framework = {framework}, {kernels} }}"
                 ),
             )
             .plan
@@ -1890,9 +1914,52 @@ mod tests {
                     _ => None,
                 })
         };
-        assert_eq!(kernel("megatron", "fused"), Some(FusedKernel::Cudnn));
-        assert_eq!(kernel("torch", "fused"), Some(FusedKernel::FlashAttention2));
-        assert_eq!(kernel("planc", "fused"), Some(FusedKernel::Planc));
+        assert_eq!(
+            kernel("megatron", "kernels = fused"),
+            Some(FusedKernel::Cudnn)
+        );
+        assert_eq!(
+            kernel("torch", "kernels = fused"),
+            Some(FusedKernel::FlashAttention2)
+        );
+        assert_eq!(kernel("planc", "kernels = fused"), Some(FusedKernel::Planc));
+        // Where the job states the kernel, that one; planc runs its own whatever is written.
+        let stated = |framework, k| {
+            kernel(
+                framework,
+                &format!("kernels = fused, attention_kernel = {k}"),
+            )
+        };
+        assert_eq!(stated("torch", "triton"), Some(FusedKernel::Triton));
+        assert_eq!(stated("torch", "cudnn"), Some(FusedKernel::Cudnn));
+        assert_eq!(
+            stated("megatron", "flash2"),
+            Some(FusedKernel::FlashAttention2)
+        );
+        assert_eq!(stated("planc", "triton"), Some(FusedKernel::Planc));
+    }
+
+    #[test]
+    fn flashattention_in_triton_takes_dao_2023s_ratios_over_flashattention_2() {
+        // Dao 2023, section 4.1 (A100 80GB): FlashAttention-2 1.3-1.5x faster than the
+        // Triton kernel forward, about 2x backward; at any shape, with published rates (an
+        // H100) or without (an A100).
+        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
+        let h = Device {
+            gpu: h100,
+            precision: Precision::Bf16,
+        };
+        let (fa2, triton) = (FusedKernel::FlashAttention2, FusedKernel::Triton);
+        let flops = 1e12;
+        for d in [h, a100()] {
+            for (seq, head) in [(2048.0, 128.0), (16384.0, 64.0)] {
+                let fwd = d.flash(flops, seq, head, triton) / d.flash(flops, seq, head, fa2);
+                let bwd = d.flash_backward(flops, seq, head, triton)
+                    / d.flash_backward(flops, seq, head, fa2);
+                assert!((fwd - 1.4).abs() < 1e-9, "forward {fwd}");
+                assert!((bwd - 2.0).abs() < 1e-9, "backward {bwd}");
+            }
+        }
     }
 
     #[test]
