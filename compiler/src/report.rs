@@ -52,6 +52,10 @@ pub struct PlanSection {
     /// eager`): `"eager"`, the kernels the step was priced as.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernels: Option<&'static str>,
+    /// Extension, present when the job states it (`job.attention_kernel`): the fused
+    /// attention kernel the step was priced with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention_kernel: Option<&'static str>,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -306,6 +310,7 @@ pub fn build(
         first_stage_layers: p.first_stage_layers,
         last_stage_layers: p.last_stage_layers,
         kernels: plan.eager().then_some(plan.kernels.as_str()),
+        attention_kernel: plan.attention_kernel.map(|k| k.as_str()),
     });
     r.model = Some(ModelSection {
         name: plan.model.name.clone(),
@@ -532,5 +537,32 @@ mod tests {
         assert_eq!(super::date(0), "1970-01-01");
         assert_eq!(super::date(1_795_432_805), "2026-11-23");
         assert_eq!(super::date(951_782_400), "2000-02-29");
+    }
+}
+
+#[cfg(test)]
+mod plan_section {
+    /// The JSON report's `plan` of a one-node torch job whose `job` block adds `extra`.
+    fn plan_json(extra: &str) -> serde_json::Value {
+        let out = crate::check::check_source(
+            "r.tp",
+            &format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ preset = \"llama3-8b\", seq_len = 2048 }}
+                 train {{ global_batch = 8, precision = bf16, optimizer = adamw, attention = flash }}
+                 parallel {{ tp = 1, pp = 1, dp = 8, micro_batch = 1, zero = 3 }}
+                 job j {{ framework = torch, kernels = fused{extra} }}"
+            ),
+        );
+        serde_json::to_value(out.report()).unwrap()["plan"].clone()
+    }
+
+    #[test]
+    fn the_plan_section_names_the_attention_kernel_only_where_the_job_states_it() {
+        assert_eq!(
+            plan_json(", attention_kernel = triton")["attention_kernel"],
+            "triton"
+        );
+        assert!(plan_json("").get("attention_kernel").is_none());
     }
 }
