@@ -10,7 +10,9 @@ use planc_lang::units::{format_quantity, Dimension};
 use planc_lang::{Diagnostic, Severity};
 
 use crate::cost::{estimate, Estimate};
-use crate::plan::{Attention, Framework, Hole, Kernels, Parallel, Plan, PlanSpec, Recompute};
+use crate::plan::{
+    Attention, AttentionKernel, Framework, Hole, Kernels, Parallel, Plan, PlanSpec, Recompute,
+};
 use crate::report::{self, Report};
 use crate::solve::{self, Solution};
 use crate::source::{load_plan, FileLoader, MemoryLoader, SourceMap};
@@ -119,6 +121,7 @@ pub fn check_file_with(
     checked.diagnostics.extend(device_attention(&mut spec));
     checked.diagnostics.extend(eager_attention(&mut spec));
     checked.diagnostics.extend(planc_kernels(&spec));
+    checked.diagnostics.extend(attention_kernel_unused(&spec));
     checked.diagnostics.extend(framework_runs_model(&spec));
     checked.diagnostics.extend(crate::nccl_env::lint_env(&spec));
     checked
@@ -225,6 +228,50 @@ fn planc_kernels(spec: &PlanSpec) -> Option<Diagnostic> {
         )
         .at(f, s, "priced with planc's kernels")
         .help("remove `kernels`, or name the framework whose unfused path runs the plan"),
+    )
+}
+
+/// `job.attention_kernel` where it does not describe what runs (P0333): under `planc`, where
+/// no fused attention runs, and `triton` where planc launches the framework's own code.
+fn attention_kernel_unused(spec: &PlanSpec) -> Option<Diagnostic> {
+    let job = spec.job.as_ref()?;
+    let kernel = job.attention_kernel?;
+    let (message, label, help) = if job.framework == Framework::Planc {
+        (
+            "`planc run` runs its own attention: `attention_kernel` has no effect".to_string(),
+            "priced with planc's kernels",
+            "remove `attention_kernel`",
+        )
+    } else if spec.train.attention != Attention::Flash {
+        (
+            format!(
+                "no fused attention runs: `attention_kernel = {}` has no effect",
+                kernel.as_str()
+            ),
+            "the attention is priced as standard",
+            "remove `attention_kernel`, or write `attention = flash` where a fused kernel runs",
+        )
+    } else if kernel == AttentionKernel::Triton && job.entrypoint.is_none() {
+        let runs = match job.framework {
+            Framework::Megatron => "Megatron-LM runs Transformer Engine's attention or its own",
+            _ => "the script planc launches runs PyTorch's SDPA",
+        };
+        (
+            "the code planc launches does not run FlashAttention in Triton".to_string(),
+            runs,
+            "name the script that runs it (`job.entrypoint`), or remove `attention_kernel`",
+        )
+    } else {
+        return None;
+    };
+    let (f, s) = spec
+        .origins
+        .of("job", "attention_kernel")
+        .unwrap_or_default();
+    Some(
+        Diagnostic::new(codes::P0333, message)
+            .at(f, s, label)
+            .help(help),
     )
 }
 

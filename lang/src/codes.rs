@@ -267,6 +267,14 @@ codes! {
          (framework planc) always runs its own kernels, so the attribute has no effect there and \
          the plan is priced with planc's kernels. Remove it, or name the framework that runs \
          the eager path.";
+    P0333 Warning "the stated attention kernel does not run"
+        "`job.attention_kernel` names whose fused attention the job's code runs, and the step is \
+         priced with it. It prices nothing under framework planc (its runtime runs its own \
+         attention) or where no fused attention runs (`attention = standard`, or flash priced as \
+         standard); and `triton` does not describe the code planc launches when the job names no \
+         `entrypoint` of its own (Megatron-LM runs Transformer Engine's or its own attention, the \
+         `train.py` planc writes and torchtitan run PyTorch's SDPA). The plan is priced as \
+         written; remove the attribute, or name the script that runs the kernel.";
     P0401 Error "out of memory"
         "The predicted peak memory of a GPU exceeds its capacity. The help line says which change \
          helps most: recompute, a smaller micro-batch, more tp/pp, a higher ZeRO stage.";
