@@ -77,6 +77,18 @@ pub enum FusedKernel {
 /// ratio is carried to later GPUs.
 pub const TRITON_FLASH_SLOWDOWN: (f64, f64) = (1.4, 2.0);
 
+/// The work the Triton kernel does for a head of `head_dim`: it tiles the head to the next
+/// power of two (`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`, flash_attn_triton.py,
+/// which llm-foundry copied at 061f2c7), so a head of 112 runs as 128: the FLOPs scaled by
+/// the padding, at the padded head's rate. Other kernels keep theirs.
+fn triton_tile(kernel: FusedKernel, flops: f64, head_dim: f64) -> (f64, f64) {
+    if kernel != FusedKernel::Triton || head_dim <= 0.0 {
+        return (flops, head_dim);
+    }
+    let tile = (head_dim.max(16.0) as u64).next_power_of_two() as f64;
+    (flops * tile / head_dim, tile)
+}
+
 /// The Triton kernel's slowdown for a pass (`backward`), 1 for every other kernel.
 fn triton_slowdown(kernel: FusedKernel, backward: bool) -> f64 {
     match (kernel, backward) {
@@ -346,6 +358,7 @@ impl<'a> Device<'a> {
     /// calibrate` times), else at the frameworks' kernel's rate on the device where the
     /// catalog has it ([`Self::flash_rates`]), else a fraction of the product rate.
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
+        let (flops, head_dim) = triton_tile(kernel, flops, head_dim);
         self.fused_pass("flash", flops, seq, head_dim, kernel, |r| r.forward, 1.0)
             .unwrap_or_else(|| self.flash_fallback(flops, seq, head_dim, kernel, false))
     }
@@ -471,6 +484,7 @@ impl<'a> Device<'a> {
     /// below the forward's rate (322 against 370 TFLOP/s without a mask for
     /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
     pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
+        let (flops, head_dim) = triton_tile(kernel, flops, head_dim);
         self.fused_pass(
             "flash_backward",
             flops,
@@ -1959,6 +1973,17 @@ mod tests {
                 assert!((fwd - 1.4).abs() < 1e-9, "forward {fwd}");
                 assert!((bwd - 2.0).abs() < 1e-9, "backward {bwd}");
             }
+            // It tiles a head to the next power of two: 112 (MPT 30B's) runs as 128.
+            let padded = flops * 128.0 / 112.0;
+            assert_eq!(
+                d.flash(flops, 8192.0, 112.0, triton),
+                d.flash(padded, 8192.0, 128.0, triton)
+            );
+            assert_eq!(
+                d.flash_backward(flops, 8192.0, 112.0, triton),
+                d.flash_backward(padded, 8192.0, 128.0, triton)
+            );
+            assert!(d.flash(flops, 8192.0, 112.0, fa2) < d.flash(padded, 8192.0, 128.0, fa2));
         }
     }
 
