@@ -56,7 +56,8 @@ pub struct Device<'a> {
 
 /// Whose fused attention kernel a plan's attention runs: planc's own (timed by
 /// `planc calibrate`), the frameworks' FlashAttention-2 (published rates), FlashAttention in
-/// Triton where the job says so (`job.attention_kernel`), or cuDNN's fused flash attention, which Transformer Engine prefers on Hopper and later when both apply
+/// Triton where the job says so (`job.attention_kernel`), or cuDNN's fused flash attention,
+/// which Transformer Engine prefers on Hopper and later when both apply
 /// (NVIDIA/NeMo#9188, `docs/source/performance/memory_optimizations.rst`: "Transformer
 /// Engine prefers cuDNN flash attention on Hopper+ architectures, and Tri Dao flash
 /// attention on pre-Hopper").
@@ -65,7 +66,8 @@ pub enum FusedKernel {
     Planc,
     FlashAttention2,
     Cudnn,
-    /// FlashAttention in Triton: FlashAttention-2's rates over [`TRITON_FLASH_SLOWDOWN`].
+    /// FlashAttention in Triton: priced as FlashAttention-2 on the padded head, over
+    /// [`TRITON_FLASH_SLOWDOWN`] ([`Device::flash`]); never reaches the rate lookups.
     Triton,
 }
 
@@ -80,22 +82,13 @@ pub const TRITON_FLASH_SLOWDOWN: (f64, f64) = (1.4, 2.0);
 /// The work the Triton kernel does for a head of `head_dim`: it tiles the head to the next
 /// power of two (`BLOCK_HEADDIM = max(triton.next_power_of_2(d), 16)`, flash_attn_triton.py,
 /// which llm-foundry copied at 061f2c7), so a head of 112 runs as 128: the FLOPs scaled by
-/// the padding, at the padded head's rate. Other kernels keep theirs.
-fn triton_tile(kernel: FusedKernel, flops: f64, head_dim: f64) -> (f64, f64) {
-    if kernel != FusedKernel::Triton || head_dim <= 0.0 {
+/// the padding, at the padded head's rate.
+fn triton_tile(flops: f64, head_dim: f64) -> (f64, f64) {
+    if head_dim <= 0.0 {
         return (flops, head_dim);
     }
     let tile = (head_dim.max(16.0) as u64).next_power_of_two() as f64;
     (flops * tile / head_dim, tile)
-}
-
-/// The Triton kernel's slowdown for a pass (`backward`), 1 for every other kernel.
-fn triton_slowdown(kernel: FusedKernel, backward: bool) -> f64 {
-    match (kernel, backward) {
-        (FusedKernel::Triton, false) => TRITON_FLASH_SLOWDOWN.0,
-        (FusedKernel::Triton, true) => TRITON_FLASH_SLOWDOWN.1,
-        _ => 1.0,
-    }
 }
 
 impl<'a> Device<'a> {
@@ -358,7 +351,11 @@ impl<'a> Device<'a> {
     /// calibrate` times), else at the frameworks' kernel's rate on the device where the
     /// catalog has it ([`Self::flash_rates`]), else a fraction of the product rate.
     pub fn flash(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
-        let (flops, head_dim) = triton_tile(kernel, flops, head_dim);
+        if kernel == FusedKernel::Triton {
+            let (flops, head_dim) = triton_tile(flops, head_dim);
+            let fa2 = self.flash(flops, seq, head_dim, FusedKernel::FlashAttention2);
+            return TRITON_FLASH_SLOWDOWN.0 * fa2;
+        }
         self.fused_pass("flash", flops, seq, head_dim, kernel, |r| r.forward, 1.0)
             .unwrap_or_else(|| self.flash_fallback(flops, seq, head_dim, kernel, false))
     }
@@ -380,8 +377,7 @@ impl<'a> Device<'a> {
             _ => FusedKernel::FlashAttention2,
         };
         let shape = super::fused_shape::factor(published, backward, seq, head_dim);
-        let slow = triton_slowdown(kernel, backward);
-        (slow * work * flops / (self.matrix_rate() * FLASH_EFFICIENCY * shape)).max(KERNEL_FLOOR_S)
+        (work * flops / (self.matrix_rate() * FLASH_EFFICIENCY * shape)).max(KERNEL_FLOOR_S)
     }
 
     /// A pass of the fused attention (`work` times the forward's FLOPs at the rate `rate`
@@ -404,11 +400,7 @@ impl<'a> Device<'a> {
                 let (r, published) = self.flash_rates(kernel)?;
                 // The published rates are one shape's (16k tokens, heads of 128).
                 let shape = super::fused_shape::factor(published, work > 1.0, seq, head_dim);
-                let slow = triton_slowdown(kernel, work > 1.0);
-                Some(
-                    (slow * work * flops / (rate(&r) * shape * self.sustained()))
-                        .max(KERNEL_FLOOR_S),
-                )
+                Some((work * flops / (rate(&r) * shape * self.sustained())).max(KERNEL_FLOOR_S))
             })
     }
 
@@ -484,7 +476,11 @@ impl<'a> Device<'a> {
     /// below the forward's rate (322 against 370 TFLOP/s without a mask for
     /// FlashAttention-2 on an H100; Shah et al. 2024, Figs. 5-6).
     pub fn flash_backward(&self, flops: f64, seq: f64, head_dim: f64, kernel: FusedKernel) -> f64 {
-        let (flops, head_dim) = triton_tile(kernel, flops, head_dim);
+        if kernel == FusedKernel::Triton {
+            let (flops, head_dim) = triton_tile(flops, head_dim);
+            let fa2 = self.flash_backward(flops, seq, head_dim, FusedKernel::FlashAttention2);
+            return TRITON_FLASH_SLOWDOWN.1 * fa2;
+        }
         self.fused_pass(
             "flash_backward",
             flops,

@@ -9,7 +9,7 @@ use z3::{SatResult, Solver};
 
 use super::rules::{self, encode, offload_index, recompute_index, Rule, Vars};
 use super::space::Space;
-use super::{memory_fraction, plan_of, search, Solution};
+use super::{memory_fraction, search, Solution};
 use crate::plan::{Hole, PlanSpec, Schedule};
 
 /// One conflicting rule or choice of the plan.
@@ -169,7 +169,7 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     relaxed.parallel.pp = Hole::Auto;
     let mut pairs: Vec<((u64, u64), f64)> = Vec::new();
     for p in Space::of(&relaxed).layouts(world) {
-        let f = memory_fraction(&plan_of(spec, p.clone()));
+        let f = memory_fraction(&spec.plan_with(p.clone()));
         match pairs.iter_mut().find(|(k, _)| *k == (p.tp, p.pp)) {
             Some((_, best)) => *best = best.min(f),
             None => pairs.push(((p.tp, p.pp), f)),
@@ -335,7 +335,7 @@ fn closest(spec: &PlanSpec, _solution: &Solution) -> String {
         .into_iter()
         .filter(|p| super::broken_rule(spec, p).is_none())
         .map(|p| {
-            let f = memory_fraction(&plan_of(spec, p.clone()));
+            let f = memory_fraction(&spec.plan_with(p.clone()));
             (p, f)
         })
         .min_by(|a, b| a.1.total_cmp(&b.1));

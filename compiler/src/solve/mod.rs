@@ -117,10 +117,6 @@ pub fn memory_fraction(plan: &Plan) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn plan_of(spec: &PlanSpec, parallel: Parallel) -> Plan {
-    spec.plan_with(parallel)
-}
-
 /// The first rule a layout breaks, if any (memory aside).
 pub fn broken_rule(spec: &PlanSpec, p: &Parallel) -> Option<Rule> {
     rules::ALL.iter().copied().find(|r| !r.holds(spec, p))
@@ -214,7 +210,7 @@ fn search_cluster(spec: &PlanSpec, progress: &(dyn Fn(usize, usize) + Sync)) -> 
         if n.is_multiple_of(64) {
             progress(n.min(total), total);
         }
-        let mut plan = plan_of(spec, balance::balance(spec, p));
+        let mut plan = spec.plan_with(balance::balance(spec, p));
         let fraction = memory_fraction(&plan);
         if fraction > 1.0 - headroom {
             return None;
