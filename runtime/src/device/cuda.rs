@@ -22,7 +22,11 @@ pub fn err(e: impl std::fmt::Debug) -> RunError {
 }
 
 /// The kernels' source (`kernels.cu`, then fp8's casts in `fp8.cu`), for NVRTC.
-pub const SOURCE: &str = concat!(include_str!("kernels.cu"), include_str!("fp8.cu"));
+pub const SOURCE: &str = concat!(
+    include_str!("kernels.cu"),
+    include_str!("fp8.cu"),
+    include_str!("spin.cu")
+);
 
 /// The storage type of activations and compute weights: 0 fp32, 1 bf16, 2 fp16.
 pub fn storage_code(p: Precision) -> u32 {

@@ -100,19 +100,6 @@ __device__ float block_max(float v) {
 
 extern "C" {
 
-// ---- timing -------------------------------------------------------------------------------
-
-// Holds one SM for `cycles` clock cycles and does nothing else. Calibration queues it ahead
-// of each launch it times alone (probe::timing), so that launch is already waiting in the
-// stream when its start event runs: on an idle stream the interval also held the host's
-// time to issue the launch (5-20 µs), which priced the short kernels of small models
-// 10-15 % slow. It moves no bytes, so it leaves the L2 as the previous launch left it.
-__global__ void spin(long long cycles) {
-    long long t0 = clock64();
-    while (clock64() - t0 < cycles) {
-    }
-}
-
 // ---- casts and elementwise -------------------------------------------------------------
 
 __global__ void cast_to_x(X* out, const float* in, long n) {
@@ -156,16 +143,9 @@ __global__ void add_bias(X* x, const X* bias, long rows, int cols) {
     long n = rows * cols;
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
     if (i + VEC <= n) {
-        Pack p, pb;
+        Pack p;
         p.u = *(const uint4*)(x + i);
-        if (cols % VEC == 0) {
-            // A pack never straddles two rows: the bias's pack is one load.
-            pb.u = *(const uint4*)(bias + i % cols);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(pb.x[k]));
-        } else {
-            for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
-        }
+        for (int k = 0; k < VEC; k++) p.x[k] = st(ld(p.x[k]) + ld(bias[(i + k) % cols]));
         *(uint4*)(x + i) = p.u;
     } else {
         for (long j = i; j < n; j++) x[j] = st(ld(x[j]) + ld(bias[j % cols]));

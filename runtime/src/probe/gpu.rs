@@ -22,16 +22,12 @@ fn cuda(e: DriverError) -> RunError {
     RunError::Cuda(e.to_string())
 }
 
-/// One SM held for a number of clock cycles, nothing else (`kernels.cu`'s `spin`, compiled
-/// here on its own: the runner loads none of planc's kernels). Queued before each timed
-/// launch for [`super::timing::SPIN_CYCLES`] cycles: on an idle stream the start event ran
-/// while the host was still issuing the cuBLAS call (5-20 µs), which priced small products
-/// 10-15 % slow (docs/measurements.md, 2026-11-24, "How calibration times a launch").
-const SPIN: &str = r#"extern "C" __global__ void spin(long long cycles) {
-    long long t0 = clock64();
-    while (clock64() - t0 < cycles) {
-    }
-}"#;
+/// One SM held for a number of clock cycles, nothing else: the `spin` of planc's kernels
+/// (`device/spin.cu`), compiled here on its own, since the runner loads none of the training
+/// kernels. Queued before each timed launch for [`super::timing::SPIN_CYCLES`] cycles: on an
+/// idle stream the start event ran while the host was still issuing the cuBLAS call (5-20
+/// µs), which priced small products 10-15 % slow.
+const SPIN: &str = include_str!("../device/spin.cu");
 
 pub struct Runner {
     ctx: Arc<CudaContext>,

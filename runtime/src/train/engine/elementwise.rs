@@ -139,8 +139,6 @@ impl Engine {
         )
     }
 
-    /// The MLP's activation over a micro-batch's tokens (gathered under sequence
-    /// parallelism) and this rank's share of F.
     /// The first MLP product's bias where the activation adds it (GELU), else null (no
     /// bias, or SwiGLU, whose bias is added to the product's output in a pass before).
     pub(super) fn activation_bias(&self, l: usize) -> Buf {
@@ -150,6 +148,8 @@ impl Engine {
         self.wx_of(Tensor::Layer(l, LayerTensor::FcB))
     }
 
+    /// The MLP's activation over a micro-batch's tokens (gathered under sequence
+    /// parallelism) and this rank's share of F.
     pub(super) fn activation(&self) -> Activation {
         Activation {
             mlp: self.shape.dims.mlp,
