@@ -341,47 +341,63 @@ __device__ float2 block_sum2(float a, float b) {
     return r;
 }
 
-template <int NP>
-__device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, const X* w,
-                               const X* b, int C, float eps, int rms) {
-    long row = blockIdx.x;
+// One row's norm forward by `n` threads, this one `t` of them: a warp (WARP_ROW, its sums
+// warp shuffles, with no block barrier between a row's loads and its stores) or a block.
+// The row's loads are all issued before the first sum waits: the row's latency once. A
+// block row's thread, with few packs, issues its weight and bias with them; a warp row's
+// lane reads them, the same for every row and so in cache, where they are used, which keeps
+// a lane of sixteen packs in registers.
+//
+// A warp a row runs rows of at most 16 packs a lane (on an H200 under ncu, Llama 3.2 1B's
+// 2048-wide rows 1.05 -> 0.82 ms a step, GPT-2's 768 0.70 -> 0.54 against a block a row).
+// The backward stays a block a row (norm_bwd_packs): one warp a row, its weight gradient
+// summed per lane and the warps added in order through shared memory, ran 1.5x slower.
+template <int NP, bool WARP_ROW>
+__device__ __forceinline__ void norm_fwd_row(X* out, float* mean, float* rstd, const X* inp,
+                                             const X* w, const X* b, long row, int C,
+                                             float eps, int rms, int t, int n) {
+    auto sum = [](float v) {
+        if constexpr (WARP_ROW) return warp_sum(v);
+        else return block_sum(v);
+    };
     int packs = C / VEC;
-    // Every load is issued before the first reduction waits: the row's latency once.
     Pack xp[NP], wp[NP], bp[NP];
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-        int pk = threadIdx.x + p * blockDim.x;
+        int pk = t + p * n;
         if (pk < packs) {
             xp[p].u = *(const uint4*)(inp + row * C + pk * VEC);
-            wp[p].u = *(const uint4*)(w + pk * VEC);
-            if (b) bp[p].u = *(const uint4*)(b + pk * VEC);
+            if constexpr (!WARP_ROW) {
+                wp[p].u = *(const uint4*)(w + pk * VEC);
+                if (b) bp[p].u = *(const uint4*)(b + pk * VEC);
+            }
         }
     }
     float s = 0.0f;
 #pragma unroll
-    for (int p = 0; p < NP; p++) {
-        if (threadIdx.x + p * blockDim.x < packs) {
+    for (int p = 0; p < NP; p++)
+        if (t + p * n < packs)
 #pragma unroll
             for (int k = 0; k < VEC; k++) s += ld(xp[p].x[k]);
-        }
-    }
-    float m = rms ? 0.0f : block_sum(s) / C;
+    float m = rms ? 0.0f : sum(s) / C;
     float q = 0.0f;
 #pragma unroll
-    for (int p = 0; p < NP; p++) {
-        if (threadIdx.x + p * blockDim.x < packs) {
+    for (int p = 0; p < NP; p++)
+        if (t + p * n < packs)
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 float d = ld(xp[p].x[k]) - m;
                 q += d * d;
             }
-        }
-    }
-    float r = rsqrtf(block_sum(q) / C + eps);
+    float r = rsqrtf(sum(q) / C + eps);
 #pragma unroll
     for (int p = 0; p < NP; p++) {
-        int pk = threadIdx.x + p * blockDim.x;
+        int pk = t + p * n;
         if (pk < packs) {
+            if constexpr (WARP_ROW) {
+                wp[p].u = *(const uint4*)(w + pk * VEC);
+                if (b) bp[p].u = *(const uint4*)(b + pk * VEC);
+            }
             Pack op;
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
@@ -392,7 +408,7 @@ __device__ void norm_fwd_packs(X* out, float* mean, float* rstd, const X* inp, c
             *(uint4*)(out + row * C + pk * VEC) = op.u;
         }
     }
-    if (threadIdx.x == 0) {
+    if (t == 0) {
         mean[row] = m;
         rstd[row] = r;
     }
@@ -490,75 +506,16 @@ __device__ void norm_bwd_packs(X* dinp, float* part, const X* dout, const X* inp
     }
 }
 
-// The forward one warp a row, for rows of at most 16 packs a lane: the row's sums are warp
-// shuffles, with no block barrier between a row's loads and its stores (on an H200 under
-// ncu, Llama 3.2 1B's 2048-wide rows 1.05 -> 0.82 ms a step, GPT-2's 768 0.70 -> 0.54).
-// The backward stays a block a row (norm_bwd_packs): one warp a row, its weight gradient
-// summed per lane and the warps added in order through shared memory, ran 1.5x slower.
-template <int NP>
-__device__ __forceinline__ void warp_row_load(Pack* p, const X* src, int packs, int lane) {
-#pragma unroll
-    for (int i = 0; i < NP; i++) {
-        int pk = lane + i * WARP;
-        if (pk < packs) p[i].u = *(const uint4*)(src + pk * VEC);
-    }
-}
-
-template <int NP>
-__device__ void norm_fwd_warp(X* out, float* mean, float* rstd, const X* inp, const X* w,
-                              const X* b, long rows, int C, float eps, int rms) {
-    int lane = threadIdx.x % WARP;
-    long row = (long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (row >= rows) return;
-    int packs = C / VEC;
-    Pack xp[NP];
-    warp_row_load<NP>(xp, inp + row * C, packs, lane);
-    float s = 0.0f;
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-        if (lane + p * WARP < packs)
-#pragma unroll
-            for (int k = 0; k < VEC; k++) s += ld(xp[p].x[k]);
-    float m = rms ? 0.0f : warp_sum(s) / C;
-    float q = 0.0f;
-#pragma unroll
-    for (int p = 0; p < NP; p++)
-        if (lane + p * WARP < packs)
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float d = ld(xp[p].x[k]) - m;
-                q += d * d;
-            }
-    float r = rsqrtf(warp_sum(q) / C + eps);
-#pragma unroll
-    for (int p = 0; p < NP; p++) {
-        int pk = lane + p * WARP;
-        if (pk < packs) {
-            Pack wp, bp, op;
-            wp.u = *(const uint4*)(w + pk * VEC);
-            if (b) bp.u = *(const uint4*)(b + pk * VEC);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float y = (ld(xp[p].x[k]) - m) * r * ld(wp.x[k]);
-                if (b) y += ld(bp.x[k]);
-                op.x[k] = st(y);
-            }
-            *(uint4*)(out + row * C + pk * VEC) = op.u;
-        }
-    }
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = r;
-    }
-}
-
 extern "C" {
 
 #define NORM_WARP(NP)                                                                       \
     __global__ void __launch_bounds__(128)                                                  \
         norm_fwd_w##NP(X* out, float* mean, float* rstd, const X* inp, const X* w,          \
                        const X* b, long rows, int C, float eps, int rms) {                  \
-        norm_fwd_warp<NP>(out, mean, rstd, inp, w, b, rows, C, eps, rms);                   \
+        long row = (long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;              \
+        if (row < rows)                                                                     \
+            norm_fwd_row<NP, true>(out, mean, rstd, inp, w, b, row, C, eps, rms,            \
+                                   threadIdx.x % WARP, WARP);                               \
     }
 
 NORM_WARP(1)
@@ -570,7 +527,8 @@ NORM_WARP(16)
 #define NORM_PACKS(NP)                                                                      \
     __global__ void norm_fwd_v##NP(X* out, float* mean, float* rstd, const X* inp,         \
                                    const X* w, const X* b, int C, float eps, int rms) {    \
-        norm_fwd_packs<NP>(out, mean, rstd, inp, w, b, C, eps, rms);                        \
+        norm_fwd_row<NP, false>(out, mean, rstd, inp, w, b, blockIdx.x, C, eps, rms,        \
+                                threadIdx.x, blockDim.x);                                   \
     }                                                                                       \
     __global__ void norm_bwd_v##NP(X* dinp, float* part, const X* dout, const X* inp,      \
                                    const X* w, const float* mean, const float* rstd,       \
