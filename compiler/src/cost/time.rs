@@ -1620,6 +1620,14 @@ mod tests {
         }
     }
 
+    /// The catalog's H100, priced at `precision`.
+    fn on_h100(precision: Precision) -> Device<'static> {
+        Device {
+            gpu: Catalog::builtin().gpu("H100_SXM_80GB").unwrap(),
+            precision,
+        }
+    }
+
     /// An H200 whose profile measured the standard attention core at 50 TFLOP/s (causal
     /// forward FLOPs) for head size 64.
     #[test]
@@ -1869,11 +1877,7 @@ mod tests {
             (d.flash_backward(flops, 2048.0, 128.0, fa2) - 2.5 * fa / factor(true)).abs() < 1e-12
         );
         // The published H100 rates are 16-bit measurements: fp8 keeps the fraction.
-        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
-        let fp8 = Device {
-            gpu: h100,
-            precision: Precision::Fp8,
-        };
+        let fp8 = on_h100(Precision::Fp8);
         let fa = flops / (fp8.matrix_rate() * FLASH_EFFICIENCY);
         assert!((fp8.flash(flops, 16384.0, 128.0, fa2) - fa).abs() < 1e-12);
     }
@@ -1882,11 +1886,7 @@ mod tests {
     fn transformer_engines_attention_on_hopper_is_cudnns_and_elsewhere_flashattention_2s() {
         // Shah et al. 2024, Figs. 5-6 on an H100: cuDNN 539 / 516 TFLOP/s, FlashAttention-2
         // 335 / 322; both burst figures at the sustained clock's share.
-        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
-        let d = Device {
-            gpu: h100,
-            precision: Precision::Bf16,
-        };
+        let d = on_h100(Precision::Bf16);
         let flops = 1e15;
         let fa2 = d.flash(flops, 16384.0, 128.0, FusedKernel::FlashAttention2);
         let cudnn = d.flash(flops, 16384.0, 128.0, FusedKernel::Cudnn);
@@ -1954,11 +1954,7 @@ mod tests {
         // Dao 2023, section 4.1 (A100 80GB): FlashAttention-2 1.3-1.5x faster than the
         // Triton kernel forward, about 2x backward; at any shape, with published rates (an
         // H100) or without (an A100).
-        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
-        let h = Device {
-            gpu: h100,
-            precision: Precision::Bf16,
-        };
+        let h = on_h100(Precision::Bf16);
         let (fa2, triton) = (FusedKernel::FlashAttention2, FusedKernel::Triton);
         let flops = 1e12;
         for d in [h, a100()] {
@@ -1987,16 +1983,9 @@ mod tests {
     fn fp8_products_run_at_the_fp8_efficiency_measured_for_them() {
         // 8192³ E4M3 on the lent H200: 1352 TFLOP/s in a burst (0.68 of 1978.9), 1265 after a
         // minute of products (0.94 of the burst); bf16 keeps its own 0.79 and 0.84.
-        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
-        let fp8 = Device {
-            gpu: h100,
-            precision: Precision::Fp8,
-        };
+        let fp8 = on_h100(Precision::Fp8);
         assert!((fp8.matrix_rate() - 1978.9e12 * 0.68 * 0.94).abs() < 1e6);
-        let bf16 = Device {
-            gpu: h100,
-            precision: Precision::Bf16,
-        };
+        let bf16 = on_h100(Precision::Bf16);
         assert!((bf16.matrix_rate() - 989.4e12 * 0.79 * 0.84).abs() < 1e6);
     }
 
@@ -2005,12 +1994,8 @@ mod tests {
         // Shah et al. 2024, Figs. 5-6: 335 TFLOP/s causal forward, 322 backward on an H100,
         // well under the 0.79 × 989 TFLOP/s cuBLAS reaches; both burst figures, kept at the
         // sustained clock's share through training.
-        let h100 = Catalog::builtin().gpu("H100_SXM_80GB").unwrap();
-        let d = Device {
-            gpu: h100,
-            precision: Precision::Bf16,
-        };
-        let sustained = h100.sustained_clock;
+        let d = on_h100(Precision::Bf16);
+        let sustained = d.gpu.sustained_clock;
         let flops = 4.4e12;
         let fwd = d.flash(flops, 131072.0, 128.0, FusedKernel::FlashAttention2);
         assert!((fwd - flops / (335e12 * sustained)).abs() < 1e-12);
