@@ -87,24 +87,21 @@ impl Norms {
         w: Buf,
         b: Buf,
     ) -> Res {
-        let args = [
-            Arg::P(out),
-            Arg::P(mean),
-            Arg::P(rstd),
-            Arg::P(inp),
-            Arg::P(w),
-            Arg::P(b),
+        let tensors = [out, mean, rstd, inp, w, b].map(Arg::P);
+        let (c, eps, rms) = (
             Arg::I(self.width as i32),
             Arg::F(self.eps),
             Arg::I(i32::from(self.rms)),
-        ];
+        );
         if let Some(np) = norm_warp_packs(self.width, self.xsz) {
-            let mut args = args.to_vec();
-            args.insert(6, Arg::L(self.rows as i64));
+            // A block holds several rows, so the kernel is told where they end.
+            let rows = Arg::L(self.rows as i64);
+            let args: Vec<Arg> = tensors.into_iter().chain([rows, c, eps, rms]).collect();
             let rows_a_block = (WARP_BLOCK / 32) as usize;
             let grid = (self.rows.div_ceil(rows_a_block) as u32, 1);
             return gpu.launch(&format!("norm_fwd_w{np}"), grid, WARP_BLOCK, &args);
         }
+        let args: Vec<Arg> = tensors.into_iter().chain([c, eps, rms]).collect();
         let grid = (self.rows as u32, 1);
         match norm_packs(self.width, self.xsz) {
             Some((np, threads)) => gpu.launch(&format!("norm_fwd_v{np}"), grid, threads, &args),
