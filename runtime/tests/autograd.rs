@@ -270,8 +270,9 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         if packed {
             split.push(Arg::P(Buf::NULL));
             split.push(Arg::I(i32::from(grouped)));
-            gpu.launch_n("qkv_split_v", n / 4, &split).unwrap();
-            gpu.launch_n("qkv_merge_grad_v", b * t * w / 4, &merge)
+            // A rope pair of 4-float packs a thread.
+            gpu.launch_n("qkv_split_v", n / 8, &split).unwrap();
+            gpu.launch_n("qkv_merge_grad_v", b * t * w / 8, &merge)
                 .unwrap();
         } else {
             split.push(Arg::I(i32::from(grouped)));

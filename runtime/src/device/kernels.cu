@@ -808,21 +808,38 @@ __global__ void qkv_merge_grad(X* dqkv, const X* dq, const X* dk, const X* dv, i
     dqkv[i] = st(acc);
 }
 
-// qkv_split and qkv_merge_grad a 16-byte pack a thread, for head sizes of whole packs
-// whose halves are whole packs too (rope's partner of a pack is then a pack): the
-// per-element kernels above reach a third of HBM bandwidth with their 2-byte accesses.
-__device__ __forceinline__ void rope_pack(Pack& out, const Pack& x, const Pack& partner,
-                                          bool lo, const float* c, const float* s, bool fwd) {
-    // Forward: x·cos ∓ partner·sin; the transpose (backward): x·cos ± partner·sin.
-    float sign = (lo == fwd) ? -1.0f : 1.0f;
+// qkv_split and qkv_merge_grad a rope pair of 16-byte packs a thread: the pack at d0 of a
+// head's first half and its partner at d0 + D/2, for head sizes whose halves are whole
+// packs. The pair shares its angles, so each element is read once and the angles' row once
+// for both halves (as whole packs too), and the indices are 32-bit (the engine refuses
+// tensors of 2³¹ elements). Llama 3.2 1B's split and merge, a pack a thread with each pack's
+// partner read again and its angles one float at a time, ran at a third of HBM bandwidth
+// under ncu (1.0 and 1.5 ms a step on an H200).
+__device__ __forceinline__ void load_angles(float* c, float* s, const float* rcos,
+                                            const float* rsin, unsigned at) {
 #pragma unroll
-    for (int k = 0; k < VEC; k++)
-        out.x[k] = st(ld(x.x[k]) * c[k] + sign * ld(partner.x[k]) * s[k]);
+    for (int k = 0; k < VEC; k += 4) {
+        *(float4*)(c + k) = *(const float4*)(rcos + at + k);
+        *(float4*)(s + k) = *(const float4*)(rsin + at + k);
+    }
+}
+
+// Rotates a pair in place, rounded to the storage type. Forward: lo·cos − hi·sin,
+// hi·cos + lo·sin; the transpose (backward): lo·cos + hi·sin, hi·cos − lo·sin.
+__device__ __forceinline__ void rope_pair(Pack& lo, Pack& hi, const float* c, const float* s,
+                                          bool fwd) {
+    float sign = fwd ? -1.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        float a = ld(lo.x[k]), b = ld(hi.x[k]);
+        lo.x[k] = st(a * c[k] + sign * b * s[k]);
+        hi.x[k] = st(b * c[k] - sign * a * s[k]);
+    }
 }
 
 // A pack of row `src` at element `at`, plus the same pack of `bias` where there is one
 // (rounded to the storage type, as a separate bias pass would leave it).
-__device__ __forceinline__ Pack pack_plus(const X* src, const X* bias, long at) {
+__device__ __forceinline__ Pack pack_plus(const X* src, const X* bias, unsigned at) {
     Pack p;
     p.u = *(const uint4*)(src + at);
     if (bias) {
@@ -838,86 +855,84 @@ __device__ __forceinline__ Pack pack_plus(const X* src, const X* bias, long at) 
 // over qkv of its own.
 __global__ void qkv_split_v(X* q, X* k, X* v, const X* qkv, int B, int T, int H, int G, int D,
                             const float* rcos, const float* rsin, const X* bias, int grouped) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    int P = D / VEC;
-    if (i >= (long)B * H * T * P) return;
-    int d0 = (int)(i % P) * VEC;
-    long rest = i / P;
-    int t = (int)(rest % T);
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned half = D / 2, pairs = half / VEC;
+    if (i >= (unsigned)B * H * T * pairs) return;
+    unsigned d0 = i % pairs * VEC;
+    unsigned rest = i / pairs;
+    unsigned t = rest % T;
     rest /= T;
-    int h = (int)(rest % H);
-    long b = rest / H;
-    int g = h / (H / G);
-    const X* row = qkv + (b * T + t) * (long)(H + 2 * G) * D;
-    long qa = (long)h * D, ka = (long)(H + g) * D, va = (long)(H + G + g) * D;
+    unsigned h = rest % H, b = rest / H;
+    unsigned g = h / (H / G);
+    const X* row = qkv + (b * T + t) * (H + 2 * G) * D;
+    unsigned qa = h * D + d0, ka = (H + g) * D + d0, va = (H + G + g) * D + d0;
     bool kv = !grouped || h % (H / G) == 0;
-    Pack qp = pack_plus(row, bias, qa + d0);
-    Pack kp, vp;
+    Pack ql = pack_plus(row, bias, qa), qh = pack_plus(row, bias, qa + half);
+    Pack kl, kh, vl, vh;
     if (kv) {
-        kp = pack_plus(row, bias, ka + d0);
-        vp = pack_plus(row, bias, va + d0);
+        kl = pack_plus(row, bias, ka);
+        kh = pack_plus(row, bias, ka + half);
+        vl = pack_plus(row, bias, va);
+        vh = pack_plus(row, bias, va + half);
     }
     if (rcos) {
-        int half = D / 2;
-        bool lo = d0 < half;
-        int pd = lo ? d0 + half : d0 - half;
-        const float* c = rcos + (long)t * half + (lo ? d0 : pd);
-        const float* s = rsin + (long)t * half + (lo ? d0 : pd);
-        Pack qo = pack_plus(row, bias, qa + pd);
-        rope_pack(qp, qp, qo, lo, c, s, true);
-        if (kv) {
-            Pack ko = pack_plus(row, bias, ka + pd);
-            rope_pack(kp, kp, ko, lo, c, s, true);
-        }
+        float c[VEC], s[VEC];
+        load_angles(c, s, rcos, rsin, t * half + d0);
+        rope_pair(ql, qh, c, s, true);
+        if (kv) rope_pair(kl, kh, c, s, true);
     }
-    *(uint4*)(q + i * VEC) = qp.u;
+    unsigned at = ((b * H + h) * T + t) * D + d0;
+    *(uint4*)(q + at) = ql.u;
+    *(uint4*)(q + at + half) = qh.u;
     if (kv) {
-        *(uint4*)(k + i * VEC) = kp.u;
-        *(uint4*)(v + i * VEC) = vp.u;
+        *(uint4*)(k + at) = kl.u;
+        *(uint4*)(k + at + half) = kh.u;
+        *(uint4*)(v + at) = vl.u;
+        *(uint4*)(v + at + half) = vh.u;
     }
 }
 
 __global__ void qkv_merge_grad_v(X* dqkv, const X* dq, const X* dk, const X* dv, int B, int T,
                                  int H, int G, int D, const float* rcos, const float* rsin,
                                  int grouped) {
-    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
-    int P = D / VEC;
-    int Wp = (H + 2 * G) * P;
-    if (i >= (long)B * T * Wp) return;
-    int colp = (int)(i % Wp);
-    long bt = i / Wp;
-    int t = (int)(bt % T);
-    long b = bt / T;
-    int head = colp / P, d0 = (colp % P) * VEC;
-    int half = D / 2;
-    bool lo = d0 < half;
-    int pd = lo ? d0 + half : d0 - half;
-    const float* c = rcos ? rcos + (long)t * half + (lo ? d0 : pd) : 0;
-    const float* s = rcos ? rsin + (long)t * half + (lo ? d0 : pd) : 0;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned half = D / 2, pairs = half / VEC, heads = H + 2 * G;
+    if (i >= (unsigned)B * T * heads * pairs) return;
+    unsigned d0 = i % pairs * VEC;
+    unsigned rest = i / pairs;
+    unsigned head = rest % heads, bt = rest / heads;
+    unsigned t = bt % T, b = bt / T;
     bool is_v = head >= H + G;
-    int first = head < H ? head : (is_v ? head - H - G : head - H) * (H / G);
-    int rep = head < H || grouped ? 1 : H / G;
+    unsigned first = head < H ? head : (is_v ? head - H - G : head - H) * (H / G);
+    unsigned rep = head < H || grouped ? 1 : H / G;
     const X* base = head < H ? dq : (is_v ? dv : dk);
     bool rot = rcos && !is_v;
-    float acc[VEC];
+    float c[VEC], s[VEC];
+    if (rot) load_angles(c, s, rcos, rsin, t * half + d0);
+    float lo[VEC], hi[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
-    for (int r = 0; r < rep; r++) {
-        const X* src = base + ((b * H + first + r) * T + t) * (long)D;
-        Pack x;
-        x.u = *(const uint4*)(src + d0);
-        if (rot) {
-            Pack o;
-            o.u = *(const uint4*)(src + pd);
-            rope_pack(x, x, o, lo, c, s, false);
+    for (int k = 0; k < VEC; k++) lo[k] = hi[k] = 0.0f;
+    for (unsigned r = 0; r < rep; r++) {
+        const X* src = base + ((b * H + first + r) * T + t) * D + d0;
+        Pack xl, xh;
+        xl.u = *(const uint4*)src;
+        xh.u = *(const uint4*)(src + half);
+        if (rot) rope_pair(xl, xh, c, s, false);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            lo[k] += ld(xl.x[k]);
+            hi[k] += ld(xh.x[k]);
         }
-#pragma unroll
-        for (int k = 0; k < VEC; k++) acc[k] += ld(x.x[k]);
     }
-    Pack out;
+    Pack ol, oh;
 #pragma unroll
-    for (int k = 0; k < VEC; k++) out.x[k] = st(acc[k]);
-    *(uint4*)(dqkv + i * VEC) = out.u;
+    for (int k = 0; k < VEC; k++) {
+        ol.x[k] = st(lo[k]);
+        oh.x[k] = st(hi[k]);
+    }
+    X* out = dqkv + (bt * heads + head) * D + d0;
+    *(uint4*)out = ol.u;
+    *(uint4*)(out + half) = oh.u;
 }
 
 // o[B, H, T, D] → out[B, T, H·D]

@@ -188,7 +188,7 @@ impl Engine {
         let n = self.rows();
         let qr = self.shape.dims.qkv_rows();
         let s = &self.s;
-        let (merge, threads) = self.per_pack(("qkv_merge_grad", "qkv_merge_grad_v"), n * qr);
+        let (merge, threads) = self.per_pair(("qkv_merge_grad", "qkv_merge_grad_v"), n * qr);
         self.gpu.launch_n(
             merge,
             threads,

@@ -149,7 +149,7 @@ impl Engine {
         let ln1 = self.tp_gather_rows(a.ln1)?;
         self.linear(l, LayerTensor::QkvW, self.s.qkv, ln1, n)?;
         let (b, t, h, g, dd) = self.attn_args();
-        let (split, threads) = self.per_pack(("qkv_split", "qkv_split_v"), b * h * t * dd);
+        let (split, threads) = self.per_pair(("qkv_split", "qkv_split_v"), b * h * t * dd);
         let mut args = vec![
             Arg::P(a.q),
             Arg::P(a.k),
