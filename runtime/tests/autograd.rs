@@ -19,7 +19,7 @@ use planc_runtime::device::activation::Activation;
 use planc_runtime::device::attention::{self, Grads, Heads};
 use planc_runtime::device::cuda::{Arg, Buf, Gpu};
 use planc_runtime::device::optimizer::{self, AdamW, Range};
-use planc_runtime::device::rows::{norm_packs, norm_partials, NormGrads, NormSaved, Norms};
+use planc_runtime::device::rows::{self, norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 
 fn down(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
     gpu.download(b, n).unwrap()
@@ -175,15 +175,8 @@ fn softmax_and_loss(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         let tb = gpu.alloc(n * 4).unwrap();
         gpu.upload(tb, &targets).unwrap();
         let loss = gpu.alloc(n * 4).unwrap();
-        let args = [
-            Arg::P(lb),
-            Arg::P(loss),
-            Arg::P(tb),
-            Arg::I(v as i32),
-            Arg::F(dscale),
-        ];
-        gpu.launch("cross_entropy", (n as u32, 1), 1024, &args)
-            .unwrap();
+        // Training's launcher: the block size the step runs.
+        rows::cross_entropy(gpu, (lb, loss, tb), n, v, dscale).unwrap();
         let mut k = Case::default();
         k.put("logits", &logits, &[n, v]);
         let tf: Vec<f32> = targets.iter().map(|&x| x as f32).collect();

@@ -1,7 +1,7 @@
 //! Reductions over rows: the norms (forward and backward, vectorised where a row is whole
-//! 16-byte packs) and the sums of per-chunk partials they and the bias gradients leave.
-//! One place launches them, so training and `planc calibrate`'s norm probe run the same
-//! kernels with the same grids.
+//! 16-byte packs), the sums of per-chunk partials they and the bias gradients leave, and the
+//! loss over a row of logits. One place launches them, so training, `planc calibrate`'s norm
+//! probe and the kernel tests run the same kernels with the same grids.
 
 use super::cuda::{Arg, Buf, Gpu};
 use crate::error::RunError;
@@ -217,6 +217,34 @@ fn sum_partials_many(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize)
             Arg::P(part),
             Arg::I(chunks as i32),
             Arg::I(cols as i32),
+        ],
+    )
+}
+
+/// Threads of the loss kernel's block, a row a block: with 1024 a block filled an SM and
+/// serialised a row's two passes; 256 ran Llama 3.2 1B's loss 1.98 -> 1.85 ms and GPT-2's
+/// 1.59 -> 1.45 under ncu on an H200 (2026-11-28, docs/measurements.md).
+const CE_THREADS: u32 = 256;
+
+/// Each of `rows` rows of `logits` (`vocab` wide) to its token's loss at `losses`, and the
+/// row overwritten by its gradient (softmax − onehot of `targets`) times `dscale`.
+pub fn cross_entropy(
+    gpu: &Gpu,
+    (logits, losses, targets): (Buf, Buf, Buf),
+    rows: usize,
+    vocab: usize,
+    dscale: f32,
+) -> Res {
+    gpu.launch(
+        "cross_entropy",
+        (rows as u32, 1),
+        CE_THREADS,
+        &[
+            Arg::P(logits),
+            Arg::P(losses),
+            Arg::P(targets),
+            Arg::I(vocab as i32),
+            Arg::F(dscale),
         ],
     )
 }

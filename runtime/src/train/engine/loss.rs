@@ -5,14 +5,10 @@
 
 use super::{Engine, Res};
 use crate::device::cuda::Arg;
+use crate::device::rows;
 use crate::train::model::Tensor;
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::op_id::OpId;
-
-/// Threads of the loss kernel's block, a row a block: with 1024 a block filled an SM and
-/// serialised a row's two passes; 256 ran Llama 3.2 1B's loss 1.98 -> 1.85 ms and GPT-2's
-/// 1.59 -> 1.46 under ncu on an H200 (2026-11-28, docs/measurements.md).
-const CE_THREADS: u32 = 256;
 
 impl Engine {
     /// The loss head of micro-batch `j`, forward and backward, from the chunk's last layer
@@ -85,17 +81,12 @@ impl Engine {
         let v0 = self.shape.tp_rank * d.vocab;
         let s = &self.s;
         let Some(comm) = self.tp_comm() else {
-            return self.gpu.launch(
-                "cross_entropy",
-                (n as u32, 1),
-                CE_THREADS,
-                &[
-                    Arg::P(s.logits),
-                    Arg::P(s.losses),
-                    Arg::P(s.targets),
-                    Arg::I(d.vocab as i32),
-                    Arg::F(dscale),
-                ],
+            return rows::cross_entropy(
+                &self.gpu,
+                (s.logits, s.losses, s.targets),
+                n,
+                d.vocab,
+                dscale,
             );
         };
         self.gpu.launch(
