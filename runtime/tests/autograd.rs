@@ -18,6 +18,7 @@ use planc_compiler::plan::{Mlp, Precision};
 use planc_runtime::device::activation::Activation;
 use planc_runtime::device::attention::{self, Grads, Heads};
 use planc_runtime::device::cuda::{Arg, Buf, Gpu};
+use planc_runtime::device::heads::{qkv_kernel, QkvPass};
 use planc_runtime::device::optimizer::{self, AdamW, Range};
 use planc_runtime::device::rows::{self, norm_packs, norm_partials, NormGrads, NormSaved, Norms};
 
@@ -205,7 +206,7 @@ fn regroup(x: &[f32], (b, h, g, td): (usize, usize, usize, usize), fill: Option<
 }
 
 fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
-    // D 64: whole packs (fp32: 4 elements), the pack-a-thread kernels; D 36: per element.
+    // D 64: halves of whole packs (fp32: 4 elements), the pair kernels; D 36: per element.
     // Grouped (cuDNN's attention): a key/value head written and its gradient read at its
     // group's first query head only; the others hold garbage that must not leak in.
     for (d, grouped) in [(64usize, false), (36, false), (64, true), (36, true)] {
@@ -254,24 +255,23 @@ fn rope(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
             Arg::P(cb),
             Arg::P(sb),
         ];
-        let packed = d.is_multiple_of(8);
+        // The engine's choice: a rope pair of 4-float packs a thread for D 64, per element
+        // for 36.
+        let (split_k, split_n) = qkv_kernel(QkvPass::Split, d, 4, n);
+        let (merge_k, merge_n) = qkv_kernel(QkvPass::Merge, d, 4, b * t * w);
+        assert_eq!(split_k.ends_with("_v"), d == 64, "{split_k}");
         let mut split = vec![Arg::P(q), Arg::P(k), Arg::P(v), Arg::P(qb)];
         split.extend_from_slice(&dims);
+        if split_k.ends_with("_v") {
+            // The pair kernel adds qkv's bias as it reads (none here).
+            split.push(Arg::P(Buf::NULL));
+        }
+        split.push(Arg::I(i32::from(grouped)));
         let mut merge = vec![Arg::P(dqkv), Arg::P(dqb), Arg::P(dkb), Arg::P(dvb)];
         merge.extend_from_slice(&dims);
         merge.push(Arg::I(i32::from(grouped)));
-        if packed {
-            split.push(Arg::P(Buf::NULL));
-            split.push(Arg::I(i32::from(grouped)));
-            // A rope pair of 4-float packs a thread.
-            gpu.launch_n("qkv_split_v", n / 8, &split).unwrap();
-            gpu.launch_n("qkv_merge_grad_v", b * t * w / 8, &merge)
-                .unwrap();
-        } else {
-            split.push(Arg::I(i32::from(grouped)));
-            gpu.launch_n("qkv_split", n, &split).unwrap();
-            gpu.launch_n("qkv_merge_grad", b * t * w, &merge).unwrap();
-        }
+        gpu.launch_n(split_k, split_n, &split).unwrap();
+        gpu.launch_n(merge_k, merge_n, &merge).unwrap();
         let mut c = Case::default();
         c.put("qkv", &qkv, &[b, t, w]);
         c.put("hgd", &[h as f32, g as f32, d as f32], &[3]);

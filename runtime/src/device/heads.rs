@@ -1,5 +1,6 @@
 //! The attention's shapes, shared by planc's fused attention (`attention`) and cuDNN's
-//! (`attention_cudnn`): the heads of q, k, v and o, and where backward writes dq, dk and dv.
+//! (`attention_cudnn`): the heads of q, k, v and o, where backward writes dq, dk and dv, and
+//! which kernel splits qkv into heads (and merges their gradients back).
 
 use super::cuda::Buf;
 
@@ -83,6 +84,60 @@ impl Grads {
             hs: hd.d as i32,
             rs: (3 * w) as i32,
             dd,
+        }
+    }
+}
+
+/// Splitting qkv into heads, or merging the heads' gradients back into qkv's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkvPass {
+    Split,
+    Merge,
+}
+
+/// The kernel of `pass` over `elems` elements of heads of `head_dim` in `xsz`-byte storage,
+/// and its thread count: a rope pair of 16-byte packs a thread (the `_v` kernels: a pack of a
+/// head's first half and its partner in the second) where a head's halves are whole packs,
+/// else an element a thread. The engine and the kernel tests launch by it.
+pub fn qkv_kernel(
+    pass: QkvPass,
+    head_dim: usize,
+    xsz: usize,
+    elems: usize,
+) -> (&'static str, usize) {
+    let (element, pair) = match pass {
+        QkvPass::Split => ("qkv_split", "qkv_split_v"),
+        QkvPass::Merge => ("qkv_merge_grad", "qkv_merge_grad_v"),
+    };
+    let vec = 16 / xsz;
+    if head_dim.is_multiple_of(2 * vec) {
+        (pair, elems / (2 * vec))
+    } else {
+        (element, elems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qkv_takes_a_rope_pair_of_packs_a_thread_where_a_heads_halves_are_whole_packs() {
+        use QkvPass::{Merge, Split};
+        // bf16 packs of 8: heads of 64 are four pairs a head; 36 is not whole pairs. fp32
+        // packs of 4: 36 is not whole pairs of them either, 40 is.
+        for (pass, d, xsz, elems, want) in [
+            (Split, 64, 2, 4096, ("qkv_split_v", 256)),
+            (Merge, 64, 2, 4096, ("qkv_merge_grad_v", 256)),
+            (Split, 36, 2, 4096, ("qkv_split", 4096)),
+            (Merge, 36, 4, 4096, ("qkv_merge_grad", 4096)),
+            (Merge, 40, 4, 4000, ("qkv_merge_grad_v", 500)),
+        ] {
+            assert_eq!(
+                qkv_kernel(pass, d, xsz, elems),
+                want,
+                "{pass:?} d {d} xsz {xsz}"
+            );
         }
     }
 }

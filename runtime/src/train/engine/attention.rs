@@ -8,6 +8,7 @@ use crate::device::attention::{self, Grads, Heads, Kernels};
 use crate::device::attention_cudnn::{self, Sdpa};
 use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
+use crate::device::heads::{qkv_kernel, QkvPass};
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::op_id::OpId;
 use planc_compiler::plan::{Attention, Position};
@@ -188,7 +189,7 @@ impl Engine {
         let n = self.rows();
         let qr = self.shape.dims.qkv_rows();
         let s = &self.s;
-        let (merge, threads) = self.per_pair(("qkv_merge_grad", "qkv_merge_grad_v"), n * qr);
+        let (merge, threads) = qkv_kernel(QkvPass::Merge, dd, self.xsz, n * qr);
         self.gpu.launch_n(
             merge,
             threads,

@@ -10,23 +10,6 @@ use crate::train::model::{LayerTensor, Tensor};
 use planc_compiler::plan::{Mlp, Norm};
 
 impl Engine {
-    /// Of a per-element kernel and its variant that takes a rope pair of 16-byte packs a
-    /// thread (a pack of a head's first half and its partner in the second), the one to
-    /// launch over `elems` elements and its thread count: the pair variant where a head's
-    /// halves are whole packs.
-    pub(super) fn per_pair(
-        &self,
-        (element, pack): (&'static str, &'static str),
-        elems: usize,
-    ) -> (&'static str, usize) {
-        let vec = 16 / self.xsz;
-        if self.shape.dims.head_dim.is_multiple_of(2 * vec) {
-            (pack, elems / (2 * vec))
-        } else {
-            (element, elems)
-        }
-    }
-
     pub(super) fn norms(&self) -> Norms {
         let d = &self.shape.dims;
         Norms {

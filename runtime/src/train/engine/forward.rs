@@ -4,6 +4,7 @@
 
 use super::{Engine, Input, LayerActs, Res};
 use crate::device::cuda::{Arg, Buf};
+use crate::device::heads::{qkv_kernel, QkvPass};
 use crate::train::model::{LayerTensor, Tensor};
 use crate::train::spans::{Part, Span};
 use planc_compiler::cost::op_id::OpId;
@@ -149,7 +150,7 @@ impl Engine {
         let ln1 = self.tp_gather_rows(a.ln1)?;
         self.linear(l, LayerTensor::QkvW, self.s.qkv, ln1, n)?;
         let (b, t, h, g, dd) = self.attn_args();
-        let (split, threads) = self.per_pair(("qkv_split", "qkv_split_v"), b * h * t * dd);
+        let (split, threads) = qkv_kernel(QkvPass::Split, dd, self.xsz, b * h * t * dd);
         let mut args = vec![
             Arg::P(a.q),
             Arg::P(a.k),
