@@ -18,6 +18,8 @@ Run: python3 moe_products.py
 """
 import torch
 
+from cuda_timing import seconds_per_call
+
 SHAPES = [
     # name, local experts, rows an expert, hidden, expert ffn
     ("gpt-oss-120b, ep 8: 16 local, 4096 tok x top 4", 16, 1024, 2880, 2880),
@@ -32,13 +34,7 @@ def timed(fn, reps=20):
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(reps):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / reps / 1e3
+    return seconds_per_call(fn, reps)
 
 
 def main():

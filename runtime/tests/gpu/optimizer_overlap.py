@@ -17,6 +17,8 @@ Run: python3 optimizer_overlap.py
 import torch
 import torch.nn.functional as F
 
+from cuda_timing import seconds_per_call
+
 MODELS = [
     # name, layers, hidden, heads, kv heads, head dim, ffn, gated, vocab, batch, seq
     ("gpt-6.6b 1x2048", 32, 4096, 32, 32, 128, 16384, False, 50304, 1, 2048),
@@ -89,6 +91,11 @@ def build(layers, h, heads, kv, d, ffn, gated, vocab, b, t, dev):
     return update, forward, len(sizes), sum(sizes)
 
 
+def ms(fn, reps=10):
+    """Milliseconds a call of `fn` takes over `reps` in a row."""
+    return seconds_per_call(fn, reps) * 1e3
+
+
 def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -117,24 +124,15 @@ def main():
             for i in range(chunks):
                 update(i)
 
-        def timed(fn, reps=10):
-            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(reps):
-                fn()
-            z.record()
-            torch.cuda.synchronize()
-            return a.elapsed_time(z) / reps
-
         for fn in (serial, overlapped, only_update, forward):
             fn()
         torch.cuda.synchronize()
         rows = {"serial": [], "overlap": [], "update": [], "forward": []}
         for _ in range(3):
-            rows["update"].append(timed(only_update))
-            rows["forward"].append(timed(forward))
-            rows["serial"].append(timed(serial))
-            rows["overlap"].append(timed(overlapped))
+            rows["update"].append(ms(only_update))
+            rows["forward"].append(ms(forward))
+            rows["serial"].append(ms(serial))
+            rows["overlap"].append(ms(overlapped))
         med = {k: sorted(v)[len(v) // 2] for k, v in rows.items()}
         hid = (med["serial"] - med["overlap"]) / med["update"]
         gbps = params * 28 / med["update"] / 1e6

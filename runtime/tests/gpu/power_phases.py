@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from cuda_timing import seconds_per_call as timed
+
 
 def sampler(rows, stop):
     q = "clocks.sm,power.draw"
@@ -39,16 +41,6 @@ def sampler(rows, stop):
             continue
         rows.append((time.time(), clock, power))
     p.terminate()
-
-
-def timed(fn, n):
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(n):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / 1e3 / n
 
 
 def main():
