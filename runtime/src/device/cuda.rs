@@ -204,6 +204,7 @@ pub const KERNELS: &[&str] = &[
     "norm_fwd_w16",
     "sum_partials_2d",
     "colsum_partial",
+    "colsum_partial_v",
     "sum_partials",
     "gelu_fwd",
     "gelu_bwd",

@@ -17,10 +17,19 @@ __device__ __forceinline__ X st(float v) { return v; }
 typedef unsigned short X;
 __device__ __forceinline__ float ld(X v) { return __uint_as_float(((unsigned)v) << 16); }
 __device__ __forceinline__ X st(float f) {
+#if __CUDA_ARCH__ >= 800
+    // Ampere's conversion instruction rounds to nearest even as the integer sequence below
+    // does, in one instruction instead of six: the activations, loss and norms that store
+    // bf16 are bound by issued instructions, not by bytes. NaN stays NaN (the canonical one).
+    X h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
     unsigned u = __float_as_uint(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (X)((u >> 16) | 0x40);  // NaN stays NaN
     u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
     return (X)(u >> 16);
+#endif
 }
 #else
 typedef unsigned short X;
@@ -304,6 +313,44 @@ __global__ void colsum_partial(float* part, const X* x, long rows, int cols, int
     part[(long)chunk * cols + c] = s;
 }
 
+// colsum_partial for rows of whole packs (cols a multiple of VEC): a block of 256 threads
+// takes 32 packs of columns (a warp reads 512 contiguous bytes of a row) by 8 lanes of rows,
+// each lane summing every 8th row of the chunk in order, the lanes then added in order
+// through shared memory. One 2-byte column a thread, as above, left most of HBM's bandwidth
+// idle (GPT-2's bias gradients at half of it, a third of the warps resident).
+#define CS_LANES 8
+__global__ void __launch_bounds__(256)
+    colsum_partial_v(float* part, const X* x, long rows, int cols, int rows_per_chunk) {
+    __shared__ float lanes[CS_LANES][WARP * VEC];
+    int tx = threadIdx.x % WARP, ty = threadIdx.x / WARP;
+    int c0 = (blockIdx.x * WARP + tx) * VEC;
+    int chunk = blockIdx.y;
+    long r0 = (long)chunk * rows_per_chunk;
+    long r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float s[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) s[k] = 0.0f;
+    if (c0 < cols) {
+#pragma unroll 4
+        for (long r = r0 + ty; r < r1; r += CS_LANES) {
+            Pack p;
+            p.u = *(const uint4*)(x + r * cols + c0);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) s[k] += ld(p.x[k]);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) lanes[ty][tx * VEC + k] = s[k];
+    __syncthreads();
+    for (int c = threadIdx.x; c < WARP * VEC; c += blockDim.x) {
+        int col = blockIdx.x * WARP * VEC + c;
+        if (col >= cols) continue;
+        float t = 0.0f;
+        for (int y = 0; y < CS_LANES; y++) t += lanes[y][c];
+        part[(long)chunk * cols + col] = t;
+    }
+}
+
 // out[c] += Σ_k part[k][c], k in order.
 __global__ void sum_partials(float* out, const float* part, int chunks, int cols) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -582,6 +629,14 @@ __global__ void sum_partials_2d(float* out, const float* part, int chunks, int c
 // functions, which its numerics hold to 1e-7.
 __device__ __forceinline__ float act_exp(float x) { return sizeof(X) == 2 ? __expf(x) : expf(x); }
 
+// a / b where b = 1 + an exponential, for the same reason: the approximate division (a
+// reciprocal and a product, within 2 ulp of fp32, which a 16-bit result does not keep)
+// rather than the rounded one's dozen instructions. b beyond 2¹²⁶ (its exponential overflowed)
+// gives 0, which is the quotient's limit.
+__device__ __forceinline__ float act_div(float a, float b) {
+    return sizeof(X) == 2 ? __fdividef(a, b) : a / b;
+}
+
 // GELU with the tanh approximation (GPT-2's `gelu_new`): 0.5·x·(1 + tanh(u)) with
 // u = √(2/π)·(x + 0.044715·x³). In 16-bit training it is taken as x·σ(2u), the same
 // function, one hardware exponential and one division; fp32 keeps tanhf.
@@ -592,7 +647,7 @@ __device__ __forceinline__ float gelu_u(float x) {
 
 __device__ __forceinline__ float gelu(float x) {
     float u = gelu_u(x);
-    if (sizeof(X) == 2) return x / (1.0f + act_exp(-2.0f * u));
+    if (sizeof(X) == 2) return act_div(x, 1.0f + act_exp(-2.0f * u));
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
@@ -629,7 +684,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
     float u = gelu_u(x);
     float du = k * (1.0f + 3.0f * 0.044715f * x * x);
     if (sizeof(X) == 2) {
-        float sg = 1.0f / (1.0f + act_exp(-2.0f * u));
+        float sg = act_div(1.0f, 1.0f + act_exp(-2.0f * u));
         return sg + 2.0f * x * sg * (1.0f - sg) * du;
     }
     float t = tanhf(u);
@@ -661,14 +716,26 @@ __global__ void gelu_bwd(X* dinp, const X* inp, const X* bias, int cols, const X
 
 // h[n, 0:F] is the gate, h[n, F:2F] the up projection: out = silu(gate) · up. VEC
 // elements of a row a thread (F is a multiple of VEC; else one by one).
-__device__ __forceinline__ float silu(float g) { return g / (1.0f + act_exp(-g)); }
+__device__ __forceinline__ float silu(float g) { return act_div(g, 1.0f + act_exp(-g)); }
+
+// Element i's row and column in rows of F, by 32-bit division where i fits (column_of).
+__device__ __forceinline__ void row_col(long i, int F, long n, long* r, int* f) {
+    if (n <= 0xffffffffL) {
+        *r = (unsigned)i / (unsigned)F;
+        *f = (unsigned)i % (unsigned)F;
+    } else {
+        *r = i / F;
+        *f = i % F;
+    }
+}
 
 __global__ void swiglu_fwd(X* out, const X* h, long rows, int F) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
     long n = rows * F;
     if (i >= n) return;
-    long r = i / F;
-    int f = i % F;
+    long r;
+    int f;
+    row_col(i, F, n, &r, &f);
     const X* gate = h + r * 2 * F + f;
     const X* up = gate + F;
     if (F % VEC == 0) {
@@ -687,7 +754,7 @@ __global__ void swiglu_fwd(X* out, const X* h, long rows, int F) {
 }
 
 __device__ __forceinline__ void swiglu_grad(float g, float u, float d, float* dg, float* du) {
-    float sg = 1.0f / (1.0f + act_exp(-g));
+    float sg = act_div(1.0f, 1.0f + act_exp(-g));
     *dg = d * u * sg * (1.0f + g * (1.0f - sg));
     *du = d * g * sg;
 }
@@ -696,8 +763,9 @@ __global__ void swiglu_bwd(X* dh, const X* h, const X* dout, long rows, int F) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
     long n = rows * F;
     if (i >= n) return;
-    long r = i / F;
-    int f = i % F;
+    long r;
+    int f;
+    row_col(i, F, n, &r, &f);
     if (F % VEC == 0) {
         Pack pg, pu, pd, og, ou;
         pg.u = *(const uint4*)(h + r * 2 * F + f);

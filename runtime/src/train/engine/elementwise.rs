@@ -55,9 +55,17 @@ impl Engine {
             return Ok(());
         }
         let chunks = rows.div_ceil(CHUNK_ROWS);
+        // Whole packs a row: 32 packs of columns a block (colsum_partial_v); else a column
+        // a thread.
+        let vec = 16 / self.xsz;
+        let (kernel, tile) = if cols.is_multiple_of(vec) {
+            ("colsum_partial_v", 32 * vec)
+        } else {
+            ("colsum_partial", 256)
+        };
         self.gpu.launch(
-            "colsum_partial",
-            (cols.div_ceil(256) as u32, chunks as u32),
+            kernel,
+            (cols.div_ceil(tile) as u32, chunks as u32),
             256,
             &[
                 Arg::P(self.s.partials),
