@@ -651,10 +651,24 @@ __device__ __forceinline__ float gelu(float x) {
     return 0.5f * x * (1.0f + tanhf(u));
 }
 
-// Element i's column in rows of `cols`: 32-bit where i fits (64-bit division is a long
-// software sequence, several times a 32-bit one's, and these kernels run one a pack).
+// Element i's row and column in rows of `cols`, of n elements: 32-bit division where n fits
+// (64-bit division is a long software sequence, several times a 32-bit one's, and these
+// kernels divide once a pack).
+__device__ __forceinline__ void row_col(long i, int cols, long n, long* r, int* c) {
+    if (n <= 0xffffffffL) {
+        *r = (unsigned)i / (unsigned)cols;
+        *c = (unsigned)i % (unsigned)cols;
+    } else {
+        *r = i / cols;
+        *c = i % cols;
+    }
+}
+
 __device__ __forceinline__ int column_of(long i, int cols, long n) {
-    return n <= 0xffffffffL ? (int)((unsigned)i % (unsigned)cols) : (int)(i % cols);
+    long r;
+    int c;
+    row_col(i, cols, n, &r, &c);
+    return c;
 }
 
 // out = gelu(inp + bias[column]) over rows of `cols` (bias may be null): the first MLP
@@ -717,17 +731,6 @@ __global__ void gelu_bwd(X* dinp, const X* inp, const X* bias, int cols, const X
 // h[n, 0:F] is the gate, h[n, F:2F] the up projection: out = silu(gate) · up. VEC
 // elements of a row a thread (F is a multiple of VEC; else one by one).
 __device__ __forceinline__ float silu(float g) { return act_div(g, 1.0f + act_exp(-g)); }
-
-// Element i's row and column in rows of F, by 32-bit division where i fits (column_of).
-__device__ __forceinline__ void row_col(long i, int F, long n, long* r, int* f) {
-    if (n <= 0xffffffffL) {
-        *r = (unsigned)i / (unsigned)F;
-        *f = (unsigned)i % (unsigned)F;
-    } else {
-        *r = i / F;
-        *f = i % F;
-    }
-}
 
 __global__ void swiglu_fwd(X* out, const X* h, long rows, int F) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * VEC;
