@@ -1,7 +1,8 @@
 //! Reductions over rows: the norms (forward and backward, vectorised where a row is whole
-//! 16-byte packs), the sums of per-chunk partials they and the bias gradients leave, and the
-//! loss over a row of logits. One place launches them, so training, `planc calibrate`'s norm
-//! probe and the kernel tests run the same kernels with the same grids.
+//! 16-byte packs), the bias gradients' column sums, the sums of per-chunk partials they and
+//! the norms leave, and the loss over a row of logits. One place launches them, so
+//! training, `planc calibrate`'s norm probe and the kernel tests run the same kernels with
+//! the same grids.
 
 use super::cuda::{Arg, Buf, Gpu};
 use crate::error::RunError;
@@ -206,6 +207,40 @@ pub fn sum_partials(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize) 
     )
 }
 
+/// The kernel of the bias gradients' partial column sums over rows of `cols` in
+/// `xsz`-byte storage, and the columns a block of 256 threads takes: 32 packs of columns by 8
+/// lanes of rows where a row is whole 16-byte packs (`colsum_partial_v`), else a column a
+/// thread.
+pub fn colsum_kernel(cols: usize, xsz: usize) -> (&'static str, usize) {
+    let vec = 16 / xsz;
+    if cols.is_multiple_of(vec) {
+        ("colsum_partial_v", 32 * vec)
+    } else {
+        ("colsum_partial", 256)
+    }
+}
+
+/// db[cols] += Σ over `rows` rows of x[rows, cols]: partial sums per chunk of `CHUNK_ROWS`
+/// rows into `part`, then added in chunk order (a bias's gradient, the same whatever the
+/// scheduling).
+pub fn bias_grad(gpu: &Gpu, (db, x, part): (Buf, Buf, Buf), rows: usize, cols: usize) -> Res {
+    let chunks = rows.div_ceil(CHUNK_ROWS);
+    let (kernel, tile) = colsum_kernel(cols, gpu.xsz);
+    gpu.launch(
+        kernel,
+        (cols.div_ceil(tile) as u32, chunks as u32),
+        256,
+        &[
+            Arg::P(part),
+            Arg::P(x),
+            Arg::L(rows as i64),
+            Arg::I(cols as i32),
+            Arg::I(CHUNK_ROWS as i32),
+        ],
+    )?;
+    sum_partials(gpu, db, part, chunks, cols)
+}
+
 /// `sum_partials` for many chunks over few columns (a block per 32 columns).
 fn sum_partials_many(gpu: &Gpu, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
     gpu.launch(
@@ -251,7 +286,17 @@ pub fn cross_entropy(
 
 #[cfg(test)]
 mod tests {
-    use super::{norm_chunks, norm_packs, norm_partials, norm_warp_packs};
+    use super::{colsum_kernel, norm_chunks, norm_packs, norm_partials, norm_warp_packs};
+
+    #[test]
+    fn bias_gradients_take_32_packs_of_columns_a_block_where_rows_are_whole_packs() {
+        // bf16 packs of 8: GPT-2's 768 and 3072 columns are whole packs, 100 is not; fp32
+        // packs of 4: 100 is.
+        assert_eq!(colsum_kernel(768, 2), ("colsum_partial_v", 256));
+        assert_eq!(colsum_kernel(3072, 2), ("colsum_partial_v", 256));
+        assert_eq!(colsum_kernel(100, 2), ("colsum_partial", 256));
+        assert_eq!(colsum_kernel(100, 4), ("colsum_partial_v", 128));
+    }
 
     #[test]
     fn rows_up_to_16_packs_a_lane_go_one_warp_a_row() {

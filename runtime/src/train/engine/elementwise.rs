@@ -5,7 +5,7 @@
 use super::{Engine, Res};
 use crate::device::activation::Activation;
 use crate::device::cuda::{Arg, Buf};
-use crate::device::rows::{self, NormGrads, NormSaved, Norms, CHUNK_ROWS};
+use crate::device::rows::{self, NormGrads, NormSaved, Norms};
 use crate::train::model::{LayerTensor, Tensor};
 use planc_compiler::plan::{Mlp, Norm};
 
@@ -45,37 +45,12 @@ impl Engine {
             .backward(&self.gpu, self.s.partials, grads, dout, w, saved)
     }
 
-    pub(super) fn sum_partials(&self, out: Buf, part: Buf, chunks: usize, cols: usize) -> Res {
-        rows::sum_partials(&self.gpu, out, part, chunks, cols)
-    }
-
     /// db[cols] += Σ_rows x[rows, cols]
     pub(super) fn bias_grad(&self, db: Buf, x: Buf, rows: usize, cols: usize) -> Res {
         if db == Buf::NULL {
             return Ok(());
         }
-        let chunks = rows.div_ceil(CHUNK_ROWS);
-        // Whole packs a row: 32 packs of columns a block (colsum_partial_v); else a column
-        // a thread.
-        let vec = 16 / self.xsz;
-        let (kernel, tile) = if cols.is_multiple_of(vec) {
-            ("colsum_partial_v", 32 * vec)
-        } else {
-            ("colsum_partial", 256)
-        };
-        self.gpu.launch(
-            kernel,
-            (cols.div_ceil(tile) as u32, chunks as u32),
-            256,
-            &[
-                Arg::P(self.s.partials),
-                Arg::P(x),
-                Arg::L(rows as i64),
-                Arg::I(cols as i32),
-                Arg::I(CHUNK_ROWS as i32),
-            ],
-        )?;
-        self.sum_partials(db, self.s.partials, chunks, cols)
+        rows::bias_grad(&self.gpu, (db, x, self.s.partials), rows, cols)
     }
 
     pub(super) fn add_bias(&self, x: Buf, b: Buf, rows: usize, cols: usize) -> Res {
