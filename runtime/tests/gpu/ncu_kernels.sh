@@ -6,6 +6,8 @@
 # is read from these.
 #
 #   runtime/tests/gpu/ncu_kernels.sh OUTDIR plan.tp [kernel regex]
+#
+# NCU names the profiler (default: the machines' /usr/local/cuda/bin/ncu).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/env.sh"
@@ -16,6 +18,6 @@ mkdir -p "$out"
 name=$(basename "$plan" .tp)
 m=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
 m=$m,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,dram__bytes.sum
-timeout 300 /usr/local/cuda/bin/ncu --csv --metrics "$m" -k "regex:$re" \
+timeout 300 "${NCU:-/usr/local/cuda/bin/ncu}" --csv --metrics "$m" -k "regex:$re" \
     "$planc" run "$plan" --steps 2 --no-graphs --color never >"$out/$name.csv" 2>"$out/$name.err"
 python3 "$here/ncu_sum.py" "$out/$name.csv"
