@@ -168,22 +168,8 @@ impl Norms {
                 Arg::I(rms),
             ],
         )?;
-        let chunks = rows.div_ceil(CHUNK_ROWS);
-        gpu.launch(
-            "norm_bwd_params",
-            (c.div_ceil(256) as u32, chunks as u32),
-            256,
-            &[
-                Arg::P(part),
-                Arg::P(dout),
-                Arg::P(inp),
-                Arg::P(mean),
-                Arg::P(rstd),
-                Arg::L(rows as i64),
-                Arg::I(c as i32),
-                Arg::I(CHUNK_ROWS as i32),
-            ],
-        )?;
+        let tensors = [part, dout, inp, mean, rstd].map(Arg::P);
+        let chunks = by_chunks(gpu, ("norm_bwd_params", 256), &tensors, rows, c)?;
         sum_partials(gpu, dw, part, chunks, c)?;
         if db != Buf::NULL {
             sum_partials(gpu, db, part.at(chunks * c, 4), chunks, c)?;
@@ -224,21 +210,31 @@ pub fn colsum_kernel(cols: usize, xsz: usize) -> (&'static str, usize) {
 /// rows into `part`, then added in chunk order (a bias's gradient, the same whatever the
 /// scheduling).
 pub fn bias_grad(gpu: &Gpu, (db, x, part): (Buf, Buf, Buf), rows: usize, cols: usize) -> Res {
-    let chunks = rows.div_ceil(CHUNK_ROWS);
-    let (kernel, tile) = colsum_kernel(cols, gpu.xsz);
-    gpu.launch(
-        kernel,
-        (cols.div_ceil(tile) as u32, chunks as u32),
-        256,
-        &[
-            Arg::P(part),
-            Arg::P(x),
-            Arg::L(rows as i64),
-            Arg::I(cols as i32),
-            Arg::I(CHUNK_ROWS as i32),
-        ],
-    )?;
+    let tensors = [part, x].map(Arg::P);
+    let chunks = by_chunks(gpu, colsum_kernel(cols, gpu.xsz), &tensors, rows, cols)?;
     sum_partials(gpu, db, part, chunks, cols)
+}
+
+/// Launches `kernel`, which takes `tensors` then rows, columns and rows a chunk, over chunks
+/// of `CHUNK_ROWS` rows (the grid's y) and `cols_a_block` columns a block of 256 threads
+/// (its x); the number of chunks, whose partials it leaves.
+fn by_chunks(
+    gpu: &Gpu,
+    (kernel, cols_a_block): (&str, usize),
+    tensors: &[Arg],
+    rows: usize,
+    cols: usize,
+) -> Result<usize, RunError> {
+    let chunks = rows.div_ceil(CHUNK_ROWS);
+    let shape = [
+        Arg::L(rows as i64),
+        Arg::I(cols as i32),
+        Arg::I(CHUNK_ROWS as i32),
+    ];
+    let args: Vec<Arg> = tensors.iter().copied().chain(shape).collect();
+    let grid = (cols.div_ceil(cols_a_block) as u32, chunks as u32);
+    gpu.launch(kernel, grid, 256, &args)?;
+    Ok(chunks)
 }
 
 /// `sum_partials` for many chunks over few columns (a block per 32 columns).
