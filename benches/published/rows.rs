@@ -47,6 +47,11 @@ pub const FILES: &[(&str, &str, &str)] = &[
         "bridge-h100.toml",
         include_str!("bridge-h100.toml"),
     ),
+    (
+        "NeMo 24.12 MoE (Grok-1), H100",
+        "dgxc-grok1.toml",
+        include_str!("dgxc-grok1.toml"),
+    ),
 ];
 
 pub const CONSTANTS: &str = include_str!("constants.toml");
