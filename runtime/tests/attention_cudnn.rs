@@ -499,7 +499,7 @@ fn speed() {
         for (name, sdpa) in &runs {
             let kernels = match sdpa {
                 Some(s) => Kernels::Cudnn(s),
-                None => hd.tensor_cores().into(),
+                None => hd.tensor_cores(gpu.sm).into(),
             };
             let fwd = time(&gpu, || {
                 attention::forward(&gpu, hd, kernels, o, lse, (q, k, v)).unwrap()

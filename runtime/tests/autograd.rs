@@ -406,7 +406,7 @@ fn flash(p: Precision, py: &str, dir: &Path, rng: &mut Rng) {
     );
     let rows = hd.b * hd.h * hd.t;
     let (lse, dd) = (gpu.alloc(rows * 4).unwrap(), gpu.alloc(rows * 4).unwrap());
-    let tc = hd.tensor_cores();
+    let tc = hd.tensor_cores(gpu.sm);
     attention::forward(&gpu, hd, tc, o, lse, (q, k, v)).unwrap();
     let grads = Grads::heads(hd, (dq, dk, dv), dd);
     attention::backward(&gpu, hd, tc, grads, (q, k, v), lse, (o, dout)).unwrap();

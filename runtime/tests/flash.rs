@@ -364,7 +364,7 @@ fn flash_attention_matches_the_reference() {
         for (b, h, t, d) in shapes {
             let hd = Heads { b, h, t, d, xsz };
             let mut paths = vec![false];
-            if hd.tensor_cores() {
+            if hd.tensor_cores(gpu.sm) {
                 paths.push(true);
             }
             for tc in paths {

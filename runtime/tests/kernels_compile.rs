@@ -26,6 +26,23 @@ fn every_kernel_compiles_for_every_precision() {
     }
 }
 
+/// On GPUs before Ampere (the catalog's T4 is sm_75) the kernels still build to machine
+/// code: the tensor-core attention kernels, whose cp.async and 16-bit m16n8k16 products
+/// need sm_80, are empty entry points there, and the scalar kernels run instead
+/// (`Heads::tensor_cores`).
+#[test]
+fn the_kernels_compile_for_turing() {
+    // SAFETY: only probes whether the shared library loads.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        println!("SKIPPED sm_75 compilation: libnvrtc not found (see .ci/run)");
+        return;
+    }
+    for p in [Precision::Fp16, Precision::Bf16] {
+        let cubin = compile_cubin(p, "sm_75").unwrap_or_else(|e| panic!("{p} sm_75: {e}"));
+        assert_eq!(&cubin[..4], b"\x7fELF");
+    }
+}
+
 /// fp8's casts convert with Hopper's instructions (the stub is for GPUs without fp8).
 #[test]
 fn the_fp8_casts_convert_in_hardware_on_hopper() {

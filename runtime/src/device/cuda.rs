@@ -339,6 +339,8 @@ pub struct Gpu {
     pub comm: sys::CUstream,
     pub name: String,
     pub ordinal: usize,
+    /// Compute capability, major × 10 + minor (90: Hopper): which kernels this GPU runs.
+    pub sm: u32,
     /// Bytes of one stored activation element in the precision the kernels were built for.
     pub xsz: usize,
     module: sys::CUmodule,
@@ -429,6 +431,7 @@ impl Gpu {
             comm,
             name,
             ordinal,
+            sm: (major * 10 + minor) as u32,
             xsz: precision.bytes() as usize,
             module,
             functions,

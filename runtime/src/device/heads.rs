@@ -19,9 +19,11 @@ pub struct Heads {
 }
 
 impl Heads {
-    /// Whether the tensor-core kernels take this shape.
-    pub fn tensor_cores(&self) -> bool {
-        self.xsz == 2 && matches!(self.d, 32 | 64 | 128) && self.t.is_multiple_of(TILE)
+    /// Whether the tensor-core kernels take this shape on a GPU of compute capability `sm`
+    /// (major × 10 + minor, [`super::cuda::Gpu::sm`]): they need Ampere (sm 80) or later,
+    /// and before it are built as empty entry points.
+    pub fn tensor_cores(&self, sm: u32) -> bool {
+        sm >= 80 && self.xsz == 2 && matches!(self.d, 32 | 64 | 128) && self.t.is_multiple_of(TILE)
     }
 
     pub(super) fn rows(&self) -> usize {
@@ -139,5 +141,23 @@ mod tests {
                 "{pass:?} d {d} xsz {xsz}"
             );
         }
+    }
+
+    #[test]
+    fn the_tensor_core_kernels_take_16_bit_heads_of_32_to_128_on_ampere_and_later() {
+        let hd = |d, t, xsz| Heads {
+            b: 1,
+            h: 2,
+            t,
+            d,
+            xsz,
+        };
+        assert!(hd(64, 1024, 2).tensor_cores(80));
+        assert!(hd(128, 2048, 2).tensor_cores(90));
+        // Turing (T4): no cp.async, no 16-bit m16n8k16; the scalar kernels run.
+        assert!(!hd(64, 1024, 2).tensor_cores(75));
+        assert!(!hd(64, 1024, 4).tensor_cores(90));
+        assert!(!hd(48, 1024, 2).tensor_cores(90));
+        assert!(!hd(64, 1000, 2).tensor_cores(90));
     }
 }

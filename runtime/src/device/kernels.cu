@@ -1484,7 +1484,8 @@ struct __attribute__((aligned(16))) u4 {
     unsigned x[4];
 };
 
-#if PLANC_X != 0
+// They need Ampere: cp.async and the 16-bit m16n8k16 products came with sm_80.
+#if PLANC_X != 0 && __CUDA_ARCH__ >= 800
 
 #if PLANC_X == 1
 #define FL_MMA "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
@@ -1948,8 +1949,9 @@ __device__ __forceinline__ void flash_bwd_dq_tc(X* dq, long long gbs, int ghs, i
 
 #define FL_BODY(call) call
 #else
-// fp32 runs the scalar kernels; these entry points exist so every precision has the same
-// kernel list, and are never launched.
+// fp32, and every precision on GPUs before Ampere, runs the scalar kernels; these entry
+// points exist so every build has the same kernel list, and are never launched
+// (`Heads::tensor_cores`).
 #define FL_BODY(call)
 #endif
 

@@ -801,7 +801,7 @@ pub(crate) fn flash_points(
     let sdpa = attention_cudnn::choose(gpu, precision, (hd.b, h, h, t, d), &grads, true)?;
     let kernels = match &sdpa {
         Some(s) => Kernels::Cudnn(s),
-        None => hd.tensor_cores().into(),
+        None => hd.tensor_cores(gpu.sm).into(),
     };
     let load = Load::new(gpu, precision)?;
     let fwd = time_behind(Some(&load), gpu, 10, || {

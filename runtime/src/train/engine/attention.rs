@@ -57,7 +57,7 @@ impl Engine {
     pub(super) fn kernels(&self, hd: Heads) -> Kernels<'_> {
         match &self.attn {
             Some(sdpa) => Kernels::Cudnn(sdpa),
-            None => hd.tensor_cores().into(),
+            None => hd.tensor_cores(self.gpu.sm).into(),
         }
     }
 
