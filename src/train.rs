@@ -256,11 +256,14 @@ fn stopped_line(s: &Summary) -> Option<String> {
 }
 
 fn step_line(m: &StepMetrics, total: u64) -> String {
+    // grad_clip = 0 outside fp16 takes no norm (docs/spec/run.md).
+    let norm = m
+        .grad_norm
+        .map_or_else(|| "-".to_string(), |n| format!("{n:.3}"));
     format!(
-        "step {:>4}/{total}  loss {:.4}  grad_norm {:.3}  lr {:.2e}  {:.1} ms  {:.0} tok/s  MFU {:.1} %  mem {}{}",
+        "step {:>4}/{total}  loss {:.4}  grad_norm {norm}  lr {:.2e}  {:.1} ms  {:.0} tok/s  MFU {:.1} %  mem {}{}",
         m.step,
         m.loss,
-        m.grad_norm,
         m.lr,
         m.step_s * 1e3,
         m.tokens_per_s,

@@ -94,7 +94,10 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("train", "lr_schedule") => "constant or cosine (after warm-up); default cosine",
         ("train", "warmup_steps") => "linear learning-rate warm-up steps; default 0",
         ("train", "weight_decay") => "decoupled weight decay on 2-D weights; default 0.1",
-        ("train", "grad_clip") => "clip the global gradient norm to this; 0 = off; default 1.0",
+        ("train", "grad_clip") => {
+            "clip the global gradient norm to this; default 1.0; 0 = off, and (outside fp16) the \
+             step takes no norm: one pass over the gradients less, grad_norm not reported"
+        }
         ("train", "adam_beta1") => "Adam's first-moment decay; default 0.9",
         ("train", "adam_beta2") => "Adam's second-moment decay; default 0.95",
         ("train", "adam_eps") => "Adam's epsilon; default 1e-8",

@@ -456,6 +456,8 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     let decay = gpu.alloc(mask.len()).unwrap();
     gpu.upload(decay, &mask).unwrap();
     // The engine's own launcher: lo = 0 takes the 16-byte path up to the last element.
+    // The flag a step without a gradient norm reads: left 0 by finite gradients.
+    let flag = up(gpu, &[0.0f32]);
     let r = Range {
         w: wb,
         wx: Buf::NULL,
@@ -463,6 +465,7 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
         n,
         lo: 0,
         decay,
+        nonfinite: flag,
     };
     let h = AdamW {
         lr,
@@ -488,6 +491,27 @@ fn adamw(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     c.put("out.m_new", &down(gpu, mb, n), &[n]);
     c.put("out.v_new", &down(gpu, vb, n), &[n]);
     c.check(py, "adamw", dir);
+    assert_eq!(
+        down(gpu, flag, 1),
+        vec![0.0],
+        "finite gradients set the flag"
+    );
+    // A non-finite gradient on the 16-byte path and one on the scalar path (the last
+    // element) each set it.
+    for bad in [7usize, n - 1] {
+        let mut g2 = g.clone();
+        g2[bad] = if bad == 7 { f32::INFINITY } else { f32::NAN };
+        let (w2, g2b, m2, v2) = (up(gpu, &w), up(gpu, &g2), up(gpu, &m), up(gpu, &v));
+        let flag = up(gpu, &[0.0f32]);
+        let r = Range {
+            w: w2,
+            g: g2b,
+            nonfinite: flag,
+            ..r
+        };
+        optimizer::adamw(gpu, r, m2, v2, &h).unwrap();
+        assert_eq!(down(gpu, flag, 1), vec![1.0], "gradient {bad} not finite");
+    }
 }
 
 #[test]

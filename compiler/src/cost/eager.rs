@@ -795,8 +795,13 @@ pub fn optimizer_seconds(
     // first moment, `mul_` and `addcmul_` of the second, `sqrt`, `div_`, `add_` into a new
     // list, `addcdiv_` into the weights: 80 bytes a parameter.
     let foreach = 8.0 + 12.0 + 8.0 + 12.0 + 8.0 + 8.0 + 8.0 + 16.0;
-    // `clip_grad_norm_`: `_foreach_norm`, then `_foreach_mul_` by the clamped coefficient.
-    let clip = 4.0 + 8.0;
+    // `clip_grad_norm_`: `_foreach_norm`, then `_foreach_mul_` by the clamped coefficient;
+    // the train.py planc writes calls it only where `grad_clip` is above 0.
+    let clip = if plan.train.run.grad_clip > 0.0 {
+        4.0 + 8.0
+    } else {
+        0.0
+    };
     match path {
         Path::Autocast | Path::Module if plan.framework() == Framework::Deepspeed => {
             // DeepSpeed's bf16 optimizer: each 16-bit gradient cast and added into the fp32

@@ -1535,7 +1535,9 @@ fn steady_forwards(plan: &Plan, stage: u64, m: u64) -> f64 {
 ///   every local parameter (write 4 bytes; the whole buffer, not the optimizer's shard);
 /// - with fp16, `_unscale_main_grads_and_check_for_nan` (read and write 4); bf16 has no loss
 ///   scale;
-/// - `clip_grad_norm` reads every gradient for the norm (`multi_tensor_l2norm`, read 4);
+/// - `clip_grad_norm` reads every gradient for the norm (`multi_tensor_l2norm`, read 4),
+///   where `--clip-grad` is above 0 (`train.grad_clip`); planc's runtime takes it to clip
+///   and, under fp16, to find the loss scale's overflows;
 /// - the Adam (or SGD) update itself;
 /// - `_copy_main_params_to_model_params` reads the fp32 master again to write the 16-bit
 ///   weight (read 4, write 2).
@@ -1584,7 +1586,9 @@ pub fn optimizer_time(plan: &Plan, stage: u64, params: f64, experts: f64, dev: &
     };
     // The norm reads the gradients, zeroing writes the buffer, in its type.
     let grad = plan.grad_bytes();
-    let grad_norm = grad;
+    let takes_norm = plan.train.run.grad_clip > 0.0
+        || (plan.framework() == Framework::Planc && plan.train.precision == Precision::Fp16);
+    let grad_norm = if takes_norm { grad } else { 0.0 };
     // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole. planc's
     // runtime zeroes only what the step's first weight gradients do not overwrite.
     let whole_buffer = if p.zero >= 2 { local } else { params };
@@ -2691,5 +2695,21 @@ mod tests {
             "{}",
             t(&planc) * rate / params
         );
+        // Without clipping no norm is taken (Megatron-LM without --clip-grad, planc's
+        // runtime outside fp16), but planc's fp16 still reads the gradients for overflows.
+        let unclipped = |mut p: Plan, precision| {
+            p.train.run.grad_clip = 0.0;
+            p.train.precision = precision;
+            t(&p) * rate / params
+        };
+        assert!((unclipped(planc.clone(), Precision::Bf16) - (want - 4.0)).abs() < 1e-6);
+        assert!((unclipped(a100_plan("bf16", 0, 1), Precision::Bf16) - 38.0).abs() < 1e-6);
+        let planc16 = |clip| {
+            let mut p = planc.clone();
+            p.train.precision = Precision::Fp16;
+            p.train.run.grad_clip = clip;
+            t(&p)
+        };
+        assert_eq!(planc16(0.0), planc16(1.0));
     }
 }

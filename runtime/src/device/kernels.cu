@@ -1234,7 +1234,9 @@ __global__ void sum_partial(float* part, const float* x, long n) {
 // buffers in one launch (w, g, wx start at lo; m and v at the range's start): weight decay
 // per 64-element block, as decay[k] says for block k of the whole buffer (every tensor
 // starts on a block), so one launch serves every tensor where a launch a tensor left the
-// GPU idle between small ones.
+// GPU idle between small ones. `nonfinite` (null where the step took the gradients' norm,
+// which finds them) is set to 1 by any non-finite gradient: with `grad_clip = 0` the update
+// is the step's only pass over the gradients, so it is where a diverged run shows.
 __device__ __forceinline__ float adamw_one(float& w, float g, float& m, float& v, float wdi,
                                            float lr, float b1, float b2, float eps, float bc1,
                                            float bc2_sqrt) {
@@ -1253,13 +1255,16 @@ __device__ __forceinline__ float adamw_one(float& w, float g, float& m, float& v
 // four elements one by one. A decay block (64) never straddles a group of four.
 __global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, long n, long lo,
                            const unsigned char* decay, float lr, float b1, float b2, float eps,
-                           float wd, float bc1, float bc2_sqrt, float gscale, int vec) {
+                           float wd, float bc1, float bc2_sqrt, float gscale, int vec,
+                           float* nonfinite) {
     long i = (blockIdx.x * (long)blockDim.x + threadIdx.x) * 4;
     if (i >= n) return;
     if (vec && i + 4 <= n) {
         float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
         float4 W = *(float4*)(w + i), G = *(const float4*)(g + i);
         float4 M = *(float4*)(m + i), V = *(float4*)(v + i);
+        if (nonfinite && !(isfinite(G.x) && isfinite(G.y) && isfinite(G.z) && isfinite(G.w)))
+            *nonfinite = 1.0f;
         float o0 = adamw_one(W.x, G.x * gscale, M.x, V.x, wdi, lr, b1, b2, eps, bc1, bc2_sqrt);
         float o1 = adamw_one(W.y, G.y * gscale, M.y, V.y, wdi, lr, b1, b2, eps, bc1, bc2_sqrt);
         float o2 = adamw_one(W.z, G.z * gscale, M.z, V.z, wdi, lr, b1, b2, eps, bc1, bc2_sqrt);
@@ -1282,6 +1287,7 @@ __global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, 
     for (long j = i; j < n && j < i + 4; j++) {
         float wdi = decay[(lo + j) >> 6] ? wd : 0.0f;
         float wj = w[j], mj = m[j], vj = v[j];
+        if (nonfinite && !isfinite(g[j])) *nonfinite = 1.0f;
         float p = adamw_one(wj, g[j] * gscale, mj, vj, wdi, lr, b1, b2, eps, bc1, bc2_sqrt);
         w[j] = wj;
         m[j] = mj;
@@ -1292,9 +1298,11 @@ __global__ void adamw_flat(float* w, X* wx, const float* g, float* m, float* v, 
 
 // SGD with decoupled weight decay over a contiguous range, as adamw_flat.
 __global__ void sgd_flat(float* w, X* wx, const float* g, long n, long lo,
-                         const unsigned char* decay, float lr, float wd, float gscale) {
+                         const unsigned char* decay, float lr, float wd, float gscale,
+                         float* nonfinite) {
     long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
     if (i >= n) return;
+    if (nonfinite && !isfinite(g[i])) *nonfinite = 1.0f;
     float wdi = decay[(lo + i) >> 6] ? wd : 0.0f;
     float p = w[i] * (1.0f - lr * wdi) - lr * g[i] * gscale;
     w[i] = p;

@@ -20,6 +20,9 @@ pub struct Range {
     pub lo: usize,
     /// One byte per 64-element block of the whole buffer: 1 where weight decay applies.
     pub decay: Buf,
+    /// An f32 the update sets to 1 where a gradient is not finite, or `Buf::NULL`: a step
+    /// that took no gradient norm (`grad_clip = 0`) finds a diverged run here.
+    pub nonfinite: Buf,
 }
 
 /// AdamW's hyper-parameters for one update; `bc1` and `bc2` are the bias corrections
@@ -76,6 +79,7 @@ pub fn adamw(gpu: &Gpu, r: Range, m: Buf, v: Buf, h: &AdamW) -> Result<(), RunEr
             Arg::F(h.bc2.sqrt() as f32),
             Arg::F(h.gscale),
             Arg::I(r.lo.is_multiple_of(4) as i32),
+            Arg::P(r.nonfinite),
         ],
     )
 }
@@ -95,6 +99,7 @@ pub fn sgd(gpu: &Gpu, r: Range, lr: f32, wd: f32, gscale: f32) -> Result<(), Run
             Arg::F(lr),
             Arg::F(wd),
             Arg::F(gscale),
+            Arg::P(r.nonfinite),
         ],
     )
 }

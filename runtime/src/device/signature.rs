@@ -189,7 +189,7 @@ mod tests {
         let dkdv = of("flash_bwd_dkdv_tc128").unwrap();
         assert_eq!(dkdv.len(), 14);
         assert_eq!(&dkdv[..5], &[Ptr, Ptr, I64, I32, I32]);
-        assert_eq!(of("adamw_flat").map(|p| p.len()), Some(17));
+        assert_eq!(of("adamw_flat").map(|p| p.len()), Some(18));
     }
 
     #[test]

@@ -893,6 +893,7 @@ fn optimizer_point(gpu: &mut Gpu, hbm_bandwidth: f64) -> Result<OptimizerPoint, 
             n,
             lo: 0,
             decay,
+            nonfinite: Buf::NULL,
         };
         let h = AdamW::at_step(1e-4, (0.9, 0.95, 1e-8), 0.1, 1, 1.0);
         optimizer::adamw(gpu, r, m, v, &h)

@@ -16,7 +16,8 @@ use crate::error::RunError;
 pub struct StepMetrics {
     pub step: u64,
     pub loss: f64,
-    pub grad_norm: f64,
+    /// `None` (JSON null) where the step took no norm: `grad_clip = 0` outside fp16.
+    pub grad_norm: Option<f64>,
     pub lr: f64,
     pub step_s: f64,
     pub tokens_per_s: f64,

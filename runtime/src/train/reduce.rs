@@ -33,8 +33,9 @@ pub struct Sums {
     pub signals: f32,
     /// Ranks whose loss was not finite.
     pub losses_not_finite: f32,
-    /// The norm of the (still loss-scaled) gradients over the whole model.
-    pub raw_norm: f64,
+    /// The norm of the (still loss-scaled) gradients over the whole model; `None` where
+    /// the step took none (`stop::needs_norm`).
+    pub raw_norm: Option<f64>,
 }
 
 impl Reduction<'_> {
@@ -97,13 +98,15 @@ impl Reduction<'_> {
         eng.tp_reduce_partial_grads()
     }
 
-    /// Queues the gradient norm's sums and this rank's flags (a stop signal seen, a loss
-    /// not finite) on the GPU; [`Reduction::read`] reads them.
+    /// Queues the gradient norm's sums (where `norm`, `stop::needs_norm`) and this rank's
+    /// flags (a stop signal seen, a loss not finite) on the GPU; [`Reduction::read`] reads
+    /// them.
     pub fn queue_norm(
         &self,
         eng: &mut Engine,
         loss_finite: bool,
         step: u64,
+        norm: bool,
     ) -> Result<(), RunError> {
         let total = eng.params.total;
         // The norm over the whole model: of this rank's shard under ZeRO, summed over ranks.
@@ -121,16 +124,19 @@ impl Reduction<'_> {
             "step {}: the gradient norm and the update",
             step + 1
         ));
+        // The sums' slots and the update's flag.
         eng.gpu.zero(Buf {
-            bytes: stop::SLOTS * 4,
+            bytes: (stop::UPDATE_FLAG + 1) * 4,
             ..eng.scalars
         })?;
-        eng.grad_sumsq(norm_range, eng.scalars)?;
-        if self.ranks.tp > 1 {
-            eng.whole_sumsq(norm_range, eng.scalars.at(1, 4))?;
-        }
-        if self.tied_copy {
-            eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |t| t == Tensor::Wte)?;
+        if norm {
+            eng.grad_sumsq(norm_range, eng.scalars)?;
+            if self.ranks.tp > 1 {
+                eng.whole_sumsq(norm_range, eng.scalars.at(1, 4))?;
+            }
+            if self.tied_copy {
+                eng.sumsq_of(norm_range, eng.scalars.at(2, 4), |t| t == Tensor::Wte)?;
+            }
         }
         // This rank's flags join the sums, so that every rank stops, or not, after this
         // same step.
@@ -145,8 +151,9 @@ impl Reduction<'_> {
         Ok(())
     }
 
-    /// The sums [`Reduction::queue_norm`] queued (waits for the GPU).
-    pub fn read(&self, eng: &Engine) -> Result<Sums, RunError> {
+    /// The sums [`Reduction::queue_norm`] queued, with the norm where it took one (`norm`;
+    /// waits for the GPU).
+    pub fn read(&self, eng: &Engine, norm: bool) -> Result<Sums, RunError> {
         let tp = self.ranks.tp;
         let sums: Vec<f32> = eng.gpu.download(eng.scalars, stop::SLOTS)?;
         let (signals, losses_not_finite) = (sums[stop::FLAG_SLOTS][0], sums[stop::FLAG_SLOTS][1]);
@@ -154,8 +161,30 @@ impl Reduction<'_> {
         Ok(Sums {
             signals,
             losses_not_finite,
-            raw_norm: (sums[0] as f64 - whole_part).max(0.0).sqrt(),
+            raw_norm: norm.then(|| (sums[0] as f64 - whole_part).max(0.0).sqrt()),
         })
+    }
+
+    /// Where the update flags non-finite gradients in a step that took no norm (`norm`
+    /// false), the f32 it sets (zeroed by `queue_norm`); null otherwise.
+    pub fn update_flag(eng: &Engine, norm: bool) -> Buf {
+        match norm {
+            true => Buf::NULL,
+            false => eng.scalars.at(stop::UPDATE_FLAG, 4),
+        }
+    }
+
+    /// After an update that flagged its gradients ([`Reduction::update_flag`]): how many
+    /// ranks found one not finite, summed along every axis so that all stop alike (waits
+    /// for the GPU).
+    pub fn update_flags(&self, eng: &Engine) -> Result<f32, RunError> {
+        let (r, stream) = (&self.ranks, eng.gpu.stream as u64);
+        let flag = eng.scalars.at(stop::UPDATE_FLAG, 4);
+        for (axis, _) in stop::scalar_sums(r.tp, r.pp, r.dp, self.zero) {
+            let c = self.comms.of_axis(axis);
+            c.all_reduce_sum(flag, 1, stream)?;
+        }
+        Ok(eng.gpu.download::<f32>(flag, 1)?[0])
     }
 
     /// A barrier after a stop's checkpoint: no rank ends (and no launcher such as srun

@@ -538,26 +538,28 @@ impl<'a> Steps<'a> {
                 .unwrap_or("one rank")
         ));
         let loss = eng.loss_sum(self.prog.micro_batches)? / self.tokens_per_step as f64;
-        ctx.reduction.queue_norm(eng, loss.is_finite(), step)?;
+        let precision = plan.train.precision;
+        let norm = stop::needs_norm(precision, settings.grad_clip);
+        ctx.reduction
+            .queue_norm(eng, loss.is_finite(), step, norm)?;
         if !last {
             self.batches
                 .prepare_ahead(eng, step + 1, self.prog.first_forward);
         }
-        let sums = ctx.reduction.read(eng)?;
+        let sums = ctx.reduction.read(eng, norm)?;
         ctx.watchdog.done();
-        let grad_norm = sums.raw_norm / self.scale.scale as f64;
+        let grad_norm = sums.raw_norm.map(|n| n / self.scale.scale as f64);
         // The schedule spans `train.steps` whatever `--steps` says, so a run stopped and
         // resumed follows the same learning rates as one that never stopped.
         let lr = learning_rate(settings, step, settings.steps);
-        let precision = plan.train.precision;
-        let verdict = stop::judge(precision, sums.losses_not_finite, grad_norm);
+        let mut verdict = stop::judge(precision, sums.losses_not_finite, grad_norm);
         if verdict == Verdict::SkipOverflow {
             self.scale.overflowed();
         } else if verdict == Verdict::Update {
             self.opt_step += 1;
             let zero = plan.parallel.zero;
             let shard = ctx.reduction.shard;
-            let figures = (lr, grad_norm, self.scale.scale);
+            let figures = (lr, grad_norm.unwrap_or(0.0), self.scale.scale);
             update::update(
                 eng,
                 ctx.comms,
@@ -566,6 +568,7 @@ impl<'a> Steps<'a> {
                 shard,
                 figures,
                 self.opt_step,
+                Reduction::update_flag(eng, norm),
             )?;
             self.scale.updated(precision);
         }
@@ -574,6 +577,10 @@ impl<'a> Steps<'a> {
         ctx.watchdog
             .waiting(format!("the step-{} weight update", step + 1));
         eng.gpu.sync()?;
+        // Without a norm the update judged the gradients; every rank reads the world's sum.
+        if verdict == Verdict::Update && !norm && ctx.reduction.update_flags(eng)? > 0.0 {
+            verdict = Verdict::DivergedInUpdate;
+        }
         ctx.watchdog.done();
         ctx.watchdog.step_done();
         let step_s = t0.elapsed().as_secs_f64();
@@ -610,8 +617,11 @@ impl<'a> Steps<'a> {
         done: u64,
         outcome: Outcome,
     ) -> Result<bool, RunError> {
-        if outcome.verdict == Verdict::Diverged {
-            return Err(self.diverged(eng, done));
+        if matches!(
+            outcome.verdict,
+            Verdict::Diverged | Verdict::DivergedInUpdate
+        ) {
+            return Err(self.diverged(eng, done, outcome.verdict));
         }
         let preempt = stop::stop_after(outcome.signals, done, self.end);
         let periodic = self
@@ -638,15 +648,24 @@ impl<'a> Steps<'a> {
         Ok(preempt)
     }
 
-    /// The error of a step whose loss or gradient norm is not finite, naming where it
-    /// shows first (only now, on the way out, the buffers are read).
-    fn diverged(&self, eng: &Engine, done: u64) -> RunError {
+    /// The error of a step whose loss or gradient norm is not finite (`verdict`
+    /// `Diverged`), or whose update found non-finite gradients (`DivergedInUpdate`),
+    /// naming where it shows first (only now, on the way out, the buffers are read).
+    fn diverged(&self, eng: &Engine, done: u64, verdict: Verdict) -> RunError {
         let m = self.metrics.last().expect("the step's metrics are kept");
         let total = eng.params.total;
+        let in_update = verdict == Verdict::DivergedInUpdate;
         let culprit = match (
             eng.gpu.download::<f32>(eng.w32, total),
             eng.gpu.download::<f32>(eng.grad, total),
         ) {
+            // The update has applied the gradients: the weights show what they brought.
+            (Ok(_), Ok(gr)) if in_update => match stop::first_non_finite(&eng.params, &gr) {
+                Some((name, i, x)) => {
+                    format!("the first non-finite gradient is {name}'s ({name}[{i}] = {x})")
+                }
+                None => "its gradients are not finite on another rank".into(),
+            },
             (Ok(w), Ok(gr)) => stop::culprit(&eng.params, &w, &gr),
             (Err(e), _) | (_, Err(e)) => return e,
         };
@@ -655,11 +674,23 @@ impl<'a> Steps<'a> {
             .last()
             .map(|c: &PathBuf| format!("; the newest checkpoint is {}", c.display()))
             .unwrap_or_default();
+        if in_update {
+            return RunError::Diverged(format!(
+                "step {done}: the loss is {} but the gradients are not finite (found by the \
+                 update: with grad_clip = 0 the step takes no gradient norm): training \
+                 diverged; on rank {}, {culprit}. Stopped without saving the weights the \
+                 update wrote{last} (lower train.lr, lengthen warmup_steps, or set grad_clip)",
+                m.loss, self.world.rank,
+            ));
+        }
+        let norm = m
+            .grad_norm
+            .map_or_else(|| "not taken".to_string(), |n| n.to_string());
         RunError::Diverged(format!(
-            "step {done}: the loss is {} and the gradient norm {}: training diverged; on \
+            "step {done}: the loss is {} and the gradient norm {norm}: training diverged; on \
              rank {}, {culprit}. Stopped without updating or saving these weights{last} \
              (lower train.lr, lengthen warmup_steps, or set grad_clip)",
-            m.loss, m.grad_norm, self.world.rank,
+            m.loss, self.world.rank,
         ))
     }
 }

@@ -6,6 +6,7 @@ use planc_compiler::plan::{LrSchedule, Precision, RunSettings};
 
 use super::engine::Engine;
 use super::ranks::Comms;
+use crate::device::cuda::Buf;
 use crate::error::RunError;
 
 /// The learning rate of step `s` (0-based) of `steps`: linear warm-up over `warmup_steps`,
@@ -65,8 +66,9 @@ impl LossScale {
 
 /// One optimizer update of this rank's `shard` with learning rate `lr`: the gradients
 /// clipped to `settings.grad_clip` by their norm and unscaled by `loss_scale`; `opt_step`
-/// counts updates from 1. Under ZeRO every rank's updated shard of the master weights goes
-/// to every rank.
+/// counts updates from 1; `nonfinite` (or null) the f32 the update sets on a gradient that
+/// is not finite. Under ZeRO every rank's updated shard of the master weights goes to every
+/// rank.
 #[allow(clippy::too_many_arguments)]
 pub fn update(
     eng: &Engine,
@@ -76,6 +78,7 @@ pub fn update(
     shard: (usize, usize),
     (lr, grad_norm, loss_scale): (f64, f64, f32),
     opt_step: u64,
+    nonfinite: Buf,
 ) -> Result<(), RunError> {
     let clip = if settings.grad_clip > 0.0 && grad_norm > settings.grad_clip {
         settings.grad_clip / (grad_norm + 1e-6)
@@ -93,6 +96,7 @@ pub fn update(
         opt_step,
         (clip / loss_scale as f64) as f32,
         shard,
+        nonfinite,
     )?;
     if let (Some(c), true) = (&comms.dp, zero >= 1) {
         // Every rank's updated shard of the master weights, to every rank.

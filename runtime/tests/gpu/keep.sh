@@ -7,6 +7,9 @@
 #          first step whose loss or gradient norm is not finite (within a step of the first
 #          non-finite loss), name that step, and leave no checkpoint of non-finite weights
 #          (--save-every 1: every checkpoint it wrote is read back and checked).
+# diverge0 the same with grad_clip = 0, where the step takes no gradient norm and the update
+#          finds non-finite gradients: exit 1 naming the last step, no checkpoint at or after
+#          it, every checkpoint finite.
 # preempt  a small fp32 GPT sent SIGTERM mid-training must finish its step, save it and exit
 #          75 (preempted); `--resume` starts after the step it reached and gives the losses
 #          of an uninterrupted run (relative 1e-6), then SIGUSR1 without --save: exit 75 and
@@ -20,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 out=${1:?usage: $0 OUTDIR}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-parts=" ${PARTS:-diverge preempt} "
+parts=" ${PARTS:-diverge diverge0 preempt} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 . "$here/env.sh"
 PY=${PYTHON:-python3}
@@ -102,6 +105,36 @@ if want diverge; then
     fi
     if [ -n "$newest" ] && [ -n "$last" ] && [ "$((10#${newest##*step-}))" -ge "$last" ]; then
         fail "diverge: a checkpoint of step ${newest##*/} was written at or after the diverged step $last"
+    fi
+    rm -rf "$d/ckpt"
+fi
+
+if want diverge0; then
+    echo "== diverge0: gpt2-124m-1gpu, bf16, lr ${LR:-10}, grad_clip = 0"
+    d=$out/diverge0
+    rm -rf "$d" && mkdir -p "$d"
+    sed -e "s/^train {/train {\n    lr = ${LR:-10}\n    lr_schedule = constant\n    warmup_steps = 0\n    grad_clip = 0/" \
+        "$root/examples/gpt2-124m-1gpu.tp" >"$d/plan.tp"
+    "$planc" run "$d/plan.tp" --steps 40 --save "$d/ckpt" --save-every 1 \
+        --metrics "$d/metrics.jsonl" --color never >"$d/run.log" 2>&1
+    rc=$?
+    tail -n 4 "$d/run.log"
+    steps "$d/metrics.jsonl" >"$d/steps.txt" 2>/dev/null
+    last=$(tail -n 1 "$d/steps.txt" | cut -d' ' -f1)
+    norms=$(awk '$3 != "None"' "$d/steps.txt" | wc -l)
+    newest=$(ls -d "$d"/ckpt/step-* 2>/dev/null | tail -n 1)
+    if [ $rc -ne 1 ]; then
+        fail "diverge0: the run exited $rc (want 1), last step ${last:-none}"
+    elif [ "$norms" -ne 0 ]; then
+        fail "diverge0: $norms steps reported a gradient norm with grad_clip = 0"
+    elif ! grep -q "error: step $last: " "$d/run.log"; then
+        fail "diverge0: exit 1 after step $last, but the error does not name the step"
+    elif [ -n "$newest" ] && [ "$((10#${newest##*step-}))" -ge "$last" ]; then
+        fail "diverge0: a checkpoint of step ${newest##*/} was written at or after the diverged step $last"
+    elif ! finite_checkpoints "$d/ckpt" >"$d/finite.txt" 2>&1; then
+        fail "diverge0: $(head -n 3 "$d/finite.txt" | tr '\n' ' ')"
+    else
+        pass "diverge0: stopped with exit 1 after step $last, $(tail -n 1 "$d/finite.txt"): $(grep -m1 '^error' "$d/run.log" | cut -c1-300)"
     fi
     rm -rf "$d/ckpt"
 fi

@@ -94,6 +94,12 @@ if want speed; then
             fi
         done
     done
+    # GPT-2 flash as torch_gpt_baseline.py trains it: clipping nothing, so taking no norm.
+    f=$plans/gpt2-124m-1gpu-flash-noclip.tp
+    sed -e "s/^train {/train {\n    grad_clip = 0/" "$plans/gpt2-124m-1gpu-flash.tp" >"$f"
+    echo "== planc run gpt2-124m-1gpu (flash attention, grad_clip = 0)"
+    "$planc" run "$f" --steps 300 --color never >"$out/run-gpt2-noclip.log" 2>&1
+    sed -n '/^start/p;/^time/p;/^memory/p;/^speed/p' "$out/run-gpt2-noclip.log"
     # GPT 6.6B (1 x 2048, global batch 1): issue 26's third speed plan, beside the 6.6B
     # eager baseline of the torch part.
     f=$plans/gpt6.6b.tp

@@ -15,7 +15,9 @@ const SUMSQ_BLOCKS: usize = 1024;
 impl Engine {
     /// One optimizer update over this rank's shard `[lo, hi)` of the flat buffers (all of
     /// them without ZeRO); `gscale` multiplies the gradients first (clipping, loss-scale
-    /// removal); `t` counts updates from 1. Adam's moments are indexed from `lo`.
+    /// removal); `t` counts updates from 1. Adam's moments are indexed from `lo`. Where
+    /// `nonfinite` is not null the update sets that f32 to 1 on a gradient that is not
+    /// finite (a step that took no norm).
     #[allow(clippy::too_many_arguments)]
     pub fn update(
         &self,
@@ -25,6 +27,7 @@ impl Engine {
         t: u64,
         gscale: f32,
         (lo, hi): (usize, usize),
+        nonfinite: Buf,
     ) -> Res {
         let n = hi - lo;
         if n == 0 {
@@ -41,6 +44,7 @@ impl Engine {
             n,
             lo,
             decay: self.decay,
+            nonfinite,
         };
         if self.shape.optimizer == Optimizer::Sgd {
             optimizer::sgd(&self.gpu, r, lr, wd, gscale)
