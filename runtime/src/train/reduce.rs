@@ -203,3 +203,15 @@ impl Reduction<'_> {
 fn fault_stalls(rank: usize, step: u64) -> bool {
     std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("stall:{rank}:{step}"))
 }
+
+/// Fault injection for the divergence test: PLANC_FAULT=nan-grad:RANK:STEP puts a NaN in
+/// that rank's first gradient of its shard after the step's reductions, as an overflow in
+/// backward would, so that the stop is tested with and without the norm (`grad_clip = 0`,
+/// where only the update can find it; runtime/tests/gpu/keep.sh `diverge0`).
+pub fn fault_nan_grad(eng: &Engine, red: &Reduction, step: u64) -> Result<(), RunError> {
+    let planted = format!("nan-grad:{}:{}", red.rank, step + 1);
+    if std::env::var("PLANC_FAULT").is_ok_and(|f| f == planted) {
+        eng.gpu.upload(eng.grad.at(red.shard.0, 4), &[f32::NAN])?;
+    }
+    Ok(())
+}
