@@ -528,7 +528,7 @@ impl<'a> Steps<'a> {
             self.batches.prepare_step_ahead(eng, self.prog, step + 1);
         }
         ctx.reduction.gradients(eng, reduced, step)?;
-        super::reduce::fault_nan_grad(eng, &ctx.reduction, step)?;
+        super::reduce::fault_nan_grad(eng, ctx.reduction, step)?;
         ctx.watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",
             step + 1,
