@@ -595,6 +595,39 @@ mod tests {
     }
 
     #[test]
+    fn a_step_without_a_norm_says_so_on_its_line_and_as_json_null() {
+        use planc_runtime::train::metrics::StepMetrics;
+        let m = |grad_norm| StepMetrics {
+            step: 3,
+            loss: 2.5,
+            grad_norm,
+            lr: 3e-4,
+            step_s: 0.031,
+            tokens_per_s: 528_000.0,
+            tflops_per_gpu: 450.0,
+            mfu: 0.455,
+            peak_bytes: 10 << 30,
+            skipped: None,
+            predicted_step_s: None,
+            predicted_peak_bytes: None,
+        };
+        assert!(step_line(&m(Some(0.8125)), 10).contains("grad_norm 0.812 "));
+        // grad_clip = 0 outside fp16: no norm taken (docs/spec/run.md).
+        assert!(step_line(&m(None), 10).contains("grad_norm -  lr"));
+        let json = serde_json::to_value(m(None)).unwrap();
+        // Present and null: the metrics line keeps its fields whatever the step took.
+        assert_eq!(
+            json.get("grad_norm"),
+            Some(&serde_json::Value::Null),
+            "{json}"
+        );
+        assert_eq!(
+            serde_json::to_value(m(Some(1.5))).unwrap()["grad_norm"],
+            1.5
+        );
+    }
+
+    #[test]
     fn every_rank_traces_beside_rank_zero() {
         use super::rank_trace_path;
         use std::path::Path;
