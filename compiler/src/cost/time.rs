@@ -1586,8 +1586,12 @@ pub fn optimizer_time(plan: &Plan, stage: u64, params: f64, experts: f64, dev: &
     };
     // The norm reads the gradients, zeroing writes the buffer, in its type.
     let grad = plan.grad_bytes();
-    let takes_norm = plan.train.run.grad_clip > 0.0
-        || (plan.framework() == Framework::Planc && plan.train.precision == Precision::Fp16);
+    let takes_norm = match plan.framework() {
+        Framework::Planc => {
+            crate::plan::planc_takes_grad_norm(plan.train.precision, plan.train.run.grad_clip)
+        }
+        _ => plan.train.run.grad_clip > 0.0,
+    };
     let grad_norm = if takes_norm { grad } else { 0.0 };
     // ZeRO-2 and -3 keep only the shard's gradients; otherwise the buffer is whole. planc's
     // runtime zeroes only what the step's first weight gradients do not overwrite.

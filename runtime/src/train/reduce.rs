@@ -21,8 +21,8 @@ pub struct Reduction<'a> {
     /// This rank's range of the gradients under ZeRO (all of them without).
     pub shard: (usize, usize),
     pub micro_batches: usize,
-    /// This process's rank, for fault injection.
-    pub rank: usize,
+    /// The fault the tests plant on this rank (`PLANC_FAULT`), read when the run starts.
+    pub fault: Fault,
     /// Whether this rank's stage holds the last stage's copy of a tied embedding.
     pub tied_copy: bool,
 }
@@ -34,7 +34,7 @@ pub struct Sums {
     /// Ranks whose loss was not finite.
     pub losses_not_finite: f32,
     /// The norm of the (still loss-scaled) gradients over the whole model; `None` where
-    /// the step took none (`stop::needs_norm`).
+    /// the step took none (`planc_compiler::plan::planc_takes_grad_norm`).
     pub raw_norm: Option<f64>,
 }
 
@@ -81,12 +81,8 @@ impl Reduction<'_> {
                 let (lo, hi) = self.shard;
                 c.reduce_scatter_sum(eng.grad, eng.grad.at(lo, 4), hi - lo, stream)?;
             }
-            // Fault injection for the hang test: PLANC_FAULT=stall:RANK:STEP makes that rank
-            // stop taking part before the step's loss reduction, holding its GPU, as a rank
-            // stuck in I/O or a debugger would. (Skipping one collective instead is not a
-            // hang: NCCL pairs the rank's next collective with the peers' skipped one and
-            // completes both, with mismatched counts.)
-            if fault_stalls(self.rank, step + 1) {
+            // The hang test's planted stall (`Fault::Stall`).
+            if self.fault == Fault::Stall(step + 1) {
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(3600));
                 }
@@ -98,7 +94,7 @@ impl Reduction<'_> {
         eng.tp_reduce_partial_grads()
     }
 
-    /// Queues the gradient norm's sums (where `norm`, `stop::needs_norm`) and this rank's
+    /// Queues the gradient norm's sums (where `norm`, `planc_takes_grad_norm`) and this rank's
     /// flags (a stop signal seen, a loss not finite) on the GPU; [`Reduction::read`] reads
     /// them.
     pub fn queue_norm(
@@ -178,40 +174,111 @@ impl Reduction<'_> {
     /// ranks found one not finite, summed along every axis so that all stop alike (waits
     /// for the GPU).
     pub fn update_flags(&self, eng: &Engine) -> Result<f32, RunError> {
-        let (r, stream) = (&self.ranks, eng.gpu.stream as u64);
         let flag = eng.scalars.at(stop::UPDATE_FLAG, 4);
-        for (axis, _) in stop::scalar_sums(r.tp, r.pp, r.dp, self.zero) {
-            let c = self.comms.of_axis(axis);
-            c.all_reduce_sum(flag, 1, stream)?;
-        }
+        self.sum_over_world(eng, flag)?;
         Ok(eng.gpu.download::<f32>(flag, 1)?[0])
     }
 
     /// A barrier after a stop's checkpoint: no rank ends (and no launcher such as srun
-    /// --kill-on-bad-exit kills the rest) before rank 0 has written it. Summed along every
-    /// axis in turn, every rank's result needs every rank's part.
+    /// --kill-on-bad-exit kills the rest) before rank 0 has written it.
     pub fn barrier(&self, eng: &Engine) -> Result<(), RunError> {
+        self.sum_over_world(eng, eng.scalars.at(stop::FLAG_SLOTS.start, 4))?;
+        eng.gpu.sync()
+    }
+
+    /// Queues the sum of the f32 at `x` over every rank: summed along every axis in turn,
+    /// every rank's result needs every rank's part.
+    fn sum_over_world(&self, eng: &Engine, x: Buf) -> Result<(), RunError> {
         let (r, stream) = (&self.ranks, eng.gpu.stream as u64);
         for (axis, _) in stop::scalar_sums(r.tp, r.pp, r.dp, self.zero) {
-            let c = self.comms.of_axis(axis);
-            c.all_reduce_sum(eng.scalars.at(stop::FLAG_SLOTS.start, 4), 1, stream)?;
+            self.comms.of_axis(axis).all_reduce_sum(x, 1, stream)?;
         }
-        eng.gpu.sync()
+        Ok(())
     }
 }
 
-fn fault_stalls(rank: usize, step: u64) -> bool {
-    std::env::var("PLANC_FAULT").is_ok_and(|f| f == format!("stall:{rank}:{step}"))
+/// A fault the tests plant (`PLANC_FAULT=KIND:RANK:STEP`, steps counted from 1) on the rank
+/// it names; `Fault::None` on the others.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    #[default]
+    None,
+    /// `stall:RANK:STEP`: the rank stops taking part before the step's loss reduction,
+    /// holding its GPU, as a rank stuck in I/O or a debugger would (the hang test; skipping
+    /// one collective instead is not a hang: NCCL pairs the rank's next collective with the
+    /// peers' skipped one and completes both, with mismatched counts).
+    Stall(u64),
+    /// `nan-grad:RANK:STEP`: a NaN in the rank's first gradient of its shard after the
+    /// step's reductions, as an overflow in backward would leave it, so that the stop is
+    /// tested with and without the norm (`grad_clip = 0`, where only the update can find it;
+    /// runtime/tests/gpu/keep.sh `diverge0`).
+    NanGrad(u64),
 }
 
-/// Fault injection for the divergence test: PLANC_FAULT=nan-grad:RANK:STEP puts a NaN in
-/// that rank's first gradient of its shard after the step's reductions, as an overflow in
-/// backward would, so that the stop is tested with and without the norm (`grad_clip = 0`,
-/// where only the update can find it; runtime/tests/gpu/keep.sh `diverge0`).
-pub fn fault_nan_grad(eng: &Engine, red: &Reduction, step: u64) -> Result<(), RunError> {
-    let planted = format!("nan-grad:{}:{}", red.rank, step + 1);
-    if std::env::var("PLANC_FAULT").is_ok_and(|f| f == planted) {
+impl Fault {
+    /// Rank `rank`'s fault in `PLANC_FAULT`'s value `spec`; an error naming the forms it
+    /// takes for anything else, so that a misspelt fault fails the test that set it instead
+    /// of planting nothing.
+    pub fn parse(spec: &str, rank: usize) -> Result<Fault, String> {
+        let bad = || {
+            format!(
+                "PLANC_FAULT={spec} is not a fault planc plants: set stall:RANK:STEP or \
+                 nan-grad:RANK:STEP (steps from 1), or unset it"
+            )
+        };
+        let mut parts = spec.split(':');
+        let (kind, on, step) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (Some(k), Some(r), Some(s), None) => (k, r.parse::<usize>(), s.parse::<u64>()),
+            _ => return Err(bad()),
+        };
+        let (on, step) = match (on, step) {
+            (Ok(r), Ok(s)) if s >= 1 => (r, s),
+            _ => return Err(bad()),
+        };
+        let fault = match kind {
+            "stall" => Fault::Stall(step),
+            "nan-grad" => Fault::NanGrad(step),
+            _ => return Err(bad()),
+        };
+        Ok(if on == rank { fault } else { Fault::None })
+    }
+
+    /// This rank's fault from the environment (`Fault::None` where `PLANC_FAULT` is unset).
+    pub fn from_env(rank: usize) -> Result<Fault, RunError> {
+        match std::env::var("PLANC_FAULT") {
+            Ok(spec) => Fault::parse(&spec, rank).map_err(RunError::Usage),
+            Err(_) => Ok(Fault::None),
+        }
+    }
+}
+
+/// Plants a `Fault::NanGrad` of step `step` (counted from 0), after its reductions.
+pub fn plant_nan_grad(eng: &Engine, red: &Reduction, step: u64) -> Result<(), RunError> {
+    if red.fault == Fault::NanGrad(step + 1) {
         eng.gpu.upload(eng.grad.at(red.shard.0, 4), &[f32::NAN])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fault;
+
+    #[test]
+    fn a_planted_fault_is_read_once_for_the_rank_it_names_and_a_misspelt_one_refused() {
+        assert_eq!(Fault::parse("stall:1:3", 1), Ok(Fault::Stall(3)));
+        assert_eq!(Fault::parse("stall:1:3", 0), Ok(Fault::None));
+        assert_eq!(Fault::parse("nan-grad:0:3", 0), Ok(Fault::NanGrad(3)));
+        for bad in [
+            "nan_grad:0:3",
+            "stall:1",
+            "stall:x:3",
+            "stall:0:0",
+            "stall:0:3:1",
+            "",
+        ] {
+            let e = Fault::parse(bad, 0).unwrap_err();
+            assert!(e.contains("stall:RANK:STEP") && e.contains(bad), "{e}");
+        }
+    }
 }

@@ -22,7 +22,7 @@ use super::model::{Dims, Params, Stage, TpMap};
 use super::predict::{self, Prediction};
 use super::program::Program;
 use super::ranks::{Comms, Ranks};
-use super::reduce::Reduction;
+use super::reduce::{Fault, Reduction};
 use super::replay::{self, Replay};
 use super::resume::{self, Share};
 use super::save::Saver;
@@ -94,6 +94,8 @@ pub fn train(
     mut on_event: impl FnMut(Event<'_>),
 ) -> Result<Summary, RunError> {
     let mut phases = Phases::start();
+    // A misspelt test fault fails here, before the GPU is opened.
+    let fault = Fault::from_env(world.rank)?;
     let part = Part::of(plan, opts, world)?;
     let gpu = Gpu::open(world.local_rank, plan.train.precision)?;
     on_event(Event::Started(
@@ -167,7 +169,7 @@ pub fn train(
     })));
     let shard = eng.shape.shard(eng.params.total);
     let saver = part.saver(plan, opts, world.rank, &comms, &whole, shard);
-    let reduction = part.reduction(plan, world.rank, &comms, shard, prog.micro_batches);
+    let reduction = part.reduction(plan, fault, &comms, shard, prog.micro_batches);
     let ctx = Ctx {
         comms: &comms,
         watchdog: &watchdog,
@@ -312,7 +314,7 @@ impl Part {
     fn reduction<'a>(
         &self,
         plan: &Plan,
-        rank: usize,
+        fault: Fault,
         comms: &'a Comms,
         shard: (usize, usize),
         micro_batches: usize,
@@ -323,7 +325,7 @@ impl Part {
             zero: plan.parallel.zero,
             shard,
             micro_batches,
-            rank,
+            fault,
             tied_copy: self.stage.holds_tied_copy(&self.dims),
         }
     }
@@ -528,7 +530,7 @@ impl<'a> Steps<'a> {
             self.batches.prepare_step_ahead(eng, self.prog, step + 1);
         }
         ctx.reduction.gradients(eng, reduced, step)?;
-        super::reduce::fault_nan_grad(eng, ctx.reduction, step)?;
+        super::reduce::plant_nan_grad(eng, ctx.reduction, step)?;
         ctx.watchdog.waiting(format!(
             "the step-{} gradient reduction ({})",
             step + 1,
@@ -540,7 +542,7 @@ impl<'a> Steps<'a> {
         ));
         let loss = eng.loss_sum(self.prog.micro_batches)? / self.tokens_per_step as f64;
         let precision = plan.train.precision;
-        let norm = stop::needs_norm(precision, settings.grad_clip);
+        let norm = planc_compiler::plan::planc_takes_grad_norm(precision, settings.grad_clip);
         ctx.reduction
             .queue_norm(eng, loss.is_finite(), step, norm)?;
         if !last {
@@ -560,7 +562,7 @@ impl<'a> Steps<'a> {
             self.opt_step += 1;
             let zero = plan.parallel.zero;
             let shard = ctx.reduction.shard;
-            let figures = (lr, grad_norm.unwrap_or(0.0), self.scale.scale);
+            let figures = (lr, grad_norm, self.scale.scale);
             update::update(
                 eng,
                 ctx.comms,

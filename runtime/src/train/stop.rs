@@ -95,15 +95,6 @@ pub const SLOTS: usize = 5;
 /// (beside the step's sums, which are summed before the update; this one after it).
 pub const UPDATE_FLAG: usize = SLOTS;
 
-/// Whether a step takes its gradients' norm before the update: to clip them, and under
-/// fp16 to find an overflow of the loss scale (whose step is skipped, not taken). Without
-/// either, the norm would be a pass over every gradient for nothing but the metrics line
-/// (6 ms of a 195 ms step of GPT 6.6B on an H200), so the step leaves it out, as
-/// Megatron-LM does without `--clip-grad`, and the update flags non-finite gradients.
-pub fn needs_norm(precision: Precision, grad_clip: f64) -> bool {
-    grad_clip > 0.0 || precision == Precision::Fp16
-}
-
 /// What one rank puts into the flag slots (1 or 0: sums of a few thousand ranks' flags are
 /// exact in f32).
 pub fn flags(signal_seen: bool, loss_finite: bool) -> [f32; 2] {
@@ -156,7 +147,7 @@ pub enum Verdict {
 
 /// `losses_not_finite`: the world's sum of the "loss not finite" flag; `grad_norm` the
 /// gradient norm after the sums (unscaled), `None` in a step that took none
-/// ([`needs_norm`]: the update judges its gradients then).
+/// (`planc_compiler::plan::planc_takes_grad_norm`: the update judges its gradients then).
 pub fn judge(precision: Precision, losses_not_finite: f32, grad_norm: Option<f64>) -> Verdict {
     match grad_norm {
         _ if losses_not_finite > 0.0 => Verdict::Diverged,
@@ -364,15 +355,6 @@ mod tests {
         // The flag a rank puts in for a NaN or infinite loss.
         assert_eq!(flags(false, f64::NAN.is_finite()), [0.0, 1.0]);
         assert_eq!(flags(true, true), [1.0, 0.0]);
-    }
-
-    #[test]
-    fn only_clipping_and_fp16_loss_scaling_need_the_norm_before_the_update() {
-        assert!(needs_norm(Precision::Bf16, 1.0));
-        assert!(!needs_norm(Precision::Bf16, 0.0));
-        assert!(!needs_norm(Precision::Fp32, 0.0));
-        // fp16 finds its overflows by the norm, clipping or not.
-        assert!(needs_norm(Precision::Fp16, 0.0));
     }
 
     #[test]

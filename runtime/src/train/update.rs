@@ -65,7 +65,8 @@ impl LossScale {
 }
 
 /// One optimizer update of this rank's `shard` with learning rate `lr`: the gradients
-/// clipped to `settings.grad_clip` by their norm and unscaled by `loss_scale`; `opt_step`
+/// clipped to `settings.grad_clip` by their norm (`None` where the step took none, with
+/// nothing to clip) and unscaled by `loss_scale`; `opt_step`
 /// counts updates from 1; `nonfinite` (or null) the f32 the update sets on a gradient that
 /// is not finite. Under ZeRO every rank's updated shard of the master weights goes to every
 /// rank.
@@ -76,14 +77,15 @@ pub fn update(
     settings: &RunSettings,
     zero: u64,
     shard: (usize, usize),
-    (lr, grad_norm, loss_scale): (f64, f64, f32),
+    (lr, grad_norm, loss_scale): (f64, Option<f64>, f32),
     opt_step: u64,
     nonfinite: Buf,
 ) -> Result<(), RunError> {
-    let clip = if settings.grad_clip > 0.0 && grad_norm > settings.grad_clip {
-        settings.grad_clip / (grad_norm + 1e-6)
-    } else {
-        1.0
+    let clip = match grad_norm {
+        Some(n) if settings.grad_clip > 0.0 && n > settings.grad_clip => {
+            settings.grad_clip / (n + 1e-6)
+        }
+        _ => 1.0,
     };
     eng.update(
         lr as f32,
