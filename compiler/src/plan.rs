@@ -487,6 +487,17 @@ pub fn planc_takes_grad_norm(precision: Precision, grad_clip: f64) -> bool {
     grad_clip > 0.0 || precision == Precision::Fp16
 }
 
+/// Whether `planc run` applies a GELU MLP's activation inside its products (cuBLASLt's
+/// epilogues: GELU and the bias as the up product writes, GELU's gradient and the bias
+/// gradient as the down product's input gradient is written), so that the activation and
+/// the up product's bias gradient make no pass of their own. 16-bit training only: fp32
+/// keeps planc's kernels (the numerics against `transformers` are pinned to them) and fp8
+/// runs its products through its own casts. The runtime decides by it (and falls back to
+/// the kernels without libcublasLt); the cost model prices planc's MLP by it.
+pub fn planc_fuses_gelu(precision: Precision, mlp: Mlp) -> bool {
+    mlp == Mlp::Gelu && matches!(precision, Precision::Bf16 | Precision::Fp16)
+}
+
 /// One fully chosen parallel layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Parallel {

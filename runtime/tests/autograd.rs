@@ -18,6 +18,7 @@ use planc_compiler::plan::{Mlp, Precision};
 use planc_runtime::device::activation::Activation;
 use planc_runtime::device::attention::{self, Grads, Heads};
 use planc_runtime::device::cuda::{Arg, Buf, Gpu};
+use planc_runtime::device::gelu_products::GeluProducts;
 use planc_runtime::device::heads::{qkv_kernel, QkvPass};
 use planc_runtime::device::optimizer::{self, AdamW, Range};
 use planc_runtime::device::rows::{self, norm_packs, norm_partials, NormGrads, NormSaved, Norms};
@@ -363,6 +364,81 @@ fn activations_bf16(py: &str, dir: &Path, rng: &mut Rng) {
     k.check(py, "swiglu:bf16", dir);
 }
 
+/// A GELU MLP's products with the activation in cuBLASLt's epilogues, bf16 training's path
+/// (`device::gelu_products`): the up product with its bias and GELU (keeping GELU's input),
+/// and the down product's input gradient with GELU's gradient and the up product's bias
+/// gradient (added to what the gradient held), against autograd in float64 on the same
+/// rounded inputs at a bf16 tolerance.
+fn gelu_products_bf16(py: &str, dir: &Path, rng: &mut Rng) {
+    let Some(mut gpu) =
+        common::gpu_or_skip("kernel autograd test (GELU epilogues)", Precision::Bf16)
+    else {
+        return;
+    };
+    let (rows, c, f) = (64usize, 128usize, 256usize);
+    let mut round = |v: Vec<f32>| -> (Vec<f32>, Buf) {
+        let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+        let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect();
+        let buf = gpu.alloc(bytes.len()).unwrap();
+        gpu.upload(buf, &bytes).unwrap();
+        (r.iter().map(|x| x.to_f32()).collect(), buf)
+    };
+    let (x, xb) = round(rng.vec(rows * c, 1.0, 0.0));
+    let (w1, w1b) = round(rng.vec(f * c, 0.15, 0.0));
+    let (b1, b1b) = round(rng.vec(f, 0.5, 0.0));
+    let (w2, w2b) = round(rng.vec(c * f, 0.15, 0.0));
+    let (dy, dyb) = round(rng.vec(rows * c, 1.0, 0.0));
+    let db0 = rng.vec(f, 0.5, 0.0);
+    let db = up(&mut gpu, &db0);
+    let ws = gpu.alloc(32 << 20).unwrap();
+    let Some(mut g) = GeluProducts::new(&gpu, Precision::Bf16, ws).unwrap() else {
+        println!("SKIPPED GELU epilogue products: no libcublasLt");
+        return;
+    };
+    let (act, h, dh) = (
+        gpu.alloc(rows * f * 2).unwrap(),
+        gpu.alloc(rows * f * 2).unwrap(),
+        gpu.alloc(rows * f * 2).unwrap(),
+    );
+    let scratch = gpu.alloc(2 * f * 4).unwrap();
+    assert!(
+        g.runs(
+            (act, h),
+            (xb, w1b, b1b),
+            (dh, db, scratch),
+            (dyb, w2b),
+            (rows, c, f)
+        ),
+        "cuBLASLt takes GPT-2's GELU epilogues at bf16"
+    );
+    println!(
+        "GELU epilogues: the bias gradient summed in {:?}",
+        g.bias_gradient_type()
+    );
+    g.up(&gpu, (act, h), xb, w1b, b1b, (rows, c, f)).unwrap();
+    g.down_dinp(&gpu, dh, (db, scratch), dyb, w2b, h, (rows, c, f))
+        .unwrap();
+    let back = |b: Buf, n: usize| -> Vec<f32> {
+        let raw: Vec<u16> = gpu.download(b, n).unwrap();
+        raw.into_iter()
+            .map(|x| bf16::from_bits(x).to_f32())
+            .collect()
+    };
+    let mut k = Case::default();
+    k.put("x", &x, &[rows, c]);
+    k.put("w1", &w1, &[f, c]);
+    k.put("b1", &b1, &[f]);
+    k.put("w2", &w2, &[c, f]);
+    k.put("dy", &dy, &[rows, c]);
+    k.put("db0", &db0, &[f]);
+    k.put("out.act", &back(act, rows * f), &[rows, f]);
+    k.put("out.h", &back(h, rows * f), &[rows, f]);
+    k.put("out.dh", &back(dh, rows * f), &[rows, f]);
+    k.put("out.db", &down(&gpu, db, f), &[f]);
+    k.put("tol", &[2e-2], &[1]);
+    k.check(py, "gelu_products:bf16", dir);
+}
+
 /// The fused attention in `p` (fp32: the scalar kernels; bf16: the tensor-core ones).
 fn flash(p: Precision, py: &str, dir: &Path, rng: &mut Rng) {
     let Some(mut gpu) = common::gpu_or_skip("kernel autograd test (flash)", p) else {
@@ -534,4 +610,5 @@ fn every_kernel_pair_matches_pytorch_autograd() {
     flash(Precision::Fp32, &py, dir.path(), &mut rng);
     flash(Precision::Bf16, &py, dir.path(), &mut rng);
     activations_bf16(&py, dir.path(), &mut rng);
+    gelu_products_bf16(&py, dir.path(), &mut rng);
 }

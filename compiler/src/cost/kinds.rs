@@ -339,7 +339,9 @@ mod tests {
                                 | OpKind::RingExchange { .. }
                                 | OpKind::Layout { .. } => Some(WorkKind::Attention),
                                 OpKind::Norm { .. } => Some(WorkKind::Norms),
-                                OpKind::Activation { .. } => Some(WorkKind::Activation),
+                                OpKind::Activation { .. } | OpKind::Epilogue { .. } => {
+                                    Some(WorkKind::Activation)
+                                }
                                 OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } => {
                                     Some(WorkKind::Linear)
                                 }

@@ -9,7 +9,8 @@ pub use super::op_id::OpId;
 use super::standard_attention::Core;
 pub use super::time::FusedKernel;
 use crate::plan::{
-    Attention, AttentionKernel, Framework, LoraTarget, Mlp, Plan, Position, Recompute,
+    planc_fuses_gelu, Attention, AttentionKernel, Framework, LoraTarget, Mlp, Plan, Position,
+    Recompute,
 };
 
 /// Which parallel group a collective runs over.
@@ -66,6 +67,12 @@ pub enum OpKind {
     /// q, k and v heads-major: `bytes` in forward, `backward_bytes` in backward (not
     /// twice the forward's, as a kernel's backward usually is).
     Layout { bytes: f64, backward_bytes: f64 },
+    /// A GELU MLP's activation applied in its products' epilogues (`planc run` in 16-bit,
+    /// `plan::planc_fuses_gelu`): what the up product writes beyond its output (GELU's
+    /// input, kept for backward), `bytes`, and what the down product's input gradient reads
+    /// (the same), `backward_bytes`; the passes of the activation and of the up product's
+    /// bias gradient are gone.
+    Epilogue { bytes: f64, backward_bytes: f64 },
     /// fp8 casts (and transposes) around a product that runs in fp8 (`cost::fp8`): `bytes`
     /// in forward (its input, and its share of the weights' cast), `backward_bytes` in
     /// backward (its output gradient).
@@ -382,15 +389,22 @@ fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, which: Mlps, rows: f64, f: f64, 
     for target in [LoraTarget::Gate, LoraTarget::Up] {
         adapter(ops, plan, target, rows, 1.0, f);
     }
-    ops.push(op(
-        act_name,
+    let dense = matches!(which, Mlps::Dense);
+    let kind = if planc && dense && planc_fuses_gelu(plan.train.precision, m.mlp) {
+        let aux = rows * f / t * e;
+        OpKind::Epilogue {
+            bytes: aux,
+            backward_bytes: aux,
+        }
+    } else {
         OpKind::Activation {
             bytes: activation_bytes(m.mlp, rows, f / t, e),
             width: f / t,
             mlp: m.mlp,
             planc_kernel: planc,
-        },
-    ));
+        }
+    };
+    ops.push(op(act_name, kind));
     ops.push(op(
         down_name,
         OpKind::Gemm {
@@ -701,8 +715,13 @@ pub fn layer_bias_gradients(plan: &Plan, ops: &[Op]) -> Vec<f64> {
         1.0
     };
     let e = plan.train.precision.bytes();
+    // planc's 16-bit GELU MLP sums the up product's bias gradient in an epilogue.
+    let fused = ops
+        .iter()
+        .any(|o| matches!(o.kind, OpKind::Epilogue { .. }));
     ops.iter()
         .filter_map(|o| match (o.id, &o.kind) {
+            (OpId::MlpUpProj, _) if fused => None,
             (OpId::QkvProj | OpId::MlpUpProj | OpId::SharedUpProj, OpKind::Gemm { m, n, .. }) => {
                 Some(m * n * e)
             }
@@ -810,6 +829,55 @@ mod tests {
                 group: Group::Ep,
             }] => *bytes,
             ref other => panic!("{id}: {other:?}"),
+        }
+    }
+
+    /// GPT-2 (12 layers of 768, bias, GELU) on one GPU, micro-batch 16 of 1024, run by
+    /// `framework` in `precision`.
+    fn gpt2(precision: &str, framework: &str) -> Plan {
+        let text = format!(
+            "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }}
+             model m {{ preset = \"gpt2-124m\" }}
+             train {{ global_batch = 16, precision = {precision} }}
+             parallel {{ micro_batch = 16 }}
+             job {{ framework = {framework} }}"
+        );
+        let checked = check_source("t.tp", &text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
+    #[test]
+    fn planc_runs_a_16_bit_gelu_in_its_products_epilogues() {
+        // bf16: the activation is what the up product writes beyond its output (GELU's
+        // input, kept) and what the down product's input gradient reads back, 16384 × 3072
+        // × 2 bytes each way; the up product's bias gradient (3072 columns) is summed there.
+        let aux = 16384.0 * 3072.0 * 2.0;
+        let ops = layer_forward(&gpt2("bf16", "planc"));
+        assert_eq!(
+            named(&ops, OpId::MlpActivation),
+            [&OpKind::Epilogue {
+                bytes: aux,
+                backward_bytes: aux
+            }]
+        );
+        let biases = layer_bias_gradients(&gpt2("bf16", "planc"), &ops);
+        assert_eq!(biases.len(), 3, "qkv, attention output, down: {biases:?}");
+        assert!(!biases.contains(&aux));
+        // fp32 keeps planc's activation kernel and its bias pass; another framework its
+        // own activation.
+        for (precision, framework) in [("fp32", "planc"), ("bf16", "megatron")] {
+            let p = gpt2(precision, framework);
+            let ops = layer_forward(&p);
+            assert!(
+                matches!(
+                    named(&ops, OpId::MlpActivation)[..],
+                    [OpKind::Activation { .. }]
+                ),
+                "{precision} {framework}"
+            );
+            assert_eq!(layer_bias_gradients(&p, &ops).len(), 4);
         }
     }
 

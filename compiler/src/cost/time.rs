@@ -622,6 +622,7 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
             }
             OpKind::Memory { bytes }
             | OpKind::Layout { bytes, .. }
+            | OpKind::Epilogue { bytes, .. }
             | OpKind::Cast { bytes, .. } => t.compute += dev.memory(*bytes),
             OpKind::Norm {
                 bytes,
@@ -814,6 +815,10 @@ fn own_backwards(ops: &[Op], dev: &Device) -> PassTime {
                 extra.flops += Core::flops(&core.recompute());
             }
             OpKind::Layout {
+                bytes,
+                backward_bytes,
+            }
+            | OpKind::Epilogue {
                 bytes,
                 backward_bytes,
             }

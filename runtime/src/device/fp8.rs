@@ -39,15 +39,8 @@
 //! is not saved in checkpoints (a resumed run's first step scales as a first step does);
 //! the norm and activation do not write fp8 themselves (a separate cast pass each).
 
-use std::cell::RefCell;
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::ffi::c_void;
-
-use cudarc::cublaslt::result as lt;
-use cudarc::cublaslt::sys;
-
 use super::cuda::{Arg, Buf, Gpu};
+use super::lt::{Epilogue, Lt, Operand, Product, Ty};
 use crate::error::RunError;
 
 use planc_compiler::cost::buffers::launch::FP8_META as META;
@@ -75,10 +68,10 @@ impl Format {
         }
     }
 
-    fn lt_type(self) -> sys::cudaDataType {
+    fn ty(self) -> Ty {
         match self {
-            Format::E4m3 => sys::cudaDataType::CUDA_R_8F_E4M3,
-            Format::E5m2 => sys::cudaDataType::CUDA_R_8F_E5M2,
+            Format::E4m3 => Ty::E4m3,
+            Format::E5m2 => Ty::E5m2,
         }
     }
 }
@@ -347,19 +340,15 @@ impl Fp8 {
     pub fn product(&self, gpu: &Gpu, lin: &Linear, out: Buf, rows: usize) -> Result<(), RunError> {
         let (i, o) = (lin.i, lin.o);
         // Column-major: out (o × rows) = W8ᵀ (o × i) · X8 (i × rows), K = i contiguous in both.
-        self.lt.tn(
+        self.tn(
             gpu,
-            Tn {
-                mnk: (o, rows, i),
-                a: (lin.w8, Format::E4m3, self.meta_of(lin.w)),
-                b: (self.xq, Format::E4m3, self.meta_of(lin.x)),
-                d: out,
-                out: Out::Bf16,
-                accumulate: false,
-                // Transformer Engine's forward products accumulate fast (`_2X_ACC_FPROP`
-                // off); its gradients do not.
-                fast: true,
-            },
+            (o, rows, i),
+            (lin.w8, Format::E4m3, lin.w),
+            (self.xq, Format::E4m3, lin.x),
+            (out, Ty::Bf16, false),
+            // Transformer Engine's forward products accumulate fast (`_2X_ACC_FPROP`
+            // off); its gradients do not.
+            true,
         )
     }
 
@@ -381,30 +370,58 @@ impl Fp8 {
         let (i, o) = (lin.i, lin.o);
         self.cast(gpu, lin.g, Format::E5m2, dy, (rows, o), self.gq, self.gqt)?;
         // dx (i × rows) = Wt8ᵀ (i × o) · dY8 (o × rows).
-        self.lt.tn(
+        self.tn(
             gpu,
-            Tn {
-                mnk: (i, rows, o),
-                a: (lin.wt8, Format::E4m3, self.meta_of(lin.w)),
-                b: (self.gq, Format::E5m2, self.meta_of(lin.g)),
-                d: dx,
-                out: Out::Bf16,
-                accumulate: false,
-                fast: false,
-            },
+            (i, rows, o),
+            (lin.wt8, Format::E4m3, lin.w),
+            (self.gq, Format::E5m2, lin.g),
+            (dx, Ty::Bf16, false),
+            false,
         )?;
         self.cast(gpu, lin.x, Format::E4m3, x, (rows, i), Buf::NULL, self.xq)?;
         // dW (i × o, i.e. [o, i] row-major) += Xt8ᵀ (i × rows) · dYt8 (rows × o).
-        self.lt.tn(
+        self.tn(
             gpu,
-            Tn {
-                mnk: (i, o, rows),
-                a: (self.xq, Format::E4m3, self.meta_of(lin.x)),
-                b: (self.gqt, Format::E5m2, self.meta_of(lin.g)),
-                d: gw,
-                out: Out::F32,
+            (i, o, rows),
+            (self.xq, Format::E4m3, lin.x),
+            (self.gqt, Format::E5m2, lin.g),
+            (gw, Ty::F32, accumulate),
+            false,
+        )
+    }
+
+    /// One "TN" product in cuBLASLt's column-major terms: `D (m × n) = Aᵀ·B (+ D)`, A
+    /// stored `k × m` and B `k × n` (both K-major), each operand with its format and the
+    /// tensor whose inverse scale cuBLASLt multiplies by; D with its type and whether it
+    /// accumulates.
+    #[allow(clippy::too_many_arguments)]
+    fn tn(
+        &self,
+        gpu: &Gpu,
+        mnk: (usize, usize, usize),
+        (a, fa, ta): (Buf, Format, usize),
+        (b, fb, tb): (Buf, Format, usize),
+        (d, td, accumulate): (Buf, Ty, bool),
+        fast: bool,
+    ) -> Result<(), RunError> {
+        let operand = |buf, f: Format, t| Operand {
+            buf,
+            ty: f.ty(),
+            scale: self.meta_of(t),
+        };
+        self.lt.matmul(
+            gpu,
+            &Product {
+                mnk,
+                trans_a: true,
+                a: operand(a, fa, ta),
+                b: operand(b, fb, tb),
+                d: (d, td),
                 accumulate,
-                fast: false,
+                fast,
+                epilogue: Epilogue::None,
+                bias: (Buf::NULL, td),
+                aux: Buf::NULL,
             },
         )
     }
@@ -494,8 +511,7 @@ pub fn check_device(gpu: &Gpu) -> Result<(), RunError> {
             gpu.name
         )));
     }
-    // SAFETY: probes whether the shared library loads with every symbol.
-    if !unsafe { sys::is_culib_present() } {
+    if !super::lt::present() {
         return Err(RunError::Cuda(
             "precision = fp8 runs its products through cuBLASLt, and libcublasLt (beside \
              libcublas) was not found: add its folder to LD_LIBRARY_PATH"
@@ -516,231 +532,6 @@ fn compute_capability(gpu: &Gpu) -> Result<(i32, i32), RunError> {
             .attribute(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
             .map_err(err)?,
     ))
-}
-
-/// An fp8 product's output type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Out {
-    Bf16,
-    F32,
-}
-
-/// One "TN" product in cuBLASLt's column-major terms: `D (m × n) = α·Aᵀ·B (+ D)`, A stored
-/// `k × m` and B `k × n` (leading dimension k), each operand with its format and its
-/// tensor's state (whose first float, the inverse scale, cuBLASLt multiplies by).
-struct Tn {
-    mnk: (usize, usize, usize),
-    a: (Buf, Format, Buf),
-    b: (Buf, Format, Buf),
-    d: Buf,
-    out: Out,
-    accumulate: bool,
-    fast: bool,
-}
-
-/// What one product's plan depends on.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
-    mnk: (usize, usize, usize),
-    a: Format,
-    b: Format,
-    out: Out,
-    fast: bool,
-    /// The operands' common alignment in bytes (16 to 256): the heuristic only offers
-    /// kernels that work at it.
-    align: u32,
-}
-
-/// A product's descriptors and the algorithm cuBLASLt's heuristic chose, made once a shape.
-struct Plan {
-    desc: sys::cublasLtMatmulDesc_t,
-    a: sys::cublasLtMatrixLayout_t,
-    b: sys::cublasLtMatrixLayout_t,
-    d: sys::cublasLtMatrixLayout_t,
-    algo: sys::cublasLtMatmulAlgo_t,
-}
-
-/// cuBLASLt (libcublasLt, opened at run time beside libcublas): a handle, its workspace and
-/// the plans made so far.
-struct Lt {
-    handle: sys::cublasLtHandle_t,
-    workspace: Buf,
-    plans: RefCell<HashMap<Key, Plan>>,
-}
-
-fn lt_err(what: &str) -> impl Fn(lt::CublasError) -> RunError + '_ {
-    move |e| RunError::Cuda(format!("cuBLASLt ({what}): {e:?}"))
-}
-
-impl Lt {
-    fn new(gpu: &mut Gpu, workspace: Buf) -> Result<Lt, RunError> {
-        gpu.ctx.bind_to_thread().map_err(super::cuda::err)?;
-        let handle = lt::create_handle().map_err(lt_err("create"))?;
-        Ok(Lt {
-            handle,
-            workspace,
-            plans: RefCell::new(HashMap::new()),
-        })
-    }
-
-    /// Runs the product `p` on the GPU's compute stream.
-    fn tn(&self, gpu: &Gpu, p: Tn) -> Result<(), RunError> {
-        let align = [p.a.0, p.b.0, p.d]
-            .iter()
-            .map(|b| 1u32 << b.ptr.trailing_zeros().min(8))
-            .min()
-            .unwrap_or(256);
-        if align < 16 {
-            return Err(RunError::Cuda(format!(
-                "an fp8 product's operand is {align}-byte aligned; cuBLASLt needs 16"
-            )));
-        }
-        let key = Key {
-            mnk: p.mnk,
-            a: p.a.1,
-            b: p.b.1,
-            out: p.out,
-            fast: p.fast,
-            align,
-        };
-        let mut plans = self.plans.borrow_mut();
-        let plan = match plans.entry(key) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => v.insert(self.plan(&key)?),
-        };
-        let set = |attr, ptr: &u64| {
-            // SAFETY: the descriptor is live; the attribute is a device pointer (8 bytes).
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    plan.desc,
-                    attr,
-                    ptr as *const u64 as *const c_void,
-                    std::mem::size_of::<u64>(),
-                )
-            }
-            .map_err(lt_err("scale pointer"))
-        };
-        use sys::cublasLtMatmulDescAttributes_t as D;
-        set(D::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.a.2.ptr)?;
-        set(D::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.b.2.ptr)?;
-        let (alpha, beta) = (1.0f32, if p.accumulate { 1.0f32 } else { 0.0 });
-        // SAFETY: the buffers are live device allocations of the sizes the layouts describe
-        // (the engine sized them from the same dimensions); C is D (β = 1 reads it).
-        unsafe {
-            lt::matmul(
-                self.handle,
-                plan.desc,
-                &alpha as *const f32 as *const c_void,
-                &beta as *const f32 as *const c_void,
-                p.a.0.ptr as *const c_void,
-                plan.a,
-                p.b.0.ptr as *const c_void,
-                plan.b,
-                p.d.ptr as *const c_void,
-                plan.d,
-                p.d.ptr as *mut c_void,
-                plan.d,
-                &plan.algo,
-                self.workspace.ptr as *mut c_void,
-                self.workspace.bytes,
-                gpu.stream as sys::cudaStream_t,
-            )
-        }
-        .map_err(lt_err("matmul"))
-    }
-
-    /// The descriptors of a product and the heuristic's fastest algorithm for it.
-    fn plan(&self, key: &Key) -> Result<Plan, RunError> {
-        use sys::cublasLtMatmulDescAttributes_t as D;
-        use sys::cublasLtMatmulPreferenceAttributes_t as P;
-        let (m, n, k) = key.mnk;
-        let desc = lt::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(lt_err("descriptor"))?;
-        // SAFETY (every call below): live descriptors, attribute values of the documented
-        // types and sizes (cublasOperation_t is an int, FAST_ACCUM an int8_t, the workspace
-        // size a size_t, the alignments uint32_t).
-        let set = |attr, v: *const c_void, size: usize| unsafe {
-            lt::set_matmul_desc_attribute(desc, attr, v, size).map_err(lt_err("descriptor"))
-        };
-        let (t, nn) = (1i32, 0i32); // CUBLAS_OP_T, CUBLAS_OP_N
-        set(D::CUBLASLT_MATMUL_DESC_TRANSA, &t as *const i32 as _, 4)?;
-        set(D::CUBLASLT_MATMUL_DESC_TRANSB, &nn as *const i32 as _, 4)?;
-        let fast = key.fast as i8;
-        set(
-            D::CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-            &fast as *const i8 as _,
-            1,
-        )?;
-        let layout = |ty, rows: usize, cols: usize, ld: usize| {
-            lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
-                .map_err(lt_err("layout"))
-        };
-        let a = layout(key.a.lt_type(), k, m, k)?;
-        let b = layout(key.b.lt_type(), k, n, k)?;
-        let d_type = match key.out {
-            Out::Bf16 => sys::cudaDataType::CUDA_R_16BF,
-            Out::F32 => sys::cudaDataType::CUDA_R_32F,
-        };
-        let d = layout(d_type, m, n, m)?;
-        let pref = lt::create_matmul_pref().map_err(lt_err("preference"))?;
-        let ws = self.workspace.bytes;
-        let setp = |attr, v: *const c_void, size: usize| unsafe {
-            lt::set_matmul_pref_attribute(pref, attr, v, size).map_err(lt_err("preference"))
-        };
-        setp(
-            P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-            &ws as *const usize as _,
-            std::mem::size_of::<usize>(),
-        )?;
-        for attr in [
-            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-            P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-        ] {
-            setp(attr, &key.align as *const u32 as _, 4)?;
-        }
-        // SAFETY: every descriptor is live.
-        let found = unsafe { lt::get_matmul_algo_heuristic(self.handle, desc, a, b, d, d, pref) };
-        // SAFETY: created above, not used after.
-        unsafe {
-            let _ = lt::destroy_matmul_pref(pref);
-        }
-        let algo = found
-            .map_err(|e| {
-                RunError::Cuda(format!(
-                    "cuBLASLt has no fp8 product for m={m} n={n} k={k} ({:?} × {:?} → {:?}): \
-                     {e:?}",
-                    key.a, key.b, key.out
-                ))
-            })?
-            .algo;
-        Ok(Plan {
-            desc,
-            a,
-            b,
-            d,
-            algo,
-        })
-    }
-}
-
-impl Drop for Lt {
-    fn drop(&mut self) {
-        // SAFETY: everything here was created by this Lt and is not used after.
-        unsafe {
-            for (_, p) in self.plans.borrow_mut().drain() {
-                let _ = lt::destroy_matrix_layout(p.a);
-                let _ = lt::destroy_matrix_layout(p.b);
-                let _ = lt::destroy_matrix_layout(p.d);
-                let _ = lt::destroy_matmul_desc(p.desc);
-            }
-            let _ = lt::destroy_handle(self.handle);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -227,6 +227,7 @@ impl Layer {
             }
             OpKind::Memory { bytes }
             | OpKind::Layout { bytes, .. }
+            | OpKind::Epilogue { bytes, .. }
             | OpKind::Cast { bytes, .. } => Measured {
                 name,
                 kind: "memory",

@@ -147,7 +147,7 @@ pub fn train(
         {
             eprintln!("{note}");
         }
-        if let Some(note) = eng.fp8_note() {
+        for note in [eng.fp8_note(), eng.gelu_note()].into_iter().flatten() {
             eprintln!("{note}");
         }
     }

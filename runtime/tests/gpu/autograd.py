@@ -62,6 +62,15 @@ def gelu_bias(t):
     return {"act": y, "dh": dh}
 
 
+def gelu_products(t):
+    # The up product with its bias, GELU, and GELU's gradient of the down product's input
+    # gradient; the bias gradient adds to what it held.
+    x, w1, b1, w2, dy = (d64(t[k]) for k in ("x", "w1", "b1", "w2", "dy"))
+    h = x @ w1.T + b1
+    act, (dh,) = grad_of(lambda h: F.gelu(h, approximate="tanh"), [h], dy @ w2)
+    return {"act": act, "h": h, "dh": dh, "db": dh.sum(0) + d64(t["db0"])}
+
+
 def swiglu(t):
     f = t["h"].shape[-1] // 2
     y, (dh,) = grad_of(lambda h: F.silu(h[:, :f]) * h[:, f:], [t["h"]], t["dout"])
@@ -192,6 +201,7 @@ CASES = {
     "rmsnorm": rmsnorm,
     "gelu": gelu,
     "gelu_bias": gelu_bias,
+    "gelu_products": gelu_products,
     "swiglu": swiglu,
     "softmax": softmax,
     "cross_entropy": cross_entropy,

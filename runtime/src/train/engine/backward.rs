@@ -109,16 +109,33 @@ impl Engine {
             part: Part::Backward,
         })?;
         let dfull = self.tp_gather_rows(dres)?;
-        self.linear_bwd(l, LayerTensor::Fc2W, dact, dfull, a.act, n)?;
+        let fused = self.gelu.is_some();
+        if let Some(g) = &self.gelu {
+            // GELU's gradient and the up product's bias gradient in the epilogue of the
+            // down product's input gradient.
+            let (f, _) = self.linear_shape(LayerTensor::Fc2W);
+            let w2 = w(self, LayerTensor::Fc2W);
+            let db = (gr(self, LayerTensor::FcB), self.s.partials);
+            g.down_dinp(&self.gpu, dh, db, dfull, w2, a.h, (n, c, f))?;
+            let (gw2, add) = (
+                gr(self, LayerTensor::Fc2W),
+                self.accumulates(l, LayerTensor::Fc2W),
+            );
+            self.blas.linear_dw_as(gw2, dfull, a.act, (n, f, c), add)?;
+        } else {
+            self.linear_bwd(l, LayerTensor::Fc2W, dact, dfull, a.act, n)?;
+        }
         self.bias_grad(gr(self, LayerTensor::Fc2B), dres, nl, c)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpActivation,
             part: Part::Backward,
         })?;
-        let fc_bias = self.activation_bias(l);
-        self.activation()
-            .backward(&self.gpu, dh, a.h, fc_bias, dact)?;
+        if !fused {
+            let fc_bias = self.activation_bias(l);
+            self.activation()
+                .backward(&self.gpu, dh, a.h, fc_bias, dact)?;
+        }
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpUpProj,
@@ -126,7 +143,9 @@ impl Engine {
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.linear_bwd(l, LayerTensor::FcW, dln, dh, ln2, n)?;
-        self.bias_grad(gr(self, LayerTensor::FcB), dh, n, fr)?;
+        if !fused {
+            self.bias_grad(gr(self, LayerTensor::FcB), dh, n, fr)?;
+        }
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpNorm,

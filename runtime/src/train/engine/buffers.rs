@@ -10,11 +10,12 @@ use crate::device::blas::Blas;
 use crate::device::cuda::{Alloc, Buf, Gpu};
 use crate::device::dist;
 use crate::device::fp8::{self, Fp8, Fp8Bufs};
+use crate::device::gelu_products::GeluProducts;
 use crate::error::RunError;
 use crate::train::model::{self, Dims, Params};
 use planc_compiler::cost::buffers::model::zeroed_gradients;
 use planc_compiler::cost::buffers::{stage_buffers, Bytes, Kept, Name, SetBuf, StageBuffers, Work};
-use planc_compiler::plan::{Attention, Position};
+use planc_compiler::plan::{planc_fuses_gelu, Attention, Position};
 use std::collections::BTreeMap;
 
 impl MemoryPlan {
@@ -58,10 +59,17 @@ impl Engine {
             let keys = list.fp8.iter().map(|l| (l.layer, l.weight));
             (Some(f), keys.zip(linears).collect())
         };
+        let gelu = if planc_fuses_gelu(shape.precision, shape.dims.mlp) {
+            GeluProducts::new(&gpu, shape.precision, h.blas_workspace)?
+        } else {
+            None
+        };
         let mut eng = Engine {
             attn: None,
             fp8,
             fp8_linears,
+            gelu,
+            gelu_kernels: false,
             gpu,
             blas,
             xsz: shape.xsz(),
@@ -92,6 +100,10 @@ impl Engine {
         eng.zeroed = zeroed_each_step(&eng.shape, eng.grad);
         if eng.shape.attention == Attention::Flash {
             eng.plan_cudnn_attention()?;
+        }
+        if let Some(g) = eng.gelu.take() {
+            eng.gelu = eng.gelu_products_run(g);
+            eng.gelu_kernels = eng.gelu.is_none();
         }
         Ok(eng)
     }
@@ -290,6 +302,32 @@ fn zeroed_each_step(shape: &Shape, grad: Buf) -> Vec<Buf> {
             bytes: 4 * (hi - lo),
         })
         .collect()
+}
+
+impl Engine {
+    /// Whether cuBLASLt has the GELU epilogue products (`device::gelu_products`) for this
+    /// stage's MLP, tried on its first layer and activation set; their plans are made here.
+    /// Where it does not (an MLP width it takes no algorithm for), the activation kernels
+    /// run instead, forward and backward alike.
+    fn gelu_products_run(&self, mut g: GeluProducts) -> Option<GeluProducts> {
+        let l = self.shape.stage.chunks.iter().flatten().next().copied()?;
+        let a = self.sets.first().and_then(|s| s.layers.first())?;
+        let w = |part| self.wx_of(model::Tensor::Layer(l, part));
+        let (c, f) = self.linear_shape(model::LayerTensor::FcW);
+        let db = self.g_of(model::Tensor::Layer(l, model::LayerTensor::FcB));
+        g.runs(
+            (a.act, a.h),
+            (
+                a.ln2,
+                w(model::LayerTensor::FcW),
+                w(model::LayerTensor::FcB),
+            ),
+            (self.s.dh, db, self.s.partials),
+            (self.s.dres, w(model::LayerTensor::Fc2W)),
+            (self.rows(), c, f),
+        )
+        .then_some(g)
+    }
 }
 
 #[cfg(test)]

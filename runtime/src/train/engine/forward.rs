@@ -206,18 +206,31 @@ impl Engine {
             part: Part::Forward,
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
-        self.linear(l, LayerTensor::FcW, a.h, ln2, n)?;
-        // GELU adds the bias as it reads (and its backward again): `h` is kept without it.
-        let fc_bias = self.activation_bias(l);
-        if fc_bias == Buf::NULL {
-            self.add_bias(a.h, w(self, LayerTensor::FcB), n, fr)?;
+        if let Some(g) = &self.gelu {
+            // GELU and the bias in the product's epilogue: `h` is kept with the bias.
+            let (c, f) = self.linear_shape(LayerTensor::FcW);
+            let (fc_w, fc_b) = (w(self, LayerTensor::FcW), w(self, LayerTensor::FcB));
+            g.up(&self.gpu, (a.act, a.h), ln2, fc_w, fc_b, (n, c, f))?;
+            self.mark_span(Span::Layer {
+                l,
+                op: OpId::MlpActivation,
+                part: Part::Forward,
+            })?;
+        } else {
+            self.linear(l, LayerTensor::FcW, a.h, ln2, n)?;
+            // GELU adds the bias as it reads (and its backward again): `h` is kept without
+            // it.
+            let fc_bias = self.activation_bias(l);
+            if fc_bias == Buf::NULL {
+                self.add_bias(a.h, w(self, LayerTensor::FcB), n, fr)?;
+            }
+            self.mark_span(Span::Layer {
+                l,
+                op: OpId::MlpActivation,
+                part: Part::Forward,
+            })?;
+            self.activation().forward(&self.gpu, a.act, a.h, fc_bias)?;
         }
-        self.mark_span(Span::Layer {
-            l,
-            op: OpId::MlpActivation,
-            part: Part::Forward,
-        })?;
-        self.activation().forward(&self.gpu, a.act, a.h, fc_bias)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpDownProj,

@@ -59,6 +59,19 @@ impl Engine {
         })
     }
 
+    /// A line when the plan's GELU MLP was to run in its products' epilogues
+    /// (`planc_compiler::plan::planc_fuses_gelu`) and cuBLASLt had no such product for
+    /// its shape, so planc's activation kernels run and the prediction is short by them.
+    pub fn gelu_note(&self) -> Option<String> {
+        self.gelu_kernels.then(|| {
+            let (c, f) = self.linear_shape(LayerTensor::FcW);
+            format!(
+                "note: cuBLASLt has no GELU epilogue product for the MLP's {c} → {f} at {}                  tokens; its activation runs in planc's kernels, which the prediction does                  not count",
+                self.rows()
+            )
+        })
+    }
+
     /// `out[rows, o] = inp[rows, i] · Wᵀ` for layer `l`'s weight `part`: in fp8 where it
     /// runs so, else through cuBLAS in the storage type.
     pub(super) fn linear(

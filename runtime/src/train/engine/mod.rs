@@ -42,6 +42,7 @@ use crate::device::blas::Blas;
 use crate::device::cuda::{Arg, Buf, Gpu};
 use crate::device::dist::Comm;
 use crate::device::fp8::{Fp8, Linear};
+use crate::device::gelu_products::GeluProducts;
 use crate::error::RunError;
 use cudarc::nccl::sys::ncclDataType_t;
 use planc_compiler::cost::kinds::WorkKind;
@@ -174,6 +175,13 @@ pub struct Engine {
     /// run in fp8 by (layer, weight name); the others run in bf16.
     fp8: Option<Fp8>,
     fp8_linears: BTreeMap<(usize, LayerTensor), Linear>,
+    /// A GELU MLP's activation in its products' epilogues, where
+    /// `planc_compiler::plan::planc_fuses_gelu` and cuBLASLt allow (`device::gelu_products`;
+    /// before `gpu`, as `fp8`); else planc's activation kernels.
+    gelu: Option<GeluProducts>,
+    /// Whether the rule wanted the epilogue products and cuBLASLt had none for this shape
+    /// (the run says so: the cost model priced the epilogues).
+    gelu_kernels: bool,
     pub gpu: Gpu,
     blas: Blas,
     pub shape: Shape,
