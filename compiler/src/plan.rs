@@ -488,9 +488,9 @@ pub fn planc_takes_grad_norm(precision: Precision, grad_clip: f64) -> bool {
 }
 
 /// Whether `planc run` applies a GELU MLP's activation inside its products (cuBLASLt's
-/// epilogues: GELU and the bias as the up product writes, GELU's gradient and the bias
-/// gradient as the down product's input gradient is written), so that the activation and
-/// the up product's bias gradient make no pass of their own. 16-bit training only: fp32
+/// epilogues: GELU and the bias as the up product writes, GELU's gradient as the down
+/// product's input gradient is written), so that the activation makes no pass of its own
+/// (the up product's bias gradient keeps its column sums). 16-bit training only: fp32
 /// keeps planc's kernels (the numerics against `transformers` are pinned to them) and fp8
 /// runs its products through its own casts. The runtime decides by it (and falls back to
 /// the kernels without libcublasLt); the cost model prices planc's MLP by it.

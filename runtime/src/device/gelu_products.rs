@@ -1,11 +1,17 @@
 //! A GELU MLP's activation inside its two products, through cuBLASLt's epilogues: the up
 //! product adds its bias and applies GELU as it writes (keeping GELU's input for backward),
-//! and the down product's input gradient applies GELU's gradient and sums the up product's
-//! bias gradient as it is written. The activation then makes no pass over memory of its
-//! own: per token and MLP column it saves a read in forward, and in backward the write and
-//! read of the activation's output gradient and the bias gradient's read.
+//! and the down product's input gradient applies GELU's gradient as it is written. The
+//! activation then makes no pass over memory of its own: per token and MLP column it saves
+//! a read in forward, and in backward the write and the read of the activation's output
+//! gradient.
 //!
-//! Used in 16-bit training where cuBLASLt is present (`planc_compiler::plan::
+//! The up product's bias gradient stays with planc's column sums over the gradient this
+//! writes. cuBLASLt can sum it in the same epilogue (`DGELU_BGRAD`), but on the H200 that
+//! product took GPT-2's step from 30.2 to 32.7 ms, and the forward epilogue alone saved
+//! nothing measurable (30.6 against 30.6 ms without either; docs/measurements.md,
+//! 2026-11-29, twelfth session).
+//!
+//! Used in 16-bit training where cuBLASLt has the products (`planc_compiler::plan::
 //! planc_fuses_gelu` is the rule the cost model prices by); fp32 keeps planc's own kernels,
 //! whose GELU the numerics against `transformers` are pinned to.
 
@@ -13,18 +19,12 @@ use planc_compiler::plan::Precision;
 
 use super::cuda::{Buf, Gpu};
 use super::lt::{Epilogue, Lt, Operand, Product, Ty};
-use super::rows;
 use crate::error::RunError;
 
 /// The epilogue products of one engine.
 pub struct GeluProducts {
     lt: Lt,
     x: Ty,
-    /// The type the down product's epilogue writes the bias gradient in (fp32 where
-    /// cuBLASLt takes it, else the storage type, as PyTorch's autocast and Transformer
-    /// Engine keep it), or None where it takes neither and planc's column sums do it
-    /// ([`Self::runs`] chooses).
-    bgrad: Option<Ty>,
 }
 
 fn operand(buf: Buf, ty: Ty) -> Operand {
@@ -55,7 +55,6 @@ impl GeluProducts {
         Ok(Some(GeluProducts {
             lt: Lt::new(gpu, workspace)?,
             x,
-            bgrad: Some(Ty::F32),
         }))
     }
 
@@ -102,52 +101,24 @@ impl GeluProducts {
     }
 
     /// `dh [rows, f] = (dout [rows, c] · W2) ⊙ GELU'(h)` for the down product's weight W2
-    /// `[c, f]` and the `h` [`Self::up`] kept; where `dbias` is not NULL, the up product's
-    /// bias gradient `Σ_rows dh` added to it (fp32, f long) through `scratch` (at least
-    /// `2f` floats, or `f` of them a chunk of rows where the epilogue does not sum: cuBLASLt
-    /// writes the sum, micro-batches add).
-    #[allow(clippy::too_many_arguments)]
+    /// `[c, f]` and the `h` [`Self::up`] kept.
     pub fn down_dinp(
         &self,
         gpu: &Gpu,
         dh: Buf,
-        (dbias, scratch): (Buf, Buf),
-        dout: Buf,
-        w2: Buf,
-        h: Buf,
-        (rows, c, f): (usize, usize, usize),
+        (dout, w2, h): (Buf, Buf, Buf),
+        shape: (usize, usize, usize),
     ) -> Result<(), RunError> {
-        let p = self.down_product(dh, (dbias, scratch), dout, w2, h, (rows, c, f), self.bgrad);
-        self.lt.matmul(gpu, &p)?;
-        if dbias == Buf::NULL {
-            return Ok(());
-        }
-        match self.bgrad {
-            Some(Ty::F32) => rows::sum_partials(gpu, dbias, scratch, 1, f),
-            // The 16-bit sum as a row of one, summed into fp32 beside it.
-            Some(_) => rows::bias_grad(gpu, (dbias, p.bias.0, scratch), 1, f),
-            None => rows::bias_grad(gpu, (dbias, dh, scratch), rows, f),
-        }
+        self.lt
+            .matmul(gpu, &self.down_product(dh, (dout, w2, h), shape))
     }
 
-    /// The down product's input gradient, its epilogue summing the bias gradient in type
-    /// `bgrad` (None: not summing it), into `scratch` (fp32) or past its first `f` floats.
-    #[allow(clippy::too_many_arguments)]
     fn down_product(
         &self,
         dh: Buf,
-        (dbias, scratch): (Buf, Buf),
-        dout: Buf,
-        w2: Buf,
-        h: Buf,
+        (dout, w2, h): (Buf, Buf, Buf),
         (rows, c, f): (usize, usize, usize),
-        bgrad: Option<Ty>,
     ) -> Product {
-        let bgrad = bgrad.filter(|_| dbias != Buf::NULL);
-        let bias = match bgrad {
-            Some(Ty::F32) | None => (scratch, Ty::F32),
-            Some(t) => (scratch.at(f, 4), t),
-        };
         // Column-major: dhᵀ (f × rows) = W2 (stored f × c) · doutᵀ (c × rows).
         Product {
             mnk: (f, rows, c),
@@ -157,10 +128,8 @@ impl GeluProducts {
             d: (dh, self.x),
             accumulate: false,
             fast: false,
-            epilogue: Epilogue::Dgelu {
-                bgrad: bgrad.is_some(),
-            },
-            bias,
+            epilogue: Epilogue::Dgelu,
+            bias: (Buf::NULL, self.x),
             aux: h,
         }
     }
@@ -168,34 +137,16 @@ impl GeluProducts {
     /// Whether cuBLASLt has both products for these buffers (those of the engine's first
     /// activation set: the others share their alignment) and shapes, with the arguments
     /// of [`Self::up`] and [`Self::down_dinp`]; their plans are made here, before any
-    /// step, and the bias gradient's type chosen: fp32 where cuBLASLt takes it, else the
-    /// storage type, else none (the down product without the sum).
-    #[allow(clippy::too_many_arguments)]
+    /// step.
     pub fn runs(
-        &mut self,
+        &self,
         (act, h): (Buf, Buf),
         (inp, w, bias): (Buf, Buf, Buf),
-        (dh, dbias, scratch): (Buf, Buf, Buf),
-        (dout, w2): (Buf, Buf),
+        (dh, dout, w2): (Buf, Buf, Buf),
         shape: (usize, usize, usize),
     ) -> bool {
         let up = self.up_product((act, h), inp, w, bias, shape);
-        if self.lt.prepare(&up).is_err() {
-            return false;
-        }
-        for bgrad in [Some(Ty::F32), Some(self.x), None] {
-            let down = self.down_product(dh, (dbias, scratch), dout, w2, h, shape, bgrad);
-            if self.lt.prepare(&down).is_ok() {
-                self.bgrad = bgrad;
-                return true;
-            }
-        }
-        false
-    }
-
-    /// The type the bias gradient is summed in by the down product's epilogue (None: by
-    /// planc's column sums after it), for the run's note.
-    pub fn bias_gradient_type(&self) -> Option<Ty> {
-        self.bgrad
+        let down = self.down_product(dh, (dout, w2, h), shape);
+        self.lt.prepare(&up).is_ok() && self.lt.prepare(&down).is_ok()
     }
 }

@@ -1,7 +1,7 @@
 //! cuBLASLt (libcublasLt, opened at run time beside libcublas): the products cuBLAS's plain
 //! API cannot express. fp8 operands with per-tensor scales (`fp8`), and products whose
-//! epilogue applies the MLP's GELU with its bias, or GELU's gradient with the bias gradient
-//! (`gelu_products`), so that the activation makes no pass over memory of its own.
+//! epilogue applies the MLP's GELU with its bias, or GELU's gradient (`gelu_products`), so
+//! that the activation makes no pass over memory of its own.
 //!
 //! A handle, a workspace, and per shape a plan: the descriptors and the algorithm the
 //! heuristic chose, made on first use and kept (a CUDA graph records the products, so
@@ -54,9 +54,8 @@ pub enum Epilogue {
     None,
     /// `aux = x + bias` (bias optional), `D = GELU(aux)` (the tanh form, GPT-2's).
     GeluAux { bias: bool },
-    /// `D = x · GELU'(aux)`, and where `bgrad`, the bias gradient: `D` summed over its
-    /// columns (written, not added).
-    Dgelu { bgrad: bool },
+    /// `D = x · GELU'(aux)`.
+    Dgelu,
 }
 
 impl Epilogue {
@@ -66,16 +65,12 @@ impl Epilogue {
             Epilogue::None => E::CUBLASLT_EPILOGUE_DEFAULT,
             Epilogue::GeluAux { bias: false } => E::CUBLASLT_EPILOGUE_GELU_AUX,
             Epilogue::GeluAux { bias: true } => E::CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-            Epilogue::Dgelu { bgrad: false } => E::CUBLASLT_EPILOGUE_DGELU,
-            Epilogue::Dgelu { bgrad: true } => E::CUBLASLT_EPILOGUE_DGELU_BGRAD,
+            Epilogue::Dgelu => E::CUBLASLT_EPILOGUE_DGELU,
         }
     }
 
     fn takes_bias(self) -> bool {
-        matches!(
-            self,
-            Epilogue::GeluAux { bias: true } | Epilogue::Dgelu { bgrad: true }
-        )
+        self == Epilogue::GeluAux { bias: true }
     }
 
     fn takes_aux(self) -> bool {
@@ -95,7 +90,7 @@ pub struct Operand {
 /// One product in cuBLASLt's column-major terms: `D (m × n) = α·op(A)·B + β·D`, B stored
 /// `k × n` (leading dimension k); A stored `k × m` and transposed where `trans_a` (the "TN"
 /// form Hopper's fp8 products take), else `m × k`. D's leading dimension is m, and so are
-/// the epilogue's aux matrix's; the bias (or its gradient) is m long.
+/// the epilogue's aux matrix's; the bias is m long.
 #[derive(Clone, Copy, Debug)]
 pub struct Product {
     pub mnk: (usize, usize, usize),
@@ -107,7 +102,7 @@ pub struct Product {
     /// fp8's fast accumulation (Transformer Engine's forward products take it).
     pub fast: bool,
     pub epilogue: Epilogue,
-    /// The bias (`GeluAux`) or the bias gradient's output (`Dgelu`), and its type.
+    /// The bias (`GeluAux { bias: true }`) and its type.
     pub bias: (Buf, Ty),
     /// The epilogue's matrix: written by `GeluAux`, read by `Dgelu`; D's type.
     pub aux: Buf,

@@ -111,12 +111,10 @@ impl Engine {
         let dfull = self.tp_gather_rows(dres)?;
         let fused = self.gelu.is_some();
         if let Some(g) = &self.gelu {
-            // GELU's gradient and the up product's bias gradient in the epilogue of the
-            // down product's input gradient.
+            // GELU's gradient in the epilogue of the down product's input gradient.
             let (f, _) = self.linear_shape(LayerTensor::Fc2W);
             let w2 = w(self, LayerTensor::Fc2W);
-            let db = (gr(self, LayerTensor::FcB), self.s.partials);
-            g.down_dinp(&self.gpu, dh, db, dfull, w2, a.h, (n, c, f))?;
+            g.down_dinp(&self.gpu, dh, (dfull, w2, a.h), (n, c, f))?;
             let (gw2, add) = (
                 gr(self, LayerTensor::Fc2W),
                 self.accumulates(l, LayerTensor::Fc2W),
@@ -143,9 +141,7 @@ impl Engine {
         })?;
         let ln2 = self.tp_gather_rows(a.ln2)?;
         self.linear_bwd(l, LayerTensor::FcW, dln, dh, ln2, n)?;
-        if !fused {
-            self.bias_grad(gr(self, LayerTensor::FcB), dh, n, fr)?;
-        }
+        self.bias_grad(gr(self, LayerTensor::FcB), dh, n, fr)?;
         self.mark_span(Span::Layer {
             l,
             op: OpId::MlpNorm,

@@ -309,12 +309,11 @@ impl Engine {
     /// stage's MLP, tried on its first layer and activation set; their plans are made here.
     /// Where it does not (an MLP width it takes no algorithm for), the activation kernels
     /// run instead, forward and backward alike.
-    fn gelu_products_run(&self, mut g: GeluProducts) -> Option<GeluProducts> {
+    fn gelu_products_run(&self, g: GeluProducts) -> Option<GeluProducts> {
         let l = self.shape.stage.chunks.iter().flatten().next().copied()?;
         let a = self.sets.first().and_then(|s| s.layers.first())?;
         let w = |part| self.wx_of(model::Tensor::Layer(l, part));
         let (c, f) = self.linear_shape(model::LayerTensor::FcW);
-        let db = self.g_of(model::Tensor::Layer(l, model::LayerTensor::FcB));
         g.runs(
             (a.act, a.h),
             (
@@ -322,8 +321,7 @@ impl Engine {
                 w(model::LayerTensor::FcW),
                 w(model::LayerTensor::FcB),
             ),
-            (self.s.dh, db, self.s.partials),
-            (self.s.dres, w(model::LayerTensor::Fc2W)),
+            (self.s.dh, self.s.dres, w(model::LayerTensor::Fc2W)),
             (self.rows(), c, f),
         )
         .then_some(g)
