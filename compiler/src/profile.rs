@@ -283,8 +283,12 @@ fn shipped_profiles() -> &'static [(&'static str, std::sync::Arc<Profile>)] {
 /// planc's shipped profile of the catalog GPU `gpu` measured at `precision`, if any. A plan
 /// at `precision = fp8` takes the bf16 one: everything but its linear products runs in bf16,
 /// and `planc calibrate` times those products in fp8 into the bf16 profile (`fp8_gemm`).
+/// fp16 takes it too: planc's kernels are the same at 16 bits either way, and the GPUs
+/// planc ships profiles for (H100, H200) have one dense peak for fp16 and bf16 products.
+/// Without it a GPT-2 fp16 run on the H200 was priced from the catalog's constants at 27.8
+/// ms and took 31.4 (1.13x; docs/measurements.md, 2026-11-29, twelfth session).
 pub fn shipped(gpu: &str, precision: &str) -> Option<std::sync::Arc<Profile>> {
-    let measured_at = if precision == "fp8" {
+    let measured_at = if matches!(precision, "fp8" | "fp16") {
         "bf16"
     } else {
         precision
@@ -293,6 +297,14 @@ pub fn shipped(gpu: &str, precision: &str) -> Option<std::sync::Arc<Profile>> {
         .iter()
         .find(|(_, p)| p.provenance.catalog_gpu == gpu && p.provenance.precision == measured_at)
         .map(|(_, p)| p.clone())
+}
+
+/// Whether a profile measured at `measured` prices a plan that trains at `precision`: its
+/// own precision, and fp16 from bf16 (planc's kernels are the same at 16 bits either way,
+/// and every GPU that multiplies in bf16 has one dense peak for both). fp8 plans price their
+/// 16-bit kernels from the bf16 profile through `cost::time::Device::sixteen_bit`.
+pub fn prices(measured: &str, precision: &str) -> bool {
+    measured == precision || (measured == "bf16" && precision == "fp16")
 }
 
 /// The file name of `profile` when it is one planc ships (the same value, not a copy).

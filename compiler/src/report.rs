@@ -386,7 +386,7 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
         .find_map(|g| g.gpu.profile.as_ref().map(|p| (g, p)))?;
     let (group, p) = g;
     let v = &p.provenance;
-    let at_precision = v.precision == plan.train.precision.as_str();
+    let at_precision = crate::profile::prices(&v.precision, plan.train.precision.as_str());
     let shipped = crate::profile::shipped_name(p)
         .map(|name| format!("planc's shipped profile {name}, "))
         .unwrap_or_default();

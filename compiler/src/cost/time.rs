@@ -195,12 +195,13 @@ impl<'a> Device<'a> {
         }
     }
 
-    /// The device profile, where it was measured at this precision.
+    /// The device profile, where it was measured at this precision (or prices it:
+    /// `profile::prices`).
     fn profile(&self) -> Option<&crate::profile::Profile> {
         self.gpu
             .profile
             .as_deref()
-            .filter(|p| p.provenance.precision == self.precision.as_str())
+            .filter(|p| crate::profile::prices(&p.provenance.precision, self.precision.as_str()))
     }
 
     /// `gemm_efficiency` is what a large, square product reaches (8192³, k overhead

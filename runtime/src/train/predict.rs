@@ -282,6 +282,30 @@ mod tests {
         assert_eq!(catalog_gpu_for("NVIDIA H200", h20).name, "H200_SXM_141GB");
     }
 
+    #[test]
+    fn an_fp16_run_is_priced_from_the_shipped_16_bit_profile() {
+        // GPT-2 flash on one H200, the speed plan, in bf16 and fp16: the same kernels at 16
+        // bits and one tensor-core peak, so one profile prices both (fp16 adds its loss
+        // scale's norm and checks).
+        let gpt2 = |precision: &str| {
+            let text = std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../examples/gpt2-124m-1gpu.tp"),
+            )
+            .unwrap()
+            .replace("attention = standard", "attention = flash")
+            .replace("precision = bf16", &format!("precision = {precision}"));
+            let c = planc_compiler::check::check_source("t.tp", &text);
+            c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
+        };
+        let bf16 = predict(&gpt2("bf16"), "NVIDIA H200");
+        let fp16 = predict(&gpt2("fp16"), "NVIDIA H200");
+        assert_eq!(fp16.profile, bf16.profile);
+        assert!(fp16.profile.is_some());
+        let ratio = fp16.step_s / bf16.step_s;
+        assert!((1.0..1.1).contains(&ratio), "fp16 / bf16 {ratio}");
+    }
+
     fn plan(parallel: &str) -> Plan {
         let text = format!(
             "cluster c {{ nodes = 1, gpus_per_node = 2, gpu = H100_SXM_80GB }}
