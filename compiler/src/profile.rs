@@ -1183,11 +1183,16 @@ mod shipped {
             let p = super::shipped(gpu, "bf16").unwrap();
             assert_eq!(super::shipped_name(&p), Some(file));
         }
-        assert!(super::shipped("H200_SXM_141GB", "fp16").is_none());
         // fp8 plans: the bf16 profile (whose fp8_gemm grid, where it has one, times their
-        // products; the rest of their step runs in bf16).
-        let fp8 = super::shipped("H200_SXM_141GB", "fp8").unwrap();
-        assert_eq!(super::shipped_name(&fp8), Some("h200_sxm_141gb.bf16.toml"));
+        // products; the rest of their step runs in bf16); fp16 ones too (the same 16-bit
+        // kernels, one peak); fp32 none.
+        for precision in ["fp8", "fp16"] {
+            let p = super::shipped("H200_SXM_141GB", precision).unwrap();
+            assert_eq!(super::shipped_name(&p), Some("h200_sxm_141gb.bf16.toml"));
+        }
+        assert!(super::shipped("H200_SXM_141GB", "fp32").is_none());
+        assert!(super::prices("bf16", "fp16") && super::prices("fp32", "fp32"));
+        assert!(!super::prices("bf16", "fp32") && !super::prices("fp16", "bf16"));
         assert!(super::shipped("A100_SXM_80GB", "bf16").is_none());
         // A copy is not the shipped one.
         let copy = std::sync::Arc::new((*super::shipped("H100_SXM_80GB", "bf16").unwrap()).clone());
