@@ -27,6 +27,23 @@ fn down(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
     gpu.download(b, n).unwrap()
 }
 
+/// `v` rounded to bf16, and uploaded: the rounded values and the buffer.
+fn up_bf16(gpu: &mut Gpu, v: Vec<f32>) -> (Vec<f32>, Buf) {
+    let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
+    let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect();
+    let buf = gpu.alloc(bytes.len()).unwrap();
+    gpu.upload(buf, &bytes).unwrap();
+    (r.iter().map(|x| x.to_f32()).collect(), buf)
+}
+
+/// `n` bf16 values of `b`, as f32.
+fn down_bf16(gpu: &Gpu, b: Buf, n: usize) -> Vec<f32> {
+    let raw: Vec<u16> = gpu.download(b, n).unwrap();
+    raw.into_iter()
+        .map(|x| bf16::from_bits(x).to_f32())
+        .collect()
+}
+
 fn norms(gpu: &mut Gpu, py: &str, dir: &Path, rng: &mut Rng) {
     // C 256 takes the vectorised kernels (64 packs of 4), C 102 (not whole packs) the
     // scalar ones.
@@ -310,13 +327,7 @@ fn activations_bf16(py: &str, dir: &Path, rng: &mut Rng) {
         return;
     };
     let (rows, f) = (16usize, 96usize);
-    let mut round = |v: Vec<f32>| -> (Vec<f32>, Buf) {
-        let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
-        let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect();
-        let buf = gpu.alloc(bytes.len()).unwrap();
-        gpu.upload(buf, &bytes).unwrap();
-        (r.iter().map(|x| x.to_f32()).collect(), buf)
-    };
+    let mut round = |v: Vec<f32>| up_bf16(&mut gpu, v);
     // The first row starts with inputs whose exponentials overflow or reach 2¹²⁶, where the
     // approximate division (`act_div`) gives 0 rather than the quotient: for GELU's input
     // and for SwiGLU's gate, whose quotients there are (nearly) 0.
@@ -327,12 +338,7 @@ fn activations_bf16(py: &str, dir: &Path, rng: &mut Rng) {
     let (bias, bb) = round(rng.vec(f, 1.0, 0.0));
     let act = gpu.alloc(rows * f * 2).unwrap();
     let dh = gpu.alloc(rows * 2 * f * 2).unwrap();
-    let back = |b: Buf, n: usize| -> Vec<f32> {
-        let raw: Vec<u16> = gpu.download(b, n).unwrap();
-        raw.into_iter()
-            .map(|x| bf16::from_bits(x).to_f32())
-            .collect()
-    };
+    let back = |b: Buf, n: usize| down_bf16(&gpu, b, n);
     let gelu = Activation {
         mlp: Mlp::Gelu,
         rows,
@@ -375,13 +381,7 @@ fn gelu_products_bf16(py: &str, dir: &Path, rng: &mut Rng) {
         return;
     };
     let (rows, c, f) = (64usize, 128usize, 256usize);
-    let mut round = |v: Vec<f32>| -> (Vec<f32>, Buf) {
-        let r: Vec<bf16> = v.iter().map(|&x| bf16::from_f32(x)).collect();
-        let bytes: Vec<u8> = r.iter().flat_map(|x| x.to_bits().to_ne_bytes()).collect();
-        let buf = gpu.alloc(bytes.len()).unwrap();
-        gpu.upload(buf, &bytes).unwrap();
-        (r.iter().map(|x| x.to_f32()).collect(), buf)
-    };
+    let mut round = |v: Vec<f32>| up_bf16(&mut gpu, v);
     let (x, xb) = round(rng.vec(rows * c, 1.0, 0.0));
     let (w1, w1b) = round(rng.vec(f * c, 0.15, 0.0));
     let (b1, b1b) = round(rng.vec(f, 0.5, 0.0));
@@ -403,12 +403,7 @@ fn gelu_products_bf16(py: &str, dir: &Path, rng: &mut Rng) {
     );
     g.up(&gpu, (act, h), xb, w1b, b1b, (rows, c, f)).unwrap();
     g.down_dinp(&gpu, dh, (dyb, w2b, h), (rows, c, f)).unwrap();
-    let back = |b: Buf, n: usize| -> Vec<f32> {
-        let raw: Vec<u16> = gpu.download(b, n).unwrap();
-        raw.into_iter()
-            .map(|x| bf16::from_bits(x).to_f32())
-            .collect()
-    };
+    let back = |b: Buf, n: usize| down_bf16(&gpu, b, n);
     let mut k = Case::default();
     k.put("x", &x, &[rows, c]);
     k.put("w1", &w1, &[f, c]);
