@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::memory::stage_memory;
-use super::ops::{dense_layer_forward, layer_forward, Op, OpId};
+use super::ops::{dense_layer_forward, layer_forward, Op, OpId, OpKind};
 use super::time::{
     dp_exposed_parts, embedding_sync_time, host_exposed, layer_backward, optimizer_time, pieces,
     placement, sharded_param_copies, stage_time, time_ops, Device, PassTime,
@@ -53,9 +53,14 @@ impl WorkKind {
         }
     }
 
-    /// The kind of a layer's operation ([`layer_forward`]'s list).
+    /// The kind of a layer's operation ([`layer_forward`]'s list): its id's, but for an
+    /// activation applied in its products' epilogues (`OpKind::Epilogue`), whose time runs
+    /// inside the products and is measured with them.
     pub fn of_op(op: &Op) -> WorkKind {
-        WorkKind::of(op.id)
+        match op.kind {
+            OpKind::Epilogue { .. } => WorkKind::Linear,
+            _ => WorkKind::of(op.id),
+        }
     }
 
     /// The kind of work an operation is, whatever kernels run it (fused, or a framework's
@@ -339,16 +344,14 @@ mod tests {
                                 | OpKind::RingExchange { .. }
                                 | OpKind::Layout { .. } => Some(WorkKind::Attention),
                                 OpKind::Norm { .. } => Some(WorkKind::Norms),
-                                OpKind::Activation { .. } | OpKind::Epilogue { .. } => {
-                                    Some(WorkKind::Activation)
-                                }
-                                OpKind::Gemm { .. } | OpKind::GroupedGemm { .. } => {
-                                    Some(WorkKind::Linear)
-                                }
+                                OpKind::Activation { .. } => Some(WorkKind::Activation),
+                                OpKind::Gemm { .. }
+                                | OpKind::GroupedGemm { .. }
+                                | OpKind::Epilogue { .. } => Some(WorkKind::Linear),
                                 _ => None,
                             };
                             if let Some(k) = computes {
-                                assert_eq!(WorkKind::of(o.id), k, "{what}: {}", o.id);
+                                assert_eq!(WorkKind::of_op(o), k, "{what}: {}", o.id);
                             }
                         }
                     }

@@ -856,6 +856,13 @@ mod tests {
                 backward_bytes: aux
             }]
         );
+        // Its time runs inside the products, and the step by kind counts it there, as the
+        // run's spans measure it.
+        let epilogue = ops.iter().find(|o| o.id == OpId::MlpActivation).unwrap();
+        assert_eq!(
+            crate::cost::kinds::WorkKind::of_op(epilogue),
+            crate::cost::kinds::WorkKind::Linear
+        );
         // fp32 keeps planc's activation kernel; another framework its own activation.
         for (precision, framework) in [("fp32", "planc"), ("bf16", "megatron")] {
             let p = gpt2(precision, framework);
