@@ -492,11 +492,23 @@ pub fn planc_takes_grad_norm(precision: Precision, grad_clip: f64) -> bool {
 /// product's input gradient is written), so that the activation makes no pass of its own
 /// (the up product's bias gradient keeps its column sums). 16-bit training only: fp32
 /// keeps planc's kernels (the numerics against `transformers` are pinned to them) and fp8
-/// runs its products through its own casts. The runtime decides by it (and falls back to
-/// the kernels without libcublasLt); the cost model prices planc's MLP by it.
-pub fn planc_fuses_gelu(precision: Precision, mlp: Mlp) -> bool {
-    mlp == Mlp::Gelu && matches!(precision, Precision::Bf16 | Precision::Fp16)
+/// runs its products through its own casts. Only at hidden sizes up to
+/// [`GELU_EPILOGUE_MAX_HIDDEN`]: the epilogue products are slower than cuBLAS's plain ones,
+/// which pays where the passes saved are large next to the products (their bytes grow with
+/// the MLP's width, the products' work with width times hidden). Measured on an H200: GPT-2
+/// (hidden 768) 30.6 -> 30.2 ms a step, GPT 6.6B (hidden 4096) 188.2 -> 191.7 ms
+/// (docs/measurements.md, 2026-11-29, twelfth session); between them unmeasured. The
+/// runtime decides by it (and falls back to the kernels without libcublasLt); the cost
+/// model prices planc's MLP by it.
+pub fn planc_fuses_gelu(precision: Precision, mlp: Mlp, hidden: u64) -> bool {
+    mlp == Mlp::Gelu
+        && matches!(precision, Precision::Bf16 | Precision::Fp16)
+        && hidden <= GELU_EPILOGUE_MAX_HIDDEN
 }
+
+/// The largest hidden size at which [`planc_fuses_gelu`] takes the epilogues: the measured
+/// win (768) rounded up to the next power of two, short of the measured loss (4096).
+pub const GELU_EPILOGUE_MAX_HIDDEN: u64 = 1024;
 
 /// One fully chosen parallel layout.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]

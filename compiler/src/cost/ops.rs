@@ -389,7 +389,7 @@ fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, which: Mlps, rows: f64, f: f64, 
         adapter(ops, plan, target, rows, 1.0, f);
     }
     let dense = matches!(which, Mlps::Dense);
-    let kind = if planc && dense && planc_fuses_gelu(plan.train.precision, m.mlp) {
+    let kind = if planc && dense && planc_fuses_gelu(plan.train.precision, m.mlp, m.hidden) {
         let aux = rows * f / t * e;
         OpKind::Epilogue {
             bytes: aux,
@@ -863,9 +863,21 @@ mod tests {
             crate::cost::kinds::WorkKind::of_op(epilogue),
             crate::cost::kinds::WorkKind::Linear
         );
-        // fp32 keeps planc's activation kernel; another framework its own activation.
-        for (precision, framework) in [("fp32", "planc"), ("bf16", "megatron")] {
-            let p = gpt2(precision, framework);
+        // fp32 keeps planc's activation kernel; another framework its own activation; so
+        // does a hidden size where the epilogue products were measured slower (GPT 6.6B's
+        // 4096).
+        let wide = |precision: &str, framework: &str| {
+            let mut p = gpt2(precision, framework);
+            p.model.hidden = 4096;
+            p.model.ffn_hidden = 16384;
+            p
+        };
+        for p in [
+            gpt2("fp32", "planc"),
+            gpt2("bf16", "megatron"),
+            wide("bf16", "planc"),
+        ] {
+            let (precision, framework) = (p.train.precision, p.framework());
             let ops = layer_forward(&p);
             assert!(
                 matches!(

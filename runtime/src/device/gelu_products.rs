@@ -11,9 +11,10 @@
 //! nothing measurable (30.6 against 30.6 ms without either; docs/measurements.md,
 //! 2026-11-29, twelfth session).
 //!
-//! Used in 16-bit training where cuBLASLt has the products (`planc_compiler::plan::
-//! planc_fuses_gelu` is the rule the cost model prices by); fp32 keeps planc's own kernels,
-//! whose GELU the numerics against `transformers` are pinned to.
+//! Used in 16-bit training at hidden sizes up to 1024 where cuBLASLt has the products
+//! (`planc_compiler::plan::planc_fuses_gelu` is the rule the cost model prices by: at GPT
+//! 6.6B's 4096 the epilogue products cost more than the passes they save); fp32 keeps
+//! planc's own kernels, whose GELU the numerics against `transformers` are pinned to.
 
 use planc_compiler::plan::Precision;
 

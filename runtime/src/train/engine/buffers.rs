@@ -59,7 +59,7 @@ impl Engine {
             let keys = list.fp8.iter().map(|l| (l.layer, l.weight));
             (Some(f), keys.zip(linears).collect())
         };
-        let gelu = if planc_fuses_gelu(shape.precision, shape.dims.mlp) {
+        let gelu = if planc_fuses_gelu(shape.precision, shape.dims.mlp, shape.dims.hidden as u64) {
             GeluProducts::new(&gpu, shape.precision, h.blas_workspace)?
         } else {
             None
