@@ -288,14 +288,16 @@ fn shipped_profiles() -> &'static [(&'static str, std::sync::Arc<Profile>)] {
 /// Without it a GPT-2 fp16 run on the H200 was priced from the catalog's constants at 27.8
 /// ms and took 31.4 (1.13x; docs/measurements.md, 2026-11-29, twelfth session).
 pub fn shipped(gpu: &str, precision: &str) -> Option<std::sync::Arc<Profile>> {
-    let measured_at = if matches!(precision, "fp8" | "fp16") {
+    let sixteen_bit = if precision == "fp8" {
         "bf16"
     } else {
         precision
     };
     shipped_profiles()
         .iter()
-        .find(|(_, p)| p.provenance.catalog_gpu == gpu && p.provenance.precision == measured_at)
+        .find(|(_, p)| {
+            p.provenance.catalog_gpu == gpu && prices(&p.provenance.precision, sixteen_bit)
+        })
         .map(|(_, p)| p.clone())
 }
 

@@ -165,19 +165,20 @@ impl Lt {
     /// first shape, types and alignment, kept after. An error where cuBLASLt has no
     /// algorithm for it, which callers may take to run the product another way.
     pub fn prepare(&self, p: &Product) -> Result<(), RunError> {
-        let key = Self::key(p)?;
-        if let Entry::Vacant(v) = self.plans.borrow_mut().entry(key) {
-            v.insert(self.plan(&key)?);
+        self.prepared(&Self::key(p)?)
+    }
+
+    fn prepared(&self, key: &Key) -> Result<(), RunError> {
+        if let Entry::Vacant(v) = self.plans.borrow_mut().entry(*key) {
+            v.insert(self.plan(key)?);
         }
         Ok(())
     }
 
     fn key(p: &Product) -> Result<Key, RunError> {
-        let mut bufs = vec![p.a.buf, p.b.buf, p.d.0];
-        if p.epilogue.takes_aux() {
-            bufs.push(p.aux);
-        }
-        let align = bufs
+        // The aux matrix counts only where the epilogue reads or writes it.
+        let aux = if p.epilogue.takes_aux() { p.aux } else { p.d.0 };
+        let align = [p.a.buf, p.b.buf, p.d.0, aux]
             .iter()
             .map(|b| 1u32 << b.ptr.trailing_zeros().min(8))
             .min()
@@ -200,8 +201,8 @@ impl Lt {
 
     /// Runs the product `p` on the GPU's compute stream.
     pub fn matmul(&self, gpu: &Gpu, p: &Product) -> Result<(), RunError> {
-        self.prepare(p)?;
         let key = Self::key(p)?;
+        self.prepared(&key)?;
         let plans = self.plans.borrow();
         let plan = &plans[&key];
         let set = |attr, ptr: &u64| {

@@ -65,10 +65,7 @@ impl Engine {
     pub fn gelu_note(&self) -> Option<String> {
         self.gelu_kernels.then(|| {
             let (c, f) = self.linear_shape(LayerTensor::FcW);
-            format!(
-                "note: cuBLASLt has no GELU epilogue product for the MLP's {c} → {f} at {}                  tokens; its activation runs in planc's kernels, which the prediction does                  not count",
-                self.rows()
-            )
+            gelu_kernels_note(c, f, self.rows())
         })
     }
 
@@ -125,5 +122,29 @@ impl Engine {
             .find(|s| s.0 == part)
             .map(|s| (s.1, s.2))
             .expect("a layer's linear weight")
+    }
+}
+
+/// [`Engine::gelu_note`]'s line for an MLP of `c` → `f` over `rows` tokens.
+fn gelu_kernels_note(c: usize, f: usize, rows: usize) -> String {
+    format!(
+        "note: cuBLASLt has no GELU epilogue product for the MLP's {c} → {f} at {rows} \
+         tokens, so its activation runs in planc's kernels (three passes over the layer's \
+         {rows} × {f} activations a micro-batch), which the prediction, made for the \
+         epilogues, does not count"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_gelu_note_names_the_shape_and_what_the_prediction_leaves_out() {
+        assert_eq!(
+            super::gelu_kernels_note(768, 3072, 16384),
+            "note: cuBLASLt has no GELU epilogue product for the MLP's 768 → 3072 at 16384 \
+             tokens, so its activation runs in planc's kernels (three passes over the layer's \
+             16384 × 3072 activations a micro-batch), which the prediction, made for the \
+             epilogues, does not count"
+        );
     }
 }
