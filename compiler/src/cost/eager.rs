@@ -73,6 +73,7 @@
 
 use super::ops::{Op, OpId, OpKind};
 use super::time::Device;
+use super::torch_rates::SlowPath;
 
 use crate::plan::{Framework, Mlp, Norm, Plan, Position, Precision};
 
@@ -98,13 +99,24 @@ impl Passes {
         self
     }
 
+    /// A forward kernel on one of PyTorch's slower paths (`cost::torch_rates`).
+    fn fwd_on(mut self, bytes: f64, path: SlowPath) -> Self {
+        self.forward.push(Pass::Slow { bytes, path });
+        self
+    }
+
+    fn bwd_on(mut self, bytes: f64, path: SlowPath) -> Self {
+        self.backward.push(Pass::Slow { bytes, path });
+        self
+    }
+
     /// FLOPs of the products among `passes`.
     pub fn flops(passes: &[Pass]) -> f64 {
         passes
             .iter()
             .map(|p| match p {
                 Pass::Product { batch, m, n, k, .. } => 2.0 * batch * m * n * k,
-                Pass::Memory { .. } => 0.0,
+                Pass::Memory { .. } | Pass::Slow { .. } => 0.0,
             })
             .sum()
     }
@@ -114,7 +126,7 @@ impl Passes {
         passes
             .iter()
             .map(|p| match p {
-                Pass::Memory { bytes } => *bytes,
+                Pass::Memory { bytes } | Pass::Slow { bytes, .. } => *bytes,
                 Pass::Product { .. } => 0.0,
             })
             .sum()
@@ -125,16 +137,7 @@ impl Passes {
 /// [`Device::square_product`] prices it (its math, then the square's traffic), a pass at the
 /// memory-bound curve.
 pub fn seconds(dev: &Device, p: &Pass) -> f64 {
-    match *p {
-        Pass::Product {
-            batch,
-            m,
-            n,
-            k,
-            square,
-        } => dev.square_product(batch, m, n, k, square),
-        Pass::Memory { bytes } => dev.memory(bytes),
-    }
+    dev.pass(*p)
 }
 
 /// Seconds of `passes` one after the other.
@@ -376,6 +379,15 @@ fn norm(plan: &Plan, path: Path, d: &Dims) -> Passes {
     let composite =
         plan.model.norm == Norm::Rmsnorm && matches!(path, Path::Autocast | Path::Module);
     if !composite {
+        // `torch.nn.LayerNorm`'s kernels run at `layer_norm`'s measured share; a fused
+        // RMSNorm (torchtitan's `nn.RMSNorm`) is unmeasured and priced as a copy.
+        if plan.model.norm == Norm::Layernorm {
+            let ln = SlowPath::LayerNorm;
+            return Passes::default()
+                .fwd_on(2.0 * u * d.x, ln)
+                .bwd_on(3.0 * u * d.x, ln)
+                .bwd_on(2.0 * u * d.x, ln);
+        }
         return Passes::default()
             .fwd(2.0 * u * d.x)
             .bwd(3.0 * u * d.x)
@@ -383,27 +395,32 @@ fn norm(plan: &Plan, path: Path, d: &Dims) -> Passes {
     }
     let x = d.x;
     let mut p = Passes::default();
+    let (widen, row, vector) = (
+        SlowPath::Widening,
+        SlowPath::RowBroadcast,
+        SlowPath::VectorBroadcast,
+    );
     if u != 4.0 {
-        p = p.fwd((u + 4.0) * x); // to(float32)
+        p = p.fwd_on((u + 4.0) * x, widen); // to(float32)
     }
     p = p
         .fwd(8.0 * x) // pow(2)
         .fwd(4.0 * x) // mean
-        .fwd(8.0 * x); // × rsqrt(variance + eps)
+        .fwd_on(8.0 * x, row); // × rsqrt(variance + eps)
     if u != 4.0 {
         p = p.fwd((4.0 + u) * x); // to(input_dtype)
     }
-    p = p.fwd(2.0 * u * x); // weight ×
-                            // Backward, in the order autograd runs it.
+    p = p.fwd_on(2.0 * u * x, vector); // weight ×
+                                       // Backward, in the order autograd runs it.
     p = p
-        .bwd(2.0 * u * x) // grad × weight
+        .bwd_on(2.0 * u * x, vector) // grad × weight
         .bwd(3.0 * u * x) // grad × normed, for the weight
         .bwd(u * x); // summed over tokens
     if u != 4.0 {
-        p = p.bwd((u + 4.0) * x);
+        p = p.bwd_on((u + 4.0) * x, widen);
     }
     p = p
-        .bwd(8.0 * x) // grad × rsqrt
+        .bwd_on(8.0 * x, row) // grad × rsqrt
         .bwd(12.0 * x) // grad × x, for the variance
         .bwd(4.0 * x) // summed over the row
         .bwd(4.0 * x) // mean's expansion
@@ -423,7 +440,9 @@ fn norm(plan: &Plan, path: Path, d: &Dims) -> Passes {
 fn input_casts(d: &Dims, n: f64, consumers: f64) -> Passes {
     let mut p = Passes::default();
     for _ in 0..consumers as usize {
-        p = p.fwd((4.0 + d.e) * n).bwd((d.e + 4.0) * n);
+        p = p
+            .fwd((4.0 + d.e) * n)
+            .bwd_on((d.e + 4.0) * n, SlowPath::Widening);
     }
     for _ in 1..consumers as usize {
         p = p.bwd(12.0 * n);
@@ -449,7 +468,8 @@ fn weight_casts(plan: &Plan) -> Passes {
     }
     let e = plan.train.precision.bytes();
     tensors.into_iter().fold(Passes::default(), |p, n| {
-        p.fwd((4.0 + e) * n).bwd((e + 4.0) * n)
+        p.fwd((4.0 + e) * n)
+            .bwd_on((e + 4.0) * n, SlowPath::Widening)
     })
 }
 
@@ -457,45 +477,48 @@ fn weight_casts(plan: &Plan) -> Passes {
 fn rope(path: Path, d: &Dims) -> Passes {
     let n = d.q + d.kv;
     let e = d.e;
+    // cos and sin broadcast over the batch and heads; under autocast the fp32 cos and sin
+    // widen the 16-bit queries and keys (`cost::torch_rates`).
+    let (vector, widen) = (SlowPath::VectorBroadcast, SlowPath::Widening);
     match path {
         // `_apply_rotary_pos_emb_bshd`: t·cos, the halves (`chunk`) negated and
         // concatenated, ·sin, the sum; backward the two products' gradients, the
         // negation's, the halves' concatenation, the sum of t's two gradients.
         Path::Local => Passes::default()
-            .fwd(2.0 * e * n)
+            .fwd_on(2.0 * e * n, vector)
             .fwd(e * n)
-            .fwd(2.0 * e * n)
-            .fwd(2.0 * e * n)
+            .fwd_on(2.0 * e * n, SlowPath::Concat)
+            .fwd_on(2.0 * e * n, vector)
             .fwd(3.0 * e * n)
-            .bwd(2.0 * e * n)
+            .bwd_on(2.0 * e * n, vector)
             .bwd(e * n)
             .bwd(2.0 * e * n)
-            .bwd(2.0 * e * n)
+            .bwd_on(2.0 * e * n, vector)
             .bwd(3.0 * e * n),
         // transformers' `apply_rotary_pos_emb` in the module's type: the same kernels, but
         // `rotate_half` slices (each slice's backward writes a whole zeroed tensor) and
         // three gradients of q summed.
         Path::Module => Passes::default()
-            .fwd(2.0 * e * n)
+            .fwd_on(2.0 * e * n, vector)
             .fwd(e * n)
-            .fwd(2.0 * e * n)
-            .fwd(2.0 * e * n)
+            .fwd_on(2.0 * e * n, SlowPath::Concat)
+            .fwd_on(2.0 * e * n, vector)
             .fwd(3.0 * e * n)
-            .bwd(2.0 * e * n)
+            .bwd_on(2.0 * e * n, vector)
             .bwd(e * n)
             .bwd(4.0 * e * n)
-            .bwd(2.0 * e * n)
+            .bwd_on(2.0 * e * n, vector)
             .bwd(6.0 * e * n),
         // Under autocast cos and sin are fp32 (the embeddings' type), so q·cos, ·sin and
         // their sum are fp32, and the attention casts q and k back to 16 bits.
         Path::Autocast => Passes::default()
-            .fwd((e + 4.0) * n)
+            .fwd_on((e + 4.0) * n, widen)
             .fwd(e * n)
-            .fwd(2.0 * e * n)
-            .fwd((e + 4.0) * n)
+            .fwd_on(2.0 * e * n, SlowPath::Concat)
+            .fwd_on((e + 4.0) * n, widen)
             .fwd(12.0 * n)
             .fwd((4.0 + e) * n)
-            .bwd((e + 4.0) * n)
+            .bwd_on((e + 4.0) * n, widen)
             .bwd(8.0 * n)
             .bwd((4.0 + e) * n)
             .bwd(e * n)
@@ -639,7 +662,7 @@ fn residual(plan: &Plan, path: Path, d: &Dims) -> Passes {
     let (e, u, x) = (d.e, d.u, d.x);
     match path {
         Path::Autocast => Passes::default()
-            .fwd((e + 2.0 * u) * x)
+            .fwd_on((e + 2.0 * u) * x, SlowPath::Widening)
             .bwd((u + e) * x)
             .bwd(3.0 * u * x),
         Path::Local if plan.train.dropout > 0.0 => Passes::default()
@@ -670,18 +693,18 @@ fn activation(mlp: Mlp, path: Path, d: &Dims) -> Passes {
             .bwd(3.0 * e * f)
             .bwd(3.0 * e * f),
         Mlp::Gelu if path == Path::Autocast => Passes::default()
-            .fwd((e + 4.0) * f) // x to fp32 for pow
+            .fwd_on((e + 4.0) * f, SlowPath::Widening) // x to fp32 for pow
             .fwd(8.0 * f) // pow
             .fwd(8.0 * f) // × 0.044715
-            .fwd((e + 8.0) * f) // x + (fp32)
+            .fwd_on((e + 8.0) * f, SlowPath::Widening) // x + (fp32)
             .fwd(8.0 * f) // × √(2/π)
             .fwd(8.0 * f) // tanh
             .fwd(8.0 * f) // 1 +
             .fwd(2.0 * e * f) // 0.5 × x
-            .fwd((e + 8.0) * f) // (0.5x) × (fp32)
+            .fwd_on((e + 8.0) * f, SlowPath::Widening) // (0.5x) × (fp32)
             .bwd(12.0 * f) // grad × the fp32 factor
             .bwd((4.0 + e) * f) // cast to 0.5x's type
-            .bwd((4.0 + e + 4.0) * f) // grad × 0.5x
+            .bwd_on((4.0 + e + 4.0) * f, SlowPath::Widening) // grad × 0.5x
             .bwd(2.0 * e * f) // × 0.5
             .bwd(12.0 * f) // tanh_backward
             .bwd(8.0 * f) // × √(2/π)
@@ -713,9 +736,10 @@ fn loss(d: &Dims, n: f64) -> Passes {
     let e = d.e;
     let mut p = Passes::default();
     if e < 4.0 {
-        p = p.fwd((e + 4.0) * n);
+        p = p.fwd_on((e + 4.0) * n, SlowPath::Widening);
     }
-    p = p.fwd(8.0 * n).bwd(4.0 * n).bwd(12.0 * n);
+    let rows = SlowPath::SoftmaxRows;
+    p = p.fwd_on(8.0 * n, rows).bwd(4.0 * n).bwd_on(12.0 * n, rows);
     if e < 4.0 {
         p = p.bwd((4.0 + e) * n);
     }
@@ -913,7 +937,7 @@ mod tests {
         passes
             .iter()
             .filter_map(|p| match p {
-                Pass::Memory { bytes } => Some(bytes / n),
+                Pass::Memory { bytes } | Pass::Slow { bytes, .. } => Some(bytes / n),
                 Pass::Product { .. } => None,
             })
             .collect()
@@ -1125,6 +1149,69 @@ mod tests {
                 .kind,
             OpKind::Memory { .. }
         ));
+    }
+
+    /// Which kernels PyTorch runs on a path slower than a copy, and that they are priced at
+    /// its measured share.
+    fn slow(passes: &[Pass]) -> Vec<Option<SlowPath>> {
+        passes
+            .iter()
+            .filter_map(|p| match p {
+                Pass::Memory { .. } => Some(None),
+                Pass::Slow { path, .. } => Some(Some(*path)),
+                Pass::Product { .. } => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn casts_up_broadcasts_and_the_vocabularys_softmax_run_slower_than_a_copy() {
+        use crate::cost::time::Device;
+        let (w, r, v) = (
+            Some(SlowPath::Widening),
+            Some(SlowPath::RowBroadcast),
+            Some(SlowPath::VectorBroadcast),
+        );
+        // The loss: the logits' `float()` widens, `log_softmax` runs over vocabulary rows
+        // both ways; `nll_loss`'s zeroed gradient and the cast back down are copies.
+        let torch = head_forward(&gpt2("framework = torch", "standard"));
+        let ce = op(&torch, OpId::CrossEntropy);
+        let rows = Some(SlowPath::SoftmaxRows);
+        assert_eq!(slow(&ce.forward), [w, rows]);
+        assert_eq!(slow(&ce.backward), [None, rows, None]);
+        // Llama's composite RMSNorm in its module's bf16 (FSDP2): the upcast, the row's
+        // rsqrt and the weight broadcast; pow, mean and the cast down are copies.
+        let c = check_source(
+            "t.tp",
+            "cluster c { nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }
+             model m { preset = \"llama3.2-1b\" }
+             train { global_batch = 4, precision = bf16, optimizer = adamw, attention = flash }
+             parallel { tp = 1, pp = 1, dp = 1, micro_batch = 4, zero = 3 }
+             job j { framework = torch }",
+        );
+        assert!(c.ok(), "{:#?}", c.diagnostics);
+        let plan = c.plan.unwrap();
+        assert_eq!(path(&plan), Some(Path::Module));
+        let ops = layer_forward(&plan);
+        let norm = op(&ops, OpId::InputNorm);
+        assert_eq!(slow(&norm.forward), [w, None, None, r, None, v]);
+        // Priced at the measured share of the copy rate.
+        let dev = Device {
+            gpu: &plan.cluster.groups[0].gpu,
+            precision: plan.train.precision,
+        };
+        let up = norm.forward[0];
+        let Pass::Slow { bytes, path } = up else {
+            panic!("{up:?}")
+        };
+        assert_eq!(seconds(&dev, &up), dev.memory(bytes) / path.share());
+        assert!(seconds(&dev, &up) > 1.9 * dev.memory(bytes));
+        // Rope's cos and sin broadcast over the heads, its halves concatenated.
+        let rope = op(&ops, OpId::Rope);
+        assert_eq!(
+            slow(&rope.forward),
+            [v, None, Some(SlowPath::Concat), v, None]
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod params;
 pub mod power;
 pub mod standard_attention;
 pub mod time;
+pub mod torch_rates;
 
 use serde::Serialize;
 

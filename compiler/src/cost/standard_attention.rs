@@ -30,6 +30,8 @@
 //!   generated `train.py` under `torch` and `deepspeed`), which runs the scale, the mask
 //!   and an fp32 softmax as passes of their own.
 
+use super::torch_rates::SlowPath;
+
 /// One standard attention core on one GPU for one micro-batch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Core {
@@ -65,6 +67,9 @@ pub enum Pass {
     },
     /// A memory-bound kernel moving `bytes` (read plus written).
     Memory { bytes: f64 },
+    /// A memory-bound PyTorch kernel on a path slower than a copy (`cost::torch_rates`):
+    /// the unfused paths of `cost::eager` only.
+    Slow { bytes: f64, path: SlowPath },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -211,7 +216,7 @@ impl Core {
             .iter()
             .map(|s| match s.pass {
                 Pass::Product { batch, m, n, k, .. } => 2.0 * batch * m * n * k,
-                Pass::Memory { .. } => 0.0,
+                Pass::Memory { .. } | Pass::Slow { .. } => 0.0,
             })
             .sum()
     }
@@ -245,7 +250,7 @@ mod tests {
         let bytes: f64 = steps
             .iter()
             .map(|s| match s.pass {
-                Pass::Memory { bytes } => bytes,
+                Pass::Memory { bytes } | Pass::Slow { bytes, .. } => bytes,
                 Pass::Product { .. } => 0.0,
             })
             .sum();
@@ -257,7 +262,7 @@ mod tests {
             .iter()
             .filter_map(|s| match s.pass {
                 Pass::Product { m, n, k, .. } => Some((m, n, k)),
-                Pass::Memory { .. } => None,
+                Pass::Memory { .. } | Pass::Slow { .. } => None,
             })
             .collect()
     }

@@ -418,7 +418,8 @@ impl<'a> Device<'a> {
         (self.gemm_math(batch * m, n, k) + self.memory(square)).max(KERNEL_FLOOR_S)
     }
 
-    fn pass(&self, p: Pass) -> f64 {
+    /// One kernel of a standard core or an unfused path.
+    pub fn pass(&self, p: Pass) -> f64 {
         match p {
             Pass::Product {
                 batch,
@@ -428,6 +429,7 @@ impl<'a> Device<'a> {
                 square,
             } => self.square_product(batch, m, n, k, square),
             Pass::Memory { bytes } => self.memory(bytes),
+            Pass::Slow { bytes, path } => self.memory(bytes) / path.share(),
         }
     }
 
@@ -970,7 +972,27 @@ pub fn sharded_param_copies(plan: &Plan, params: f64, trained: f64, dev: &Device
     let weight = plan.train.precision.bytes();
     let copy_out = dev.memory(2.0 * params * weight);
     let copy_in = dev.memory(trained * (weight + plan.reduce_bytes()));
-    (copy_out, copy_out + copy_in)
+    if plan.framework() == Framework::Deepspeed {
+        return (copy_out, copy_out + copy_in);
+    }
+    // FSDP2 also copies each gather's input: `all_gather_inputs` casts this rank's fp32
+    // shard to the parameter type (mixed precision), and `all_gather_copy_in` copies it into
+    // the gather's buffer (`_foreach_copy_`). Over a group of one the reduce-scatter is a
+    // copy of the fp32 reduction buffer into its output (`reduce_output.copy_`), which over
+    // more ranks is the collective the data-parallel traffic prices. Seen on one H200
+    // (torch 2.11, `torch_profile.py`, 2026-11-29): per Llama 3.2 1B step, 192 + 128
+    // `copy_`s of the layers' weights and 342 device-to-device copies beside the copy-outs,
+    // and 16 `copy_`s of a whole layer's fp32 gradients.
+    let shard = params / (p.dp * p.cp) as f64;
+    let cast = if weight < 4.0 { 4.0 + weight } else { 0.0 };
+    let gather_in = dev.memory(shard * (cast + 2.0 * weight));
+    let single = if p.dp * p.cp == 1 {
+        dev.memory(2.0 * trained * plan.reduce_bytes())
+    } else {
+        0.0
+    };
+    let fwd = copy_out + gather_in;
+    (fwd, fwd + copy_in + single)
 }
 
 /// What one layer's offloaded state leaves exposed on the host link per micro-batch, as
@@ -2556,8 +2578,13 @@ mod tests {
         };
         let params = layer_params_per_gpu(&plan);
         let (fwd, bwd) = sharded_param_copies(&plan, params, params, &dev);
-        // Copy-out: read and write the bf16 layer; copy-in: read bf16, write fp32.
-        assert_eq!(fwd, dev.memory(4.0 * params));
+        // Copy-out: read and write the bf16 layer; the gather's input: this rank's eighth
+        // cast from fp32 (4 + 2 bytes) and copied into the buffer (2 + 2); the gradients'
+        // copy-in: read bf16, write fp32.
+        assert_eq!(
+            fwd,
+            dev.memory(4.0 * params) + dev.memory(params / 8.0 * 10.0)
+        );
         assert_eq!(bwd, fwd + dev.memory(6.0 * params));
         // They lengthen the layer passes by as much; the simulator prices the same pieces.
         let pl = placement(&plan, group);
@@ -2594,14 +2621,17 @@ mod tests {
             precision: torch.train.precision,
         };
         let params = layer_params_per_gpu(&torch);
-        // train.py wraps every block in `fully_shard` on one GPU too: the same copies as
-        // over eight.
+        // train.py wraps every block in `fully_shard` on one GPU too: the copies of eight
+        // ranks, with the whole layer as this rank's shard, and the group of one's
+        // reduce-scatter a copy of the fp32 gradients.
         let eight = fsdp_plan("torch", "fp32");
-        assert_eq!(
-            sharded_param_copies(&torch, params, params, &dev),
-            sharded_param_copies(&eight, params, params, &dev)
-        );
-        assert!(sharded_param_copies(&torch, params, params, &dev).0 > 0.0);
+        let (one_fwd, one_bwd) = sharded_param_copies(&torch, params, params, &dev);
+        let (eight_fwd, eight_bwd) = sharded_param_copies(&eight, params, params, &dev);
+        let shard = |n: f64| dev.memory(params / n * 10.0);
+        assert!((one_fwd - shard(1.0) - (eight_fwd - shard(8.0))).abs() < 1e-12);
+        let single = dev.memory(8.0 * params);
+        assert!((one_bwd - shard(1.0) - single - (eight_bwd - shard(8.0))).abs() < 1e-12);
+        assert!(one_fwd > eight_fwd);
         // torchtitan does not apply FSDP without a sharded group.
         assert_eq!(
             sharded_param_copies(&titan, params, params, &dev),

@@ -1,0 +1,76 @@
+//! How fast PyTorch's own elementwise kernels move their bytes, beside a copy.
+//!
+//! `cost::eager` prices each kernel of an unfused path as a memory-bound pass of the bytes
+//! it reads and writes, at the rate a copy of those bytes reaches (the profile's memory
+//! curve, else `memory_efficiency`). Most of PyTorch's elementwise kernels do reach it: a
+//! same-type operation over contiguous tensors runs TensorIterator's vectorized loop. Some
+//! do not, because TensorIterator sends them down a slower path, and a layer of
+//! `transformers` launches many of them:
+//!
+//! - a cast to a wider type (bf16 to fp32), and an operation whose output type is wider than
+//!   an input (a 16-bit tensor added to an fp32 one under autocast);
+//! - an operand broadcast along rows (`x * rsqrt(variance)`, the variance one value a row);
+//! - a vector broadcast over the leading dimensions (a norm's weight over the tokens, rope's
+//!   `cos`/`sin` over the batch and heads);
+//! - a concatenation (rope's `rotate_half`);
+//! - `log_softmax` over rows as long as a vocabulary, forward and backward;
+//! - `layer_norm`'s own kernels.
+//!
+//! The shares below are measured: `runtime/tests/gpu/eager_rates.py` on the lent H200 (torch
+//! 2.11, 2026-11-29; docs/measurements.md, thirteenth session) timed each kernel at the
+//! shapes of the one-GPU comparison plans beside a same-type copy of the same bytes. A cast
+//! down (fp32 to bf16), `pow`, `silu`, `tanh`, a scalar multiply, a same-type add or product
+//! and a row mean ran at 0.89-1.05 of the copy: those stay plain passes.
+
+/// A slower path of PyTorch's elementwise kernels, with the share of the copy rate it
+/// reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlowPath {
+    /// A cast to a wider type, or an operation that promotes its output: bf16 to fp32 of
+    /// 4 × 2048 × 2048 elements 0.524, the logits' `float()` (4 × 2048 × 128256) 0.496.
+    Widening,
+    /// An operand of one value a row: fp32 `[t, h] × [t, 1]` 0.640.
+    RowBroadcast,
+    /// A vector over the leading dimensions: `[h] × [t, h]` in bf16 0.427, rope's
+    /// `[b, heads, s, d] × [1, 1, s, d]` 0.425.
+    VectorBroadcast,
+    /// `torch.cat` of two halves along the last dimension (rope's `rotate_half`): 0.279.
+    Concat,
+    /// `log_softmax` over rows of a vocabulary, fp32: forward 0.494 (8192 × 128256).
+    SoftmaxRows,
+    /// `native_layer_norm` (fp32, 16 × 1024 rows of 768): 0.560.
+    LayerNorm,
+}
+
+impl SlowPath {
+    /// The share of the copy rate this path reaches (measured; module doc).
+    pub fn share(self) -> f64 {
+        match self {
+            SlowPath::Widening => 0.51,
+            SlowPath::RowBroadcast => 0.64,
+            SlowPath::VectorBroadcast => 0.43,
+            SlowPath::Concat => 0.28,
+            SlowPath::SoftmaxRows => 0.49,
+            SlowPath::LayerNorm => 0.56,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slow_path_is_slower_than_a_copy() {
+        for p in [
+            SlowPath::Widening,
+            SlowPath::RowBroadcast,
+            SlowPath::VectorBroadcast,
+            SlowPath::Concat,
+            SlowPath::SoftmaxRows,
+            SlowPath::LayerNorm,
+        ] {
+            assert!(p.share() > 0.0 && p.share() < 1.0, "{p:?}");
+        }
+    }
+}
