@@ -382,11 +382,11 @@ fn norm(plan: &Plan, path: Path, d: &Dims) -> Passes {
         // `torch.nn.LayerNorm`'s kernels run at `layer_norm`'s measured share; a fused
         // RMSNorm (torchtitan's `nn.RMSNorm`) is unmeasured and priced as a copy.
         if plan.model.norm == Norm::Layernorm {
-            let ln = SlowPath::LayerNorm;
+            let back = SlowPath::LayerNormBackward;
             return Passes::default()
-                .fwd_on(2.0 * u * d.x, ln)
-                .bwd_on(3.0 * u * d.x, ln)
-                .bwd_on(2.0 * u * d.x, ln);
+                .fwd_on(2.0 * u * d.x, SlowPath::LayerNorm)
+                .bwd_on(3.0 * u * d.x, back)
+                .bwd_on(2.0 * u * d.x, back);
         }
         return Passes::default()
             .fwd(2.0 * u * d.x)
@@ -557,38 +557,48 @@ fn core(plan: &Plan, path: Path, d: &Dims) -> Passes {
         k,
         square,
     };
-    // Passes over the scores between the products, forward and backward, in bytes a score.
-    let (fwd, bwd): (Vec<f64>, Vec<f64>) = match path {
+    // Passes over the scores between the products, forward and backward, in bytes a score;
+    // `Wide` marks a kernel whose output is wider than its input (`cost::torch_rates`).
+    enum Score {
+        Copy(f64),
+        Wide(f64),
+    }
+    use Score::{Copy as C, Wide as W};
+    let (fwd, bwd): (Vec<Score>, Vec<Score>) = match path {
         // `baddbmm` scales inside the product. With 16-bit scores: `float()`, `masked_fill_`
         // in place, the fp32 softmax, the cast back; backward the cast's, the softmax's,
         // the mask's (`masked_fill(mask, 0)`) and `float()`'s.
         Path::Local if e < 4.0 => (
-            vec![e + 4.0, 8.0, 8.0, 4.0 + e],
-            vec![e + 4.0, 12.0, 8.0, 4.0 + e],
+            vec![W(e + 4.0), C(8.0), C(8.0), C(4.0 + e)],
+            vec![W(e + 4.0), C(12.0), C(8.0), C(4.0 + e)],
         ),
-        Path::Local => (vec![8.0, 8.0], vec![12.0, 8.0]),
+        Path::Local => (vec![C(8.0), C(8.0)], vec![C(12.0), C(8.0)]),
         // `* scaling` on the 16-bit scores, `+ mask` with autocast's fp32 mask (fp32
         // out), the fp32 softmax, the cast to the values' type (GPT-2's `.type`, Llama's
         // product's autocast); backward: the cast's, the softmax's, the sum's cast to the
         // 16-bit scores' type, the scaling's.
         Path::Autocast => (
-            vec![2.0 * e, e + 4.0, 8.0, 4.0 + e],
-            vec![e + 4.0, 12.0, 4.0 + e, 2.0 * e],
+            vec![C(2.0 * e), W(e + 4.0), C(8.0), C(4.0 + e)],
+            vec![W(e + 4.0), C(12.0), C(4.0 + e), C(2.0 * e)],
         ),
         // GPT-2 in the module's type: scale, mask and softmax in 16 bits; Llama's
         // `softmax(dtype=float32)` upcasts first and casts back.
-        Path::Module | Path::Titan if gpt2(plan) || e == 4.0 => {
-            (vec![2.0 * e, 2.0 * e, 2.0 * e], vec![3.0 * e, 2.0 * e])
-        }
+        Path::Module | Path::Titan if gpt2(plan) || e == 4.0 => (
+            vec![C(2.0 * e), C(2.0 * e), C(2.0 * e)],
+            vec![C(3.0 * e), C(2.0 * e)],
+        ),
         Path::Module | Path::Titan => (
-            vec![2.0 * e, 2.0 * e, e + 4.0, 8.0, 4.0 + e],
-            vec![e + 4.0, 12.0, 4.0 + e, 2.0 * e],
+            vec![C(2.0 * e), C(2.0 * e), W(e + 4.0), C(8.0), C(4.0 + e)],
+            vec![W(e + 4.0), C(12.0), C(4.0 + e), C(2.0 * e)],
         ),
     };
     let mut p = Passes::default();
     p.forward.push(scores);
     for b in fwd {
-        p = p.fwd(b * s);
+        p = match b {
+            C(b) => p.fwd(b * s),
+            W(b) => p.fwd_on(b * s, SlowPath::Widening),
+        };
     }
     // `native_dropout` over the 16-bit probabilities: read, write, a byte-a-score mask
     // written; backward reads the gradient and the mask, writes the gradient.
@@ -605,7 +615,10 @@ fn core(plan: &Plan, path: Path, d: &Dims) -> Passes {
         p = p.bwd(dropout);
     }
     for b in bwd {
-        p = p.bwd(b * s);
+        p = match b {
+            C(b) => p.bwd(b * s),
+            W(b) => p.bwd_on(b * s, SlowPath::Widening),
+        };
     }
     p.backward.push(reading(d.seq, d.seq_full));
     p.backward.push(reading(d.seq_full, d.seq));
@@ -738,8 +751,10 @@ fn loss(d: &Dims, n: f64) -> Passes {
     if e < 4.0 {
         p = p.fwd_on((e + 4.0) * n, SlowPath::Widening);
     }
-    let rows = SlowPath::SoftmaxRows;
-    p = p.fwd_on(8.0 * n, rows).bwd(4.0 * n).bwd_on(12.0 * n, rows);
+    p = p
+        .fwd_on(8.0 * n, SlowPath::SoftmaxRows)
+        .bwd(4.0 * n)
+        .bwd_on(12.0 * n, SlowPath::SoftmaxRowsBackward);
     if e < 4.0 {
         p = p.bwd((4.0 + e) * n);
     }
@@ -1176,9 +1191,11 @@ mod tests {
         // both ways; `nll_loss`'s zeroed gradient and the cast back down are copies.
         let torch = head_forward(&gpt2("framework = torch", "standard"));
         let ce = op(&torch, OpId::CrossEntropy);
-        let rows = Some(SlowPath::SoftmaxRows);
-        assert_eq!(slow(&ce.forward), [w, rows]);
-        assert_eq!(slow(&ce.backward), [None, rows, None]);
+        assert_eq!(slow(&ce.forward), [w, Some(SlowPath::SoftmaxRows)]);
+        assert_eq!(
+            slow(&ce.backward),
+            [None, Some(SlowPath::SoftmaxRowsBackward), None]
+        );
         // Llama's composite RMSNorm in its module's bf16 (FSDP2): the upcast, the row's
         // rsqrt and the weight broadcast; pow, mean and the cast down are copies.
         let c = check_source(

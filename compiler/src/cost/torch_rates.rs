@@ -14,7 +14,7 @@
 //!   `cos`/`sin` over the batch and heads);
 //! - a concatenation (rope's `rotate_half`);
 //! - `log_softmax` over rows as long as a vocabulary, forward and backward;
-//! - `layer_norm`'s own kernels.
+//! - `layer_norm`'s own kernels, forward and backward.
 //!
 //! The shares below are measured: `runtime/tests/gpu/eager_rates.py` on the lent H200 (torch
 //! 2.11, 2026-11-29; docs/measurements.md, thirteenth session) timed each kernel at the
@@ -36,10 +36,14 @@ pub enum SlowPath {
     VectorBroadcast,
     /// `torch.cat` of two halves along the last dimension (rope's `rotate_half`): 0.279.
     Concat,
-    /// `log_softmax` over rows of a vocabulary, fp32: forward 0.494 (8192 × 128256).
+    /// `log_softmax` over rows of a vocabulary, fp32, forward: 0.494 (8192 × 128256).
     SoftmaxRows,
-    /// `native_layer_norm` (fp32, 16 × 1024 rows of 768): 0.560.
+    /// Its backward (`_log_softmax_backward_data`, the same rows): 0.702.
+    SoftmaxRowsBackward,
+    /// `native_layer_norm` (fp32, 16 × 1024 rows of 768): 0.564.
     LayerNorm,
+    /// `native_layer_norm_backward` with the weight's gradient (the same rows): 0.521.
+    LayerNormBackward,
 }
 
 impl SlowPath {
@@ -51,7 +55,9 @@ impl SlowPath {
             SlowPath::VectorBroadcast => 0.43,
             SlowPath::Concat => 0.28,
             SlowPath::SoftmaxRows => 0.49,
+            SlowPath::SoftmaxRowsBackward => 0.70,
             SlowPath::LayerNorm => 0.56,
+            SlowPath::LayerNormBackward => 0.52,
         }
     }
 }
@@ -68,7 +74,9 @@ mod tests {
             SlowPath::VectorBroadcast,
             SlowPath::Concat,
             SlowPath::SoftmaxRows,
+            SlowPath::SoftmaxRowsBackward,
             SlowPath::LayerNorm,
+            SlowPath::LayerNormBackward,
         ] {
             assert!(p.share() > 0.0 && p.share() < 1.0, "{p:?}");
         }

@@ -71,7 +71,10 @@ def cases():
     del logits
     l32 = torch.randn(t, v, device=dev, dtype=f32)
     yield "log_softmax fp32 [t, vocab]", lambda: torch.log_softmax(l32, -1), 8 * l32.numel()
-    del l32
+    out = torch.log_softmax(l32, -1)
+    yield "log_softmax backward fp32 [t, vocab]", lambda: torch.ops.aten._log_softmax_backward_data(
+        l32, out, -1, f32), 12 * l32.numel()
+    del l32, out
     # GPT-2 under autocast: 16 x 1024 tokens, hidden 768, ffn 3072; NewGELU's chain in bf16.
     g = torch.randn(16 * 1024, 3072, device=dev, dtype=bf)
     m = g.numel()
@@ -81,6 +84,14 @@ def cases():
     a32 = torch.randn(16 * 1024, 768, device=dev, dtype=f32)
     yield "gpt2 layer_norm fp32 [t, 768]", lambda: torch.nn.functional.layer_norm(
         a32, (768,)), 8 * a32.numel()
+    w32 = torch.ones(768, device=dev, dtype=f32, requires_grad=True)
+    a32.requires_grad_(True)
+    y = torch.nn.functional.layer_norm(a32, (768,), w32)
+    gy = torch.randn_like(y)
+    # Backward reads the input and the output's gradient, writes the input's (planc: 3 x 4 +
+    # the weight's partial sums, priced as 2 x 4 more).
+    yield "gpt2 layer_norm backward fp32 [t, 768]", lambda: torch.autograd.grad(
+        y, (a32, w32), gy, retain_graph=True), 20 * a32.numel()
 
 
 def main():
