@@ -10,8 +10,10 @@
 //! operations into [`OpKind::Unfused`] operations whose kernels are listed here, forward and
 //! backward, and `cost::time` prices each kernel on its own (a product over the attention's
 //! score square as `cost::standard_attention`'s are, its math then the square's traffic; a
-//! pass at the memory-bound curve, no faster than a launch). Which kernels run is the
-//! framework's path ([`Path`]):
+//! pass at the memory-bound curve, no faster than a launch, and where PyTorch runs it on a
+//! slower elementwise path, a cast that widens, a broadcast, a concatenation, at that path's
+//! measured share of it: `cost::torch_rates`). Which kernels run is the framework's path
+//! ([`Path`]):
 //!
 //! - [`Path::Local`], Megatron-LM's `--transformer-impl local` without Transformer Engine
 //!   or apex (Megatron-LM d98e8a6, `megatron/core/transformer`): the norms are
@@ -135,7 +137,7 @@ impl Passes {
 
 /// Seconds of one kernel on `dev`: a product over the score square as
 /// [`Device::square_product`] prices it (its math, then the square's traffic), a pass at the
-/// memory-bound curve.
+/// memory-bound curve (a slower path at its share of it).
 pub fn seconds(dev: &Device, p: &Pass) -> f64 {
     dev.pass(*p)
 }

@@ -950,9 +950,11 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
 /// On one GPU the copies remain where the framework still shards: the `train.py` planc
 /// writes applies `fully_shard` whatever the world size, and FSDP2 runs the same copy-in,
 /// gather and copy-out over a group of one (`_fsdp_collectives.py` has no single-rank path
-/// around them); `fsdp_probe.py` on one H100 (docs/measurements.md, 2026-11-25) measured
-/// +0.27 ms a layer of 24 × 2048 under reshard after forward, where these copies price 0.24.
-/// torchtitan applies FSDP only over a sharded group (`dp_shard > 1`); DeepSpeed is left
+/// around them). `fsdp_probe.py` on one H100 (docs/measurements.md, 2026-11-25) measured
+/// +0.27 ms a layer of 24 × 2048 under reshard after forward against an unwrapped model
+/// (its runs varied by ±0.3 ms a layer); the kernels of a profiled Llama 3.2 1B step on an
+/// H200 (2026-11-29) show every copy priced below, about 1 ms a layer of 61 M parameters
+/// under the profiler, where they price 0.6. torchtitan applies FSDP only over a sharded group (`dp_shard > 1`); DeepSpeed is left
 /// unpriced there (not measured).
 ///
 /// `params` are the layer's held weights (gathered, frozen ones too), `trained` those whose
