@@ -559,39 +559,56 @@ fn core(plan: &Plan, path: Path, d: &Dims) -> Passes {
         k,
         square,
     };
-    // Passes over the scores between the products, forward and backward, in bytes a score;
-    // `Wide` marks a kernel whose output is wider than its input (`cost::torch_rates`).
+    // Passes over the scores between the products, forward and backward, in bytes a score,
+    // each a copy (`C`) or a kernel on a slower path (`cost::torch_rates`): the mask added
+    // broadcast over the heads (`Hb`; from fp32 under autocast, widening too: `Whb`), a cast
+    // up (`W`), the softmax over the rows in 16 bits (`S16`, `S16b` backward) and its fp32
+    // backward (`S32b`; the fp32 forward runs at a copy's rate).
     enum Score {
-        Copy(f64),
-        Wide(f64),
+        C(f64),
+        On(f64, SlowPath),
     }
-    use Score::{Copy as C, Wide as W};
+    use Score::{On, C};
+    use SlowPath::{
+        HeadsBroadcast as Hb, Softmax16 as S16, Softmax16Backward as S16b,
+        Softmax32Backward as S32b, Widening as W, WideningHeadsBroadcast as Whb,
+    };
     let (fwd, bwd): (Vec<Score>, Vec<Score>) = match path {
         // `baddbmm` scales inside the product. With 16-bit scores: `float()`, `masked_fill_`
         // in place, the fp32 softmax, the cast back; backward the cast's, the softmax's,
         // the mask's (`masked_fill(mask, 0)`) and `float()`'s.
         Path::Local if e < 4.0 => (
-            vec![W(e + 4.0), C(8.0), C(8.0), C(4.0 + e)],
-            vec![W(e + 4.0), C(12.0), C(8.0), C(4.0 + e)],
+            vec![On(e + 4.0, W), C(8.0), C(8.0), C(4.0 + e)],
+            vec![On(e + 4.0, W), On(12.0, S32b), C(8.0), C(4.0 + e)],
         ),
-        Path::Local => (vec![C(8.0), C(8.0)], vec![C(12.0), C(8.0)]),
+        Path::Local => (vec![C(8.0), C(8.0)], vec![On(12.0, S32b), C(8.0)]),
         // `* scaling` on the 16-bit scores, `+ mask` with autocast's fp32 mask (fp32
         // out), the fp32 softmax, the cast to the values' type (GPT-2's `.type`, Llama's
         // product's autocast); backward: the cast's, the softmax's, the sum's cast to the
         // 16-bit scores' type, the scaling's.
         Path::Autocast => (
-            vec![C(2.0 * e), W(e + 4.0), C(8.0), C(4.0 + e)],
-            vec![W(e + 4.0), C(12.0), C(4.0 + e), C(2.0 * e)],
+            vec![C(2.0 * e), On(e + 4.0, Whb), C(8.0), C(4.0 + e)],
+            vec![On(e + 4.0, W), On(12.0, S32b), C(4.0 + e), C(2.0 * e)],
         ),
         // GPT-2 in the module's type: scale, mask and softmax in 16 bits; Llama's
         // `softmax(dtype=float32)` upcasts first and casts back.
-        Path::Module | Path::Titan if gpt2(plan) || e == 4.0 => (
-            vec![C(2.0 * e), C(2.0 * e), C(2.0 * e)],
-            vec![C(3.0 * e), C(2.0 * e)],
+        Path::Module | Path::Titan if e == 4.0 => (
+            vec![C(8.0), On(8.0, Hb), C(8.0)],
+            vec![On(12.0, S32b), C(8.0)],
+        ),
+        Path::Module | Path::Titan if gpt2(plan) => (
+            vec![C(2.0 * e), On(2.0 * e, Hb), On(2.0 * e, S16)],
+            vec![On(3.0 * e, S16b), C(2.0 * e)],
         ),
         Path::Module | Path::Titan => (
-            vec![C(2.0 * e), C(2.0 * e), W(e + 4.0), C(8.0), C(4.0 + e)],
-            vec![W(e + 4.0), C(12.0), C(4.0 + e), C(2.0 * e)],
+            vec![
+                C(2.0 * e),
+                On(2.0 * e, Hb),
+                On(e + 4.0, W),
+                C(8.0),
+                C(4.0 + e),
+            ],
+            vec![On(e + 4.0, W), On(12.0, S32b), C(4.0 + e), C(2.0 * e)],
         ),
     };
     let mut p = Passes::default();
@@ -599,7 +616,7 @@ fn core(plan: &Plan, path: Path, d: &Dims) -> Passes {
     for b in fwd {
         p = match b {
             C(b) => p.fwd(b * s),
-            W(b) => p.fwd_on(b * s, SlowPath::Widening),
+            On(b, path) => p.fwd_on(b * s, path),
         };
     }
     // `native_dropout` over the 16-bit probabilities: read, write, a byte-a-score mask
@@ -619,7 +636,7 @@ fn core(plan: &Plan, path: Path, d: &Dims) -> Passes {
     for b in bwd {
         p = match b {
             C(b) => p.bwd(b * s),
-            W(b) => p.bwd_on(b * s, SlowPath::Widening),
+            On(b, path) => p.bwd_on(b * s, path),
         };
     }
     p.backward.push(reading(d.seq, d.seq_full));
@@ -848,11 +865,14 @@ pub fn optimizer_seconds(
             // DeepSpeed's bf16 optimizer: each 16-bit gradient cast and added into the fp32
             // gradient, the 16-bit one zeroed; the norm, the clip; `FusedAdam` (gradient
             // read, weights and moments read and written); the fp32 weights copied to the
-            // 16-bit module; the fp32 gradients zeroed. The gradients' cast and sum, their
-            // norms and the clip are launched a parameter at a time (`BF16_Optimizer`'s
-            // loops over its groups' tensors): four launches a tensor.
+            // 16-bit module; the fp32 gradients zeroed. Around them the engine and
+            // `BF16_Optimizer` work a parameter at a time: DeepSpeed 0.19.8's step on GPT-2
+            // (148 tensors) ran 2554 kernels in groups of 148 and 296 (copies, casts, `abs`,
+            // reductions, the `isinf`/`isnan` checks and their logic, memsets) and 153
+            // device-to-host copies (`torch_profile.py` on the lent H200, 2026-11-29): 17
+            // launches and a round trip to the host a tensor, each shorter than its dispatch.
             let bytes = (e + 4.0) + 12.0 + e + 4.0 + 8.0 + 28.0 + (4.0 + e) + 4.0;
-            dev.memory(local * bytes) + tensors * 4.0 * LAUNCH_S
+            dev.memory(local * bytes) + tensors * (HOST_ROUND_TRIP_S + 17.0 * LAUNCH_S)
         }
         Path::Autocast | Path::Module => {
             // DDP (zero < 2) copies every gradient into its bucket and back.
@@ -1225,6 +1245,23 @@ mod tests {
         };
         assert_eq!(seconds(&dev, &up), dev.memory(bytes) / path.share());
         assert!(seconds(&dev, &up) > 1.9 * dev.memory(bytes));
+        // GPT-2's standard core: under autocast the fp32 mask widens the scores as it is
+        // added over the heads, the fp32 softmax runs at a copy's rate and its backward does
+        // not; in DeepSpeed's bf16 module the mask and the softmax stay 16-bit, both slower.
+        let (hb, whb) = (
+            Some(SlowPath::HeadsBroadcast),
+            Some(SlowPath::WideningHeadsBroadcast),
+        );
+        let ddp = layer_forward(&gpt2("framework = torch", "standard"));
+        let core = op(&ddp, OpId::AttentionCore);
+        assert_eq!(slow(&core.forward), [None, whb, None, None]);
+        let s32b = Some(SlowPath::Softmax32Backward);
+        assert_eq!(slow(&core.backward), [w, s32b, None, None]);
+        let ds = layer_forward(&gpt2("framework = deepspeed", "standard"));
+        let core = op(&ds, OpId::AttentionCore);
+        assert_eq!(slow(&core.forward), [None, hb, Some(SlowPath::Softmax16)]);
+        let s16b = Some(SlowPath::Softmax16Backward);
+        assert_eq!(slow(&core.backward), [s16b, None]);
         // Rope's cos and sin broadcast over the heads, its halves concatenated.
         let rope = op(&ops, OpId::Rope);
         assert_eq!(
@@ -1362,5 +1399,11 @@ mod tests {
         let bytes = dev.memory(n * (80.0 + 4.0 + 16.0 + 14.0) + n * 4.0);
         assert!((local - bytes - 148.0 * (HOST_ROUND_TRIP_S + 4.0 * LAUNCH_S)).abs() < 1e-12);
         assert_eq!(parameter_tensors(&m, 12.0, true, true), 148.0);
+        // DeepSpeed's bf16 optimizer: its passes over the fp32 state, and a round trip and
+        // 17 launches a tensor (the profiled step's per-tensor kernels).
+        let d = gpt2("framework = deepspeed", "standard");
+        let ds = optimizer_seconds(&d, Path::Module, n, n, 148.0, &dev);
+        let bytes = dev.memory(n * (6.0 + 12.0 + 2.0 + 4.0 + 8.0 + 28.0 + 6.0 + 4.0));
+        assert!((ds - bytes - 148.0 * (HOST_ROUND_TRIP_S + 17.0 * LAUNCH_S)).abs() < 1e-12);
     }
 }

@@ -14,7 +14,9 @@
 //!   `cos`/`sin` over the batch and heads);
 //! - a concatenation (rope's `rotate_half`);
 //! - `log_softmax` over rows as long as a vocabulary, forward and backward;
-//! - `layer_norm`'s own kernels, forward and backward.
+//! - `layer_norm`'s own kernels, forward and backward;
+//! - the standard attention's mask added over the heads, its softmax in 16 bits, and the
+//!   softmax's backward (at the scores' rows of 1024; other row lengths are not measured).
 //!
 //! The shares below are measured: `runtime/tests/gpu/eager_rates.py` on the lent H200 (torch
 //! 2.11, 2026-11-29; docs/measurements.md, thirteenth session) timed each kernel at the
@@ -44,6 +46,18 @@ pub enum SlowPath {
     LayerNorm,
     /// `native_layer_norm_backward` with the weight's gradient (the same rows): 0.521.
     LayerNormBackward,
+    /// An operand broadcast over the heads: the attention scores plus a mask of one
+    /// `[s, s]` a sample, bf16 (GPT-2, 16 × 12 × 1024²): 0.376.
+    HeadsBroadcast,
+    /// The same with an fp32 mask, so fp32 out (autocast): 0.287.
+    WideningHeadsBroadcast,
+    /// `softmax` over the scores' rows (1024) in bf16: 0.636.
+    Softmax16,
+    /// Its backward (`_softmax_backward_data`, bf16): 0.435.
+    Softmax16Backward,
+    /// The fp32 softmax's backward over the same rows: 0.512 (its forward runs at a copy's
+    /// rate, 0.961).
+    Softmax32Backward,
 }
 
 impl SlowPath {
@@ -58,6 +72,11 @@ impl SlowPath {
             SlowPath::SoftmaxRowsBackward => 0.70,
             SlowPath::LayerNorm => 0.56,
             SlowPath::LayerNormBackward => 0.52,
+            SlowPath::HeadsBroadcast => 0.38,
+            SlowPath::WideningHeadsBroadcast => 0.29,
+            SlowPath::Softmax16 => 0.64,
+            SlowPath::Softmax16Backward => 0.44,
+            SlowPath::Softmax32Backward => 0.51,
         }
     }
 }
@@ -77,6 +96,11 @@ mod tests {
             SlowPath::SoftmaxRowsBackward,
             SlowPath::LayerNorm,
             SlowPath::LayerNormBackward,
+            SlowPath::HeadsBroadcast,
+            SlowPath::WideningHeadsBroadcast,
+            SlowPath::Softmax16,
+            SlowPath::Softmax16Backward,
+            SlowPath::Softmax32Backward,
         ] {
             assert!(p.share() > 0.0 && p.share() < 1.0, "{p:?}");
         }

@@ -81,6 +81,28 @@ def cases():
     yield "gpt2 pow(x, 3) bf16 [t, ffn]", lambda: torch.pow(g, 3.0), 4 * m
     yield "gpt2 x * 0.5 bf16 (scalar)", lambda: g * 0.5, 4 * m
     yield "gpt2 tanh bf16", lambda: torch.tanh(g), 4 * m
+    del g
+    # GPT-2's standard attention scores, 16 x 12 heads x 1024 x 1024: the causal mask added
+    # (one mask a sample, broadcast over the heads), the softmax over the rows, in bf16 (the
+    # module's type) and under autocast (an fp32 mask: fp32 out, softmax in fp32).
+    sc = torch.randn(16, 12, 1024, 1024, device=dev, dtype=bf)
+    m16 = torch.randn(16, 1, 1024, 1024, device=dev, dtype=bf)
+    m32 = m16.float()
+    k = sc.numel()
+    yield "scores + mask bf16 (over the heads)", lambda: sc + m16, 4 * k + 2 * m16.numel()
+    yield "scores + mask fp32 (widening)", lambda: sc + m32, 6 * k + 4 * m16.numel()
+    yield "softmax bf16 rows of 1024", lambda: torch.softmax(sc, -1), 4 * k
+    p16 = torch.softmax(sc, -1)
+    yield "softmax backward bf16 rows of 1024", lambda: torch.ops.aten._softmax_backward_data(
+        sc, p16, -1, bf), 6 * k
+    del p16, m16, m32
+    s32 = sc.float()
+    del sc
+    yield "softmax fp32 rows of 1024", lambda: torch.softmax(s32, -1), 8 * k
+    p32 = torch.softmax(s32, -1)
+    yield "softmax backward fp32 rows of 1024", lambda: torch.ops.aten._softmax_backward_data(
+        s32, p32, -1, f32), 12 * k
+    del s32, p32
     a32 = torch.randn(16 * 1024, 768, device=dev, dtype=f32)
     yield "gpt2 layer_norm fp32 [t, 768]", lambda: torch.nn.functional.layer_norm(
         a32, (768,)), 8 * a32.numel()
