@@ -529,12 +529,13 @@ fn rope(path: Path, d: &Dims) -> Passes {
             .bwd((4.0 + e) * n)
             .bwd(6.0 * e * n),
         // torchtitan's `apply_rotary_emb`: `float()`, a complex multiply, `type_as`.
+        // The complex multiply broadcasts `freqs_cis` over the batch and heads.
         Path::Titan => Passes::default()
-            .fwd((e + 4.0) * n)
-            .fwd(8.0 * n)
+            .fwd_on((e + 4.0) * n, widen)
+            .fwd_on(8.0 * n, vector)
             .fwd((4.0 + e) * n)
-            .bwd((e + 4.0) * n)
-            .bwd(8.0 * n)
+            .bwd_on((e + 4.0) * n, widen)
+            .bwd_on(8.0 * n, vector)
             .bwd((4.0 + e) * n),
     }
 }
