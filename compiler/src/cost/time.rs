@@ -954,8 +954,8 @@ fn ends_accumulation(plan: &Plan, dev: &Device) -> (f64, f64) {
 /// +0.27 ms a layer of 24 × 2048 under reshard after forward against an unwrapped model
 /// (its runs varied by ±0.3 ms a layer); the kernels of a profiled Llama 3.2 1B step on an
 /// H200 (2026-11-29) show every copy priced below, about 1 ms a layer of 61 M parameters
-/// under the profiler, where they price 0.6. torchtitan applies FSDP only over a sharded group (`dp_shard > 1`); DeepSpeed is left
-/// unpriced there (not measured).
+/// under the profiler, where they price 0.6. torchtitan applies FSDP only over a sharded
+/// group (`dp_shard > 1`); DeepSpeed is left unpriced there (not measured).
 ///
 /// `params` are the layer's held weights (gathered, frozen ones too), `trained` those whose
 /// gradients are reduced.
