@@ -413,7 +413,8 @@ fn norm(plan: &Plan, path: Path, d: &Dims) -> Passes {
         p = p.fwd((4.0 + u) * x); // to(input_dtype)
     }
     p = p.fwd_on(2.0 * u * x, vector); // weight ×
-                                       // Backward, in the order autograd runs it.
+
+    // Backward, in the order autograd runs it.
     p = p
         .bwd_on(2.0 * u * x, vector) // grad × weight
         .bwd(3.0 * u * x) // grad × normed, for the weight
