@@ -8,11 +8,16 @@ kind it lives in. The events sit on the compute stream: an interval includes wha
 stream waited for (FSDP2's copies on their own streams, the host falling behind), which is
 what a step pays.
 
-Forward: pre/post hooks on every leaf module of interest; a parent's time less its children's
-is the parent's own (attention's core = the attention module less its four products).
-Backward: full backward pre/post hooks on the same modules, except FSDP's (its own hooks sit
-there). What no interval covers is printed as `unattributed` (residual adds, FSDP's hooks
-between layers, the host's gaps).
+Forward: pre/post hooks on the products, norms, attention and MLP modules, the embedding and
+the root; a parent's time less its children's is the parent's own (attention's core = the
+attention module less its four products). Backward: full backward pre/post hooks on the
+products and norms; the attention's core is the time from its output product's backward to
+the first of its input products' (o_proj to q/k/v, GPT-2's c_proj to c_attn), the MLP's
+activation likewise (the root, which carries FSDP's hooks, and the attention module, which
+takes its input by keyword, get none). What no interval covers is printed as `unattributed`
+(residual adds, FSDP's gathers and copies between layers, the host's gaps). Steps end at
+`torch.optim.AdamW.zero_grad`: the DDP and FSDP2 scripts, not DeepSpeed's engine
+(torch_profile.py profiles that one).
 
     python torch_kinds.py EMITTED/train.py --steps 8 [train.py flags...]
 
