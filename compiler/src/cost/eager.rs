@@ -955,7 +955,12 @@ mod tests {
              parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = 16, recompute = none }}
              job j {{ {job} }}"
         );
-        let c = check_source("t.tp", &text);
+        checked(&text)
+    }
+
+    /// The plan of a valid `text`.
+    fn checked(text: &str) -> Plan {
+        let c = check_source("t.tp", text);
         assert!(c.ok(), "{:#?}", c.diagnostics);
         c.plan.unwrap()
     }
@@ -1222,16 +1227,13 @@ mod tests {
         );
         // Llama's composite RMSNorm in its module's bf16 (FSDP2): the upcast, the row's
         // rsqrt and the weight broadcast; pow, mean and the cast down are copies.
-        let c = check_source(
-            "t.tp",
+        let plan = checked(
             "cluster c { nodes = 1, gpus_per_node = 1, gpu = H200_SXM_141GB }
              model m { preset = \"llama3.2-1b\" }
              train { global_batch = 4, precision = bf16, optimizer = adamw, attention = flash }
              parallel { tp = 1, pp = 1, dp = 1, micro_batch = 4, zero = 3 }
              job j { framework = torch }",
         );
-        assert!(c.ok(), "{:#?}", c.diagnostics);
-        let plan = c.plan.unwrap();
         assert_eq!(path(&plan), Some(Path::Module));
         let ops = layer_forward(&plan);
         let norm = op(&ops, OpId::InputNorm);
@@ -1332,9 +1334,7 @@ mod tests {
              parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = {micro_batch}, recompute = none }}
              job j {{ framework = torch }}"
         );
-        let c = check_source("t.tp", &text);
-        assert!(c.ok(), "{:#?}", c.diagnostics);
-        c.plan.unwrap()
+        checked(&text)
     }
 
     #[test]

@@ -782,6 +782,14 @@ mod tests {
     use super::*;
     use crate::check::check_source;
 
+    /// The plan of a valid `text`.
+    fn checked(text: &str) -> Plan {
+        let checked = check_source("t.tp", text);
+        checked
+            .plan
+            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+    }
+
     fn plan(model: &str, attention: &str, framework: &str) -> Plan {
         let text = format!(
             "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }}
@@ -790,10 +798,7 @@ mod tests {
              parallel {{ tp = 1, pp = 1, dp = 1, micro_batch = 8 }}
              job j {{ framework = {framework} }}"
         );
-        let checked = check_source("t.tp", &text);
-        checked
-            .plan
-            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+        checked(&text)
     }
 
     /// Mixtral 8x7B (seq 4096) on one node of eight, micro-batch 1, with `parallel` and
@@ -805,10 +810,7 @@ mod tests {
              train {{ global_batch = 64, precision = bf16 }}
              parallel {{ pp = 1, micro_batch = 1, {parallel} }}"
         );
-        let checked = check_source("t.tp", &text);
-        checked
-            .plan
-            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+        checked(&text)
     }
 
     fn named(ops: &[Op], id: OpId) -> Vec<&OpKind> {
@@ -836,10 +838,7 @@ mod tests {
              parallel {{ micro_batch = 16 }}
              job {{ framework = {framework} }}"
         );
-        let checked = check_source("t.tp", &text);
-        checked
-            .plan
-            .unwrap_or_else(|| panic!("{:#?}", checked.diagnostics))
+        checked(&text)
     }
 
     #[test]

@@ -115,11 +115,7 @@ impl Engine {
             let (f, _) = self.linear_shape(LayerTensor::Fc2W);
             let w2 = w(self, LayerTensor::Fc2W);
             g.down_dinp(&self.gpu, dh, (dfull, w2, a.h), (n, c, f))?;
-            let (gw2, add) = (
-                gr(self, LayerTensor::Fc2W),
-                self.accumulates(l, LayerTensor::Fc2W),
-            );
-            self.blas.linear_dw_as(gw2, dfull, a.act, (n, f, c), add)?;
+            self.linear_dw(l, LayerTensor::Fc2W, dfull, a.act, n)?;
         } else {
             self.linear_bwd(l, LayerTensor::Fc2W, dact, dfull, a.act, n)?;
         }

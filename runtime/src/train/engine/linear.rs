@@ -100,17 +100,36 @@ impl Engine {
         inp: Buf,
         rows: usize,
     ) -> Res {
+        match (&self.fp8, self.fp8_linears.get(&(l, part))) {
+            (Some(f), Some(lin)) => {
+                let gw = self.g_of(Tensor::Layer(l, part));
+                let add = self.accumulates(l, part);
+                f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows, add)
+            }
+            _ => {
+                let (i, o) = self.linear_shape(part);
+                let w = self.wx_of(Tensor::Layer(l, part));
+                self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
+                self.linear_dw(l, part, dout, inp, rows)
+            }
+        }
+    }
+
+    /// The weight gradient of [`Self::linear_bwd`] alone, in the storage type, added into
+    /// the gradient where this step accumulates it: for a product whose input gradient ran
+    /// elsewhere (the GELU epilogue's down product).
+    pub(super) fn linear_dw(
+        &self,
+        l: usize,
+        part: LayerTensor,
+        dout: Buf,
+        inp: Buf,
+        rows: usize,
+    ) -> Res {
         let (i, o) = self.linear_shape(part);
         let gw = self.g_of(Tensor::Layer(l, part));
         let add = self.accumulates(l, part);
-        match (&self.fp8, self.fp8_linears.get(&(l, part))) {
-            (Some(f), Some(lin)) => f.backward(&self.gpu, lin, dinp, gw, dout, inp, rows, add),
-            _ => {
-                let w = self.wx_of(Tensor::Layer(l, part));
-                self.blas.linear_dinp(dinp, dout, w, rows, i, o)?;
-                self.blas.linear_dw_as(gw, dout, inp, (rows, i, o), add)
-            }
-        }
+        self.blas.linear_dw_as(gw, dout, inp, (rows, i, o), add)
     }
 
     /// (inputs, outputs) of a layer's linear weight `part` on this rank.
