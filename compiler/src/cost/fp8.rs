@@ -14,15 +14,22 @@
 //!   router, norms, activations and every memory-bound pass: they keep bf16 tensors.
 //! - **Casts** (memory-bound passes, each with its amax reduced in the same kernel): a
 //!   product's input is quantized to fp8 with a transposed copy for the weight gradient
-//!   (Hopper's fp8 products take both operands K-major): read 2 bytes, write 1 + 1. Where the
-//!   norm before the product writes fp8 itself (`LayerNormLinear`, `LayerNormMLP`'s first
-//!   product: `apply_normalization` with the input quantizer, `module/layernorm_linear.py`)
-//!   or the activation does (`LayerNormMLP`'s second product), the norm's write shrinks by a
-//!   byte and only the transpose is added (read 1, write 1): 1 byte net. In backward each
-//!   product's output gradient is cast and transposed the same way (4 bytes an element),
-//!   except where the activation's backward writes it in fp8 (`LayerNormMLP`'s first
-//!   product). The weights are cast (and transposed) once a step and cached for the other
-//!   micro-batches: Megatron-Core passes `is_first_microbatch` to TE
+//!   (Hopper's fp8 products take both operands K-major): read 2 bytes, write 1 + 1. In
+//!   backward each product's output gradient is cast and transposed the same way (4 bytes an
+//!   element). Megatron-Core builds the qkv and the MLP's first product as
+//!   `TELayerNormColumnParallelLinear`, whose norm writes fp8 itself (`apply_normalization`
+//!   with the input quantizer, `module/layernorm_linear.py`): the norm's write shrinks by a
+//!   byte and only the transpose is added (read 1, write 1), 1 byte net. The attention
+//!   output and the MLP's second product are `TERowParallelLinear`, and the activation
+//!   between the MLP's products is Megatron's own in 16 bits (`MLP` with
+//!   `MLPSubmodules(linear_fc1, linear_fc2)` in `get_mlp_module_spec_for_backend`,
+//!   `megatron/core/models/gpt/gpt_layer_specs.py` at d98e8a64dd; TE's fused MLP behind
+//!   `use_te_op_fuser` is opt-in): the second product's input and the first product's output
+//!   gradient arrive in 16 bits and take the full 4 bytes. Frameworks that swap `te.Linear`
+//!   in for each product and keep their own norms (llm-foundry's `fc_type: te`, which its
+//!   fp8 benchmarks set in `scripts/train/benchmarking/submit_benchmarks.py`) cast every
+//!   product's input that way too. The weights are cast (and transposed) once a step and
+//!   cached for the other micro-batches: Megatron-Core passes `is_first_microbatch` to TE
 //!   (`megatron/core/extensions/transformer_engine.py`, `_is_first_microbatch`).
 //! - **Communication**: with sequence parallelism the norm's output is gathered over the
 //!   tensor-parallel group already in fp8 (`gather_along_first_dim(..., quantizer=...)` in
@@ -32,13 +39,13 @@
 //!   keeps the column-wise copy and drops the row-wise one, `module/linear.py`) where
 //!   Korthikanti et al. count two.
 //!
-//! Every other framework planc prices is taken to run fp8 the same way, except planc's own
-//! runtime (`runtime/src/device/fp8.rs`), which runs the same products in the same formats
-//! with separate cast passes: a product's input is cast in forward (read 2 bytes, write 1)
-//! and its transposed copy cast again in backward from the 16-bit input the layer keeps (read
-//! 2, write 1: no activation kept in fp8), the output gradient cast and transposed in
-//! backward (4 bytes), the weights once a step (4 bytes a weight); its gathers under
-//! sequence parallelism move bf16.
+//! Every other framework planc prices is taken to run fp8 through Transformer Engine's
+//! modules as above, except planc's own runtime (`runtime/src/device/fp8.rs`), which runs
+//! the same products in the same formats with separate cast passes: a product's input is
+//! cast in forward (read 2 bytes, write 1) and its transposed copy cast again in backward
+//! from the 16-bit input the layer keeps (read 2, write 1: no activation kept in fp8), the
+//! output gradient cast and transposed in backward (4 bytes), the weights once a step (4
+//! bytes a weight); its gathers under sequence parallelism move bf16.
 
 use super::ops::{Op, OpId, OpKind};
 use crate::plan::{Framework, Plan, Precision};
@@ -60,14 +67,13 @@ fn cast_bytes(plan: &Plan, id: OpId) -> (f64, f64, f64) {
     if plan.framework() == Framework::Planc {
         return (3.0, 4.0, 3.0);
     }
-    let (input, grad) = match id {
-        // The norm writes fp8: only the transpose is added.
-        OpId::QkvProj => (1.0, 4.0),
-        // LayerNormMLP: the norm writes its input, the activation's backward its gradient.
-        OpId::MlpUpProj => (1.0, 0.0),
-        // LayerNormMLP: the activation writes its input in fp8.
-        OpId::MlpDownProj => (1.0, 4.0),
-        // Plain `Linear`/`GroupedLinear`: a cast and transpose each way.
+    let (input, grad) = match (plan.framework(), id) {
+        // `TELayerNormColumnParallelLinear`: the norm writes fp8, only the transpose is
+        // added; the output gradient comes in 16-bit (from the attention core's backward,
+        // or from Megatron's own activation backward for the MLP's first product).
+        (Framework::Megatron, OpId::QkvProj | OpId::MlpUpProj) => (1.0, 4.0),
+        // Plain `Linear`/`GroupedLinear` (`TERowParallelLinear`, the experts', and every
+        // product of a framework that swaps in `te.Linear`): a cast and transpose each way.
         _ => (4.0, 4.0),
     };
     (input, grad, 0.0)
@@ -165,6 +171,60 @@ mod tests {
                 backward_bytes: 4.0 * tokens * h,
             }
         );
+    }
+
+    #[test]
+    fn only_megatrons_layernorm_linears_write_fp8_and_its_mlp_activation_stays_16_bit() {
+        let bytes = |job: &str| {
+            let text = format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
+                 model m {{ preset = \"llama3-8b\" }}
+                 train {{ global_batch = 32, precision = fp8, attention = flash }}
+                 parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true }}
+                 job j {{ framework = {job} }}"
+            );
+            let c = check_source("t.tp", &text);
+            let ops = layer_forward(&c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics)));
+            let cast = |id: OpId| match ops.iter().find(|o| o.id == id).map(|o| &o.kind) {
+                Some(OpKind::Cast {
+                    bytes,
+                    backward_bytes,
+                }) => (*bytes, *backward_bytes),
+                other => panic!("{id:?}: {other:?}"),
+            };
+            [
+                OpId::QkvProjFp8Cast,
+                OpId::AttentionOutProjFp8Cast,
+                OpId::MlpUpProjFp8Cast,
+                OpId::MlpDownProjFp8Cast,
+            ]
+            .map(cast)
+        };
+        // Llama 3 8B at tp 2, 8192 tokens, 8 micro-batches a step; the weights' share is
+        // the same under both frameworks.
+        let (tokens, h, t) = (8192.0, 4096.0, 2.0);
+        let (qkv, up, down) = (48.0 * 128.0 / t, 2.0 * 14336.0 / t, h);
+        let weight = |n: f64, k: f64| 4.0 * n * k / 8.0;
+        let megatron = bytes("megatron");
+        // The norm before qkv and before the MLP writes fp8 (1 byte net); the attention
+        // output's input, the MLP's activation output and every output gradient take 4.
+        assert_eq!(
+            megatron,
+            [
+                (tokens * h + weight(qkv, h), 4.0 * tokens * qkv),
+                (4.0 * tokens * h / t + weight(h, h / t), 4.0 * tokens * h),
+                (tokens * h + weight(up, h), 4.0 * tokens * up),
+                (
+                    4.0 * tokens * 14336.0 / t + weight(down, 14336.0 / t),
+                    4.0 * tokens * h
+                ),
+            ]
+        );
+        // A framework that swaps te.Linear in keeps its own norms: 4 bytes every input.
+        let torch = bytes("torch");
+        assert_eq!(torch[0], (4.0 * tokens * h + weight(qkv, h), megatron[0].1));
+        assert_eq!(torch[2], (4.0 * tokens * h + weight(up, h), megatron[2].1));
+        assert_eq!((torch[1], torch[3]), (megatron[1], megatron[3]));
     }
 
     #[test]
