@@ -2,12 +2,13 @@
 //! kernels hold SMs and memory bandwidth, so while a gradient reduction or a parameter
 //! gather runs beside a pass, the pass runs at a measured share of its rate less
 //! (`cost::time::dp_contention`: the device's profile, or on NVLink the stand-in measured on
-//! two H200s; zero across nodes).
+//! two H200s; across nodes, the SMs NCCL's ring channels hold, measured on one H200).
 //!
 //! After a first run, each pass is lengthened by that share of the time a reduction or a
-//! gather of its rank overlapped it, and the step is run again. One correction, not a
-//! fixed point: the longer passes move the collectives they hide little, and the closed
-//! form charges the same share of the hidden time.
+//! gather of its rank overlapped it, and the step is run again, so the longer passes hide
+//! more of a link that outlasts them. One correction, not a fixed point: the longer passes
+//! move the collectives they hide little. The closed form charges the same share of the
+//! hidden time and counts the longer passes as hiding as much more of such a link.
 
 use crate::engine::Run;
 use crate::graph::{Lane, StepGraph, TaskKind};

@@ -35,8 +35,9 @@ pub struct StageEstimate {
     pub capacity_bytes: f64,
     pub dp_exposed_s: f64,
     /// Of `dp_exposed_s`, what the passes lost beside the hidden reduction (measured
-    /// contention, `time::dp_contention`; 0 for groups across nodes). It lengthens the stage's last
-    /// backward passes, so it also delays the drain of every earlier pipeline stage.
+    /// contention, `time::dp_contention`). Where the reduction runs once a step it lengthens
+    /// the stage's last backward passes, so it also delays the drain of every earlier
+    /// pipeline stage ([`drain_contention`]).
     pub dp_contention_s: f64,
     pub optimizer_s: f64,
     /// Of the step, the seconds this stage's GPUs compute (its passes, recomputation and
@@ -49,6 +50,19 @@ pub struct StageEstimate {
     /// and a slower stage's pace. A stage can idle here while the step's bubble (measured
     /// on the busiest stage) is zero.
     pub wait_s: f64,
+}
+
+/// Of a stage's contention (`StageEstimate::dp_contention_s`), what lengthens its last
+/// backward passes, which the earlier stages' drain waits for: all of it where the
+/// gradients are reduced once a step, one micro-batch's share where ZeRO-2 and -3 reduce
+/// (and gather) beside every micro-batch's passes, whose other shares lengthen this stage's
+/// own passes only.
+pub fn drain_contention(plan: &Plan, stage: &StageEstimate, micro_batches: u64) -> f64 {
+    if plan.parallel.zero >= 2 && plan.overlaps_grad_reduce() {
+        stage.dp_contention_s / micro_batches.max(1) as f64
+    } else {
+        stage.dp_contention_s
+    }
 }
 
 impl StageEstimate {
@@ -216,7 +230,10 @@ pub fn estimate(plan: &Plan) -> Estimate {
     // stages', which their reductions' contention lengthened.
     let tails: Vec<f64> = (0..stages.len())
         .map(|i| {
-            let later: f64 = stages[i + 1..].iter().map(|s| s.dp_contention_s).sum();
+            let later: f64 = stages[i + 1..]
+                .iter()
+                .map(|s| drain_contention(plan, s, micro_batches))
+                .sum();
             stages[i].dp_exposed_s + later + stages[i].optimizer_s
         })
         .collect();
@@ -338,13 +355,17 @@ mod tests {
     #[test]
     fn the_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1() {
         for (pp, m) in [(2, 8), (4, 16), (8, 8), (8, 64)] {
-            let e = estimate(&plan("1f1b", pp, m * 8 / pp));
+            let p = plan("1f1b", pp, m * 8 / pp);
+            let e = estimate(&p);
             // The tail after the last backward: a stage's own reduction and optimizer, and
             // what the later stages' reductions cost their passes (contention on NVLink).
             let pipeline = e.step_s
                 - (0..e.stages.len())
                     .map(|i| {
-                        let later: f64 = e.stages[i + 1..].iter().map(|s| s.dp_contention_s).sum();
+                        let later: f64 = e.stages[i + 1..]
+                            .iter()
+                            .map(|s| drain_contention(&p, s, m))
+                            .sum();
                         e.stages[i].dp_exposed_s + later + e.stages[i].optimizer_s
                     })
                     .fold(0.0, f64::max);
