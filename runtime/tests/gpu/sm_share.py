@@ -8,7 +8,10 @@ block reads its SM from %smid, so the SMs held are counted, not assumed), and pr
 one's time over its time alone next to SMs / (SMs - K), the slowdown if only the SMs left
 mattered.
 
-    python sm_share.py [OUT.json] [--no-smid]
+    python sm_share.py [OUT.json] [--no-smid] [--fp8]
+
+`--fp8` adds E4M3 products with fast and with split accumulation (what Transformer Engine
+runs forward and backward).
 
 The last line of stdout is the JSON.
 """
@@ -95,6 +98,26 @@ def main():
     x = torch.empty(2**29, device="cuda", dtype=torch.bfloat16)
     y = torch.empty_like(x)
     works["copy 1 GiB"] = (lambda: y.copy_(x), 20)
+    if "--fp8" in sys.argv:
+        # E4M3 products as Transformer Engine runs them: the forward's with fast
+        # accumulation, the gradients' with the split (promoted) accumulator.
+        one = torch.ones((), device="cuda")
+        for m, n, k in [(8192, 4096, 4096), (8192, 28672, 4096)]:
+            a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+            for fast in (True, False):
+                acc = "fast" if fast else "split"
+                works[f"fp8 {acc} {m}x{n}x{k}"] = (
+                    lambda a=a, b=b, fast=fast: torch._scaled_mm(
+                        a,
+                        b,
+                        scale_a=one,
+                        scale_b=one,
+                        out_dtype=torch.bfloat16,
+                        use_fast_accum=fast,
+                    ),
+                    20,
+                )
     for fn, iters in works.values():  # warm up: cuBLAS's choice and clocks
         beside(0, fn, iters)
     rows = []
