@@ -48,6 +48,13 @@ const FLASH_EFFICIENCY: f64 = 0.75;
 const FLASH_BACKWARD_WORK: f64 = 2.5;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
 pub const BUCKET_PARAMS: f64 = 40e6;
+/// How much faster an E4M3 product runs with fast accumulation than with the split
+/// accumulator, which promotes partial sums to fp32 as it goes: 1472 against 1368 TFLOP/s at
+/// 8192 × 4096 × 4096 and 1319 against 1240 at 8192 × 28672 × 4096 on the lent H200
+/// (`runtime/tests/gpu/sm_share.py --fp8`, torch 2.11's `_scaled_mm`, 2026-11-29). Transformer
+/// Engine, torchao and planc's runtime run the forward products fast and the gradients'
+/// split (`_2X_ACC_FPROP` off, `_2X_ACC_DGRAD` and `_2X_ACC_WGRAD` on).
+pub const FP8_FAST_ACCUMULATION: f64 = 1.07;
 
 pub struct Device<'a> {
     pub gpu: &'a Gpu,
@@ -218,6 +225,20 @@ impl<'a> Device<'a> {
         self.catalog_gemm_math(m, n, k)
             .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
             .max(KERNEL_FLOOR_S)
+    }
+
+    /// An fp8 product's time in forward (fast accumulation) and in backward (the split
+    /// accumulator) over [`Self::gemm`]'s: the catalog's fp8 efficiency was measured split,
+    /// `planc calibrate`'s fp8 curve times planc's forward product, fast
+    /// ([`FP8_FAST_ACCUMULATION`]). (1, 1) for 16-bit products.
+    fn accumulation(&self, m: f64, n: f64, k: f64) -> (f64, f64) {
+        if self.precision != Precision::Fp8 {
+            (1.0, 1.0)
+        } else if self.profile_gemm_efficiency(m, n, k).is_some() {
+            (1.0, FP8_FAST_ACCUMULATION)
+        } else {
+            (1.0 / FP8_FAST_ACCUMULATION, 1.0)
+        }
     }
 
     /// The profile's measured efficiency for an `m×n×k` product at this device's precision.
@@ -605,11 +626,11 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 t.flops += Core::flops(&core.forward());
             }
             OpKind::Gemm { m, n, k } => {
-                t.compute += dev.gemm(*m, *n, *k);
+                t.compute += dev.gemm(*m, *n, *k) * dev.accumulation(*m, *n, *k).0;
                 t.flops += 2.0 * m * n * k;
             }
             OpKind::GroupedGemm { count, m, n, k } => {
-                t.compute += count * dev.gemm(*m, *n, *k);
+                t.compute += count * dev.gemm(*m, *n, *k) * dev.accumulation(*m, *n, *k).0;
                 t.flops += count * 2.0 * m * n * k;
             }
             OpKind::FlashAttention {
@@ -762,6 +783,7 @@ pub(crate) fn layer_backward(
         flops: 2.0 * fwd.flops,
     };
     bwd.add(own_backwards(ops, dev));
+    bwd.compute += split_accumulation(plan, ops, dev);
     // A frozen weight's product computes its input gradient only (`cost::method`): once
     // its forward, not twice.
     let frozen: Vec<Op> = ops
@@ -789,6 +811,29 @@ pub(crate) fn layer_backward(
         _ => {}
     }
     bwd
+}
+
+/// What the fp8 products among `ops` take longer in backward than twice their forward:
+/// their gradients' products accumulate split, their forward fast
+/// ([`Device::accumulation`]); a frozen weight's product runs its input gradient only.
+fn split_accumulation(plan: &Plan, ops: &[Op], dev: &Device) -> f64 {
+    ops.iter()
+        .map(|o| {
+            let (count, m, n, k) = match o.kind {
+                OpKind::Gemm { m, n, k } => (1.0, m, n, k),
+                OpKind::GroupedGemm { count, m, n, k } => (count, m, n, k),
+                _ => return 0.0,
+            };
+            let dev = dev.for_op(o.id);
+            let (fwd, bwd) = dev.accumulation(m, n, k);
+            let products = if super::method::is_weight_product(o) && !trains_weight(plan, o) {
+                1.0
+            } else {
+                2.0
+            };
+            products * count * dev.gemm(m, n, k) * (bwd - fwd)
+        })
+        .sum()
 }
 
 /// What the backwards of `ops` that are not twice their forward add to twice it: the
@@ -1759,6 +1804,47 @@ mod tests {
             fp8_old.catalog_gemm_math(x, x, x)
         ));
         assert!(!close(fp8_old.gemm(x, x, x), flops / (fp8.peak() * 0.5)));
+        // planc's forward product measured the curve, fast: the gradients' products run
+        // split, slower. The catalog's figure was measured split: the forward runs faster.
+        let f = FP8_FAST_ACCUMULATION;
+        assert_eq!(fp8.accumulation(x, x, x), (1.0, f));
+        assert_eq!(fp8_old.accumulation(x, x, x), (1.0 / f, 1.0));
+        assert_eq!(bf16.accumulation(x, x, x), (1.0, 1.0));
+    }
+
+    #[test]
+    fn fp8_forward_products_accumulate_fast_and_their_gradients_split() {
+        // Llama 3 8B's qkv on an H100 without a profile: the forward at the catalog's
+        // (split) rate sped up by fast accumulation, the two gradient products at it.
+        let p = crate::check::check_source(
+            "t.tp",
+            "cluster c { nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }
+             model m { preset = \"llama3-8b\" }
+             train { global_batch = 32, precision = fp8, attention = flash }
+             parallel { tp = 1, pp = 1, dp = 8, micro_batch = 1 }",
+        )
+        .plan
+        .unwrap();
+        let dev = Device {
+            gpu: &p.cluster.groups[0].gpu,
+            precision: p.train.precision,
+        };
+        let pl = placement(&p, &p.cluster.groups[0]);
+        let ops: Vec<Op> = super::super::ops::layer_forward(&p)
+            .into_iter()
+            .filter(|o| o.id == OpId::QkvProj)
+            .collect();
+        let OpKind::Gemm { m, n, k } = ops[0].kind else {
+            panic!("{:?}", ops[0]);
+        };
+        let split = dev.gemm(m, n, k);
+        let fwd = time_ops(&ops, &dev, &pl);
+        assert!((fwd.compute - split / FP8_FAST_ACCUMULATION).abs() < 1e-12);
+        let bwd = layer_backward(&p, &ops, fwd, &dev, &pl);
+        assert!(
+            (bwd.compute - 2.0 * split).abs() < 1e-9 * split,
+            "{bwd:?} {split}"
+        );
     }
 
     fn h200_with_standard_attention() -> Gpu {
