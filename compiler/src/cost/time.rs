@@ -2412,18 +2412,23 @@ mod tests {
         ))
     }
 
-    #[test]
-    fn passes_slowed_beside_a_link_bound_reduction_hide_more_of_it() {
-        // ZeRO-2 across four nodes, link-bound: the reduce-scatters outlast the passes.
-        let plan = a100_plan("bf16", 2, 4);
+    /// The first stage's placement, pass times and held parameters.
+    fn stage0(plan: &Plan) -> (Placement, StageTime, f64) {
         let group = &plan.cluster.groups[0];
         let dev = Device {
             gpu: &group.gpu,
             precision: plan.train.precision,
         };
-        let pl = placement(&plan, group);
-        let st = stage_time(&plan, 0, &dev, &pl);
-        let params = stage_params(&plan, 0);
+        let pl = placement(plan, group);
+        let st = stage_time(plan, 0, &dev, &pl);
+        (pl, st, stage_params(plan, 0))
+    }
+
+    #[test]
+    fn passes_slowed_beside_a_link_bound_reduction_hide_more_of_it() {
+        // ZeRO-2 across four nodes, link-bound: the reduce-scatters outlast the passes.
+        let plan = a100_plan("bf16", 2, 4);
+        let (pl, st, params) = stage0(&plan);
         let free = dp_exposed_beside(&plan, 0, params, &st, &pl, (0.0, 0.0));
         let slowed = dp_exposed_beside(&plan, 0, params, &st, &pl, (0.18, 0.18));
         assert_eq!(free.1, 0.0);
@@ -2445,15 +2450,8 @@ mod tests {
         // run; only where those share the NICs (tp across nodes) do they hide behind
         // compute alone.
         let plan = a100_plan("bf16", 2, 4);
-        let group = &plan.cluster.groups[0];
-        let dev = Device {
-            gpu: &group.gpu,
-            precision: plan.train.precision,
-        };
-        let mut pl = placement(&plan, group);
-        let st = stage_time(&plan, 0, &dev, &pl);
+        let (mut pl, st, params) = stage0(&plan);
         assert!(st.forward.comm > 0.0 && st.backward.comm > 0.0);
-        let params = stage_params(&plan, 0);
         let mut bare = st;
         bare.forward.comm = 0.0;
         bare.backward.comm = 0.0;
@@ -2508,14 +2506,7 @@ mod tests {
     #[test]
     fn an_overlapped_reduction_costs_the_passes_its_measured_share_of_the_hidden_time() {
         let exposed = |plan: &Plan| {
-            let group = &plan.cluster.groups[0];
-            let dev = Device {
-                gpu: &group.gpu,
-                precision: plan.train.precision,
-            };
-            let pl = placement(plan, group);
-            let st = stage_time(plan, 0, &dev, &pl);
-            let params = stage_params(plan, 0);
+            let (pl, st, params) = stage0(plan);
             let reduce = collective_time(Collective::AllReduce, params * 4.0, pl.dp, &pl.fabric);
             (dp_exposed(plan, 0, params, &st, &pl), reduce)
         };
