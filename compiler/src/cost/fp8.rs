@@ -134,11 +134,23 @@ mod tests {
     use crate::cost::ops::layer_forward;
 
     fn plan(precision: &str, parallel: &str) -> Plan {
+        plan_in(precision, parallel, "")
+    }
+
+    /// Llama 3 8B at tp 2 with sequence parallelism, trained by `framework` ("" for the
+    /// default).
+    fn plan_in(precision: &str, parallel: &str, framework: &str) -> Plan {
+        let job = if framework.is_empty() {
+            String::new()
+        } else {
+            format!("job j {{ framework = {framework} }}")
+        };
         let text = format!(
             "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
              model m {{ preset = \"llama3-8b\" }}
              train {{ global_batch = 32, precision = {precision}, attention = flash }}
-             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true {parallel} }}"
+             parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true {parallel} }}
+             {job}"
         );
         let c = check_source("t.tp", &text);
         c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
@@ -176,15 +188,7 @@ mod tests {
     #[test]
     fn only_megatrons_layernorm_linears_write_fp8_and_its_mlp_activation_stays_16_bit() {
         let bytes = |job: &str| {
-            let text = format!(
-                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
-                 model m {{ preset = \"llama3-8b\" }}
-                 train {{ global_batch = 32, precision = fp8, attention = flash }}
-                 parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true }}
-                 job j {{ framework = {job} }}"
-            );
-            let c = check_source("t.tp", &text);
-            let ops = layer_forward(&c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics)));
+            let ops = layer_forward(&plan_in("fp8", "", job));
             let cast = |id: OpId| match ops.iter().find(|o| o.id == id).map(|o| &o.kind) {
                 Some(OpKind::Cast {
                     bytes,
@@ -229,17 +233,7 @@ mod tests {
 
     #[test]
     fn plancs_runtime_casts_each_input_again_in_backward_and_gathers_bf16() {
-        let planc = |precision: &str| {
-            let text = format!(
-                "cluster c {{ nodes = 1, gpus_per_node = 8, gpu = H100_SXM_80GB }}
-                 model m {{ preset = \"llama3-8b\" }}
-                 train {{ global_batch = 32, precision = {precision}, attention = flash }}
-                 parallel {{ tp = 2, pp = 1, dp = 4, micro_batch = 1, sequence_parallel = true }}
-                 job j {{ framework = planc }}"
-            );
-            let c = check_source("t.tp", &text);
-            c.plan.unwrap_or_else(|| panic!("{:#?}", c.diagnostics))
-        };
+        let planc = |precision: &str| plan_in(precision, "", "planc");
         let p = planc("fp8");
         let ops = layer_forward(&p);
         let qkv = ops.iter().find(|o| o.id == OpId::QkvProjFp8Cast).unwrap();

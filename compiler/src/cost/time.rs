@@ -49,11 +49,12 @@ const FLASH_BACKWARD_WORK: f64 = 2.5;
 /// Gradients are reduced in buckets of this many parameters (Megatron/DDP default ~40M).
 pub const BUCKET_PARAMS: f64 = 40e6;
 /// How much faster an E4M3 product runs with fast accumulation than with the split
-/// accumulator, which promotes partial sums to fp32 as it goes: 1472 against 1368 TFLOP/s at
-/// 8192 × 4096 × 4096 and 1319 against 1240 at 8192 × 28672 × 4096 on the lent H200
-/// (`runtime/tests/gpu/sm_share.py --fp8`, torch 2.11's `_scaled_mm`, 2026-11-29). Transformer
-/// Engine, torchao and planc's runtime run the forward products fast and the gradients'
-/// split (`_2X_ACC_FPROP` off, `_2X_ACC_DGRAD` and `_2X_ACC_WGRAD` on).
+/// accumulator, which promotes partial sums to fp32 as it goes: each alone (the fastest of
+/// three), 1.074× and 1.072× at 8192 × 4096 × 4096 and 8192 × 28672 × 4096 in one run,
+/// 1.064× and 1.078× in another, on the lent H200 (`runtime/tests/gpu/sm_share.py --fp8`,
+/// torch 2.11's `_scaled_mm`, 2026-11-29; `runtime/tests/gpu/measured/sm_share_fp8.*`).
+/// Transformer Engine, torchao and planc's runtime run the forward products fast and the
+/// gradients' split (`_2X_ACC_FPROP` off, `_2X_ACC_DGRAD` and `_2X_ACC_WGRAD` on).
 pub const FP8_FAST_ACCUMULATION: f64 = 1.07;
 
 pub struct Device<'a> {
@@ -213,32 +214,42 @@ impl<'a> Device<'a> {
 
     /// `gemm_efficiency` is what a large, square product reaches (8192³, k overhead
     /// included): the k overhead is measured relative to that. A profile's measured
-    /// efficiency replaces both (it holds the tile, wave and thin-shape losses).
+    /// efficiency replaces both (it holds the tile, wave and thin-shape losses). An fp8
+    /// product at the accumulation its source measured: see [`Self::product`].
     pub fn gemm(&self, m: f64, n: f64, k: f64) -> f64 {
+        self.gemm_times(m, n, k, 1.0, 1.0)
+    }
+
+    /// A layer's product in forward (`forward`) or in one of its gradients. fp8 products
+    /// accumulate fast in forward and split in the gradients' products
+    /// ([`FP8_FAST_ACCUMULATION`]): the catalog's fp8 efficiency was measured split, so its
+    /// forward math runs faster; `planc calibrate`'s fp8 curve times planc's forward product,
+    /// fast, so the gradients' math runs slower. 16-bit products are [`Self::gemm`].
+    pub fn product(&self, m: f64, n: f64, k: f64, forward: bool) -> f64 {
+        if self.precision != Precision::Fp8 {
+            return self.gemm(m, n, k);
+        }
+        let (profiled, catalog) = if forward {
+            (1.0, 1.0 / FP8_FAST_ACCUMULATION)
+        } else {
+            (FP8_FAST_ACCUMULATION, 1.0)
+        };
+        self.gemm_times(m, n, k, profiled, catalog)
+    }
+
+    /// [`Self::gemm`] with its math (not the memory or launch floors under it) `profiled`
+    /// times as long where the profile measured the shape, `catalog` times where the
+    /// catalog prices it.
+    fn gemm_times(&self, m: f64, n: f64, k: f64, profiled: f64, catalog: f64) -> f64 {
         if let Some(e) = self.profile_gemm_efficiency(m, n, k) {
             let flops = 2.0 * m * n * k;
-            return self
-                .product_at_power(flops, flops / (self.peak() * e))
+            return (profiled * self.product_at_power(flops, flops / (self.peak() * e)))
                 .max(KERNEL_FLOOR_S);
         }
         let bytes = self.precision.bytes() * (m * k + k * n + m * n);
-        self.catalog_gemm_math(m, n, k)
+        (catalog * self.catalog_gemm_math(m, n, k))
             .max(bytes / self.memory_rate() + KERNEL_RAMP_S)
             .max(KERNEL_FLOOR_S)
-    }
-
-    /// An fp8 product's time in forward (fast accumulation) and in backward (the split
-    /// accumulator) over [`Self::gemm`]'s: the catalog's fp8 efficiency was measured split,
-    /// `planc calibrate`'s fp8 curve times planc's forward product, fast
-    /// ([`FP8_FAST_ACCUMULATION`]). (1, 1) for 16-bit products.
-    fn accumulation(&self, m: f64, n: f64, k: f64) -> (f64, f64) {
-        if self.precision != Precision::Fp8 {
-            (1.0, 1.0)
-        } else if self.profile_gemm_efficiency(m, n, k).is_some() {
-            (1.0, FP8_FAST_ACCUMULATION)
-        } else {
-            (1.0 / FP8_FAST_ACCUMULATION, 1.0)
-        }
     }
 
     /// The profile's measured efficiency for an `m×n×k` product at this device's precision.
@@ -626,11 +637,11 @@ pub(crate) fn time_ops(ops: &[Op], dev: &Device, pl: &Placement) -> PassTime {
                 t.flops += Core::flops(&core.forward());
             }
             OpKind::Gemm { m, n, k } => {
-                t.compute += dev.gemm(*m, *n, *k) * dev.accumulation(*m, *n, *k).0;
+                t.compute += dev.product(*m, *n, *k, true);
                 t.flops += 2.0 * m * n * k;
             }
             OpKind::GroupedGemm { count, m, n, k } => {
-                t.compute += count * dev.gemm(*m, *n, *k) * dev.accumulation(*m, *n, *k).0;
+                t.compute += count * dev.product(*m, *n, *k, true);
                 t.flops += count * 2.0 * m * n * k;
             }
             OpKind::FlashAttention {
@@ -813,9 +824,9 @@ pub(crate) fn layer_backward(
     bwd
 }
 
-/// What the fp8 products among `ops` take longer in backward than twice their forward:
-/// their gradients' products accumulate split, their forward fast
-/// ([`Device::accumulation`]); a frozen weight's product runs its input gradient only.
+/// What the products among `ops` take longer in backward than twice their forward: fp8
+/// gradients' products accumulate split, their forward fast ([`Device::product`]); a
+/// frozen weight's product runs its input gradient only.
 fn split_accumulation(plan: &Plan, ops: &[Op], dev: &Device) -> f64 {
     ops.iter()
         .map(|o| {
@@ -825,13 +836,12 @@ fn split_accumulation(plan: &Plan, ops: &[Op], dev: &Device) -> f64 {
                 _ => return 0.0,
             };
             let dev = dev.for_op(o.id);
-            let (fwd, bwd) = dev.accumulation(m, n, k);
             let products = if super::method::is_weight_product(o) && !trains_weight(plan, o) {
                 1.0
             } else {
                 2.0
             };
-            products * count * dev.gemm(m, n, k) * (bwd - fwd)
+            products * count * (dev.product(m, n, k, false) - dev.product(m, n, k, true))
         })
         .sum()
 }
@@ -1445,27 +1455,42 @@ fn dp_exposed_beside(
         // (reduce-scatter) and, under ZeRO-3, the gathers, each at its own measured rate.
         let gathers = if p.zero >= 3 { 2.0 * gather } else { 0.0 };
         let slow = (slow_reduce * reduce + slow_gather * gathers) / link.max(f64::MIN_POSITIVE);
-        let lost_per_micro_batch = slow * (link - per_micro_batch);
-        // The passes that lose it run that much longer beside the link, which hides that much
-        // more of what it still carried past them (down to the floor): the simulator's
-        // passes, lengthened, hide their collectives the same way.
-        per_micro_batch -= lost_per_micro_batch.min((per_micro_batch - floor).max(0.0));
+        let (per_micro_batch, lost_per_micro_batch) = rehidden(link, per_micro_batch, floor, slow);
         let lost = m * lost_per_micro_batch;
         if p.zero >= 3 {
             return (m * per_micro_batch + tail, lost);
         }
-        let exposed = (gather - hiding(&st.forward, pl)).max(gather / n_pieces);
-        return (
-            m * per_micro_batch + tail + exposed,
-            lost + slow_gather * (gather - exposed),
+        let (exposed, lost_gather) = rehidden(
+            gather,
+            (gather - hiding(&st.forward, pl)).max(gather / n_pieces),
+            gather / n_pieces,
+            slow_gather,
         );
+        return (m * per_micro_batch + tail + exposed, lost + lost_gather);
     }
-    let exposed_reduce = (reduce - hiding(&st.backward, pl)).max(reduce / n_pieces);
-    let exposed_gather = (gather - hiding(&st.forward, pl)).max(gather / n_pieces);
-    (
-        exposed_reduce + exposed_gather,
-        slow_reduce * (reduce - exposed_reduce) + slow_gather * (gather - exposed_gather),
-    )
+    let (exposed_reduce, lost_reduce) = rehidden(
+        reduce,
+        (reduce - hiding(&st.backward, pl)).max(reduce / n_pieces),
+        reduce / n_pieces,
+        slow_reduce,
+    );
+    let (exposed_gather, lost_gather) = rehidden(
+        gather,
+        (gather - hiding(&st.forward, pl)).max(gather / n_pieces),
+        gather / n_pieces,
+        slow_gather,
+    );
+    (exposed_reduce + exposed_gather, lost_reduce + lost_gather)
+}
+
+/// A collective of `total` seconds of which `exposed` waits for the link past the passes
+/// and `floor` no pass can hide, beside passes that lose `share` of the time it runs
+/// behind them: (what still waits, what the passes lose). The passes that lose it run that
+/// much longer beside the link and hide that much more of it, down to the floor, as the
+/// simulator's lengthened passes do.
+fn rehidden(total: f64, exposed: f64, floor: f64, share: f64) -> (f64, f64) {
+    let lost = share * (total - exposed);
+    (exposed - lost.min((exposed - floor).max(0.0)), lost)
 }
 
 /// Seconds of the data-parallel gradient reduction (all-reduce, or reduce-scatter under
@@ -1557,21 +1582,15 @@ pub fn dp_contention(plan: &Plan, stage: u64, pl: &Placement) -> (f64, f64) {
     if pl.dp.size <= 1 {
         return (0.0, 0.0);
     }
-    let both = |share: f64| {
-        if plan.parallel.zero >= 1 {
-            (share, share)
-        } else {
-            (share, 0.0)
-        }
-    };
-    if pl.dp.per_node < pl.dp.size {
-        return both(CROSS_NODE_CONTENTION);
-    }
+    let across = pl.dp.per_node < pl.dp.size;
     let gpu = &super::stage_group(plan, stage).gpu;
     let n = pl.dp.size as usize;
     let nvlink = pl.fabric.intra.kind == LinkKind::Nvlink;
     let stand_in = nvlink_contention_measurement();
     let share = |op: &str| {
+        if across {
+            return CROSS_NODE_CONTENTION;
+        }
         gpu.profile
             .as_ref()
             .and_then(|p| p.contention(op, n))
@@ -1807,9 +1826,12 @@ mod tests {
         // planc's forward product measured the curve, fast: the gradients' products run
         // split, slower. The catalog's figure was measured split: the forward runs faster.
         let f = FP8_FAST_ACCUMULATION;
-        assert_eq!(fp8.accumulation(x, x, x), (1.0, f));
-        assert_eq!(fp8_old.accumulation(x, x, x), (1.0 / f, 1.0));
-        assert_eq!(bf16.accumulation(x, x, x), (1.0, 1.0));
+        let directions = |d: &Device| (d.product(x, x, x, true), d.product(x, x, x, false));
+        let (fwd, bwd) = directions(&fp8);
+        assert!(close(fwd, fp8.gemm(x, x, x)) && close(bwd, f * fp8.gemm(x, x, x)));
+        let (fwd, bwd) = directions(&fp8_old);
+        assert!(close(fwd, fp8_old.gemm(x, x, x) / f) && close(bwd, fp8_old.gemm(x, x, x)));
+        assert_eq!(directions(&bf16), (bf16.gemm(x, x, x), bf16.gemm(x, x, x)));
     }
 
     #[test]
@@ -1845,6 +1867,9 @@ mod tests {
             (bwd.compute - 2.0 * split).abs() < 1e-9 * split,
             "{bwd:?} {split}"
         );
+        // Only the math speeds up: a product under the launch floor stays there.
+        assert_eq!(dev.product(16.0, 16.0, 16.0, true), KERNEL_FLOOR_S);
+        assert_eq!(dev.product(16.0, 16.0, 16.0, false), KERNEL_FLOOR_S);
     }
 
     fn h200_with_standard_attention() -> Gpu {

@@ -26,6 +26,17 @@ import triton.language as tl
 
 
 @triton.jit
+def spin(flag):
+    """Polls `flag` until it is set; the polls it took."""
+    n = 0
+    go = tl.load(flag, volatile=True)
+    while go == 0:
+        go = tl.load(flag, volatile=True)
+        n += 1
+    return n
+
+
+@triton.jit
 def hold(flag, smids, spins):
     pid = tl.program_id(0)
     one = tl.arange(0, 1)
@@ -33,24 +44,14 @@ def hold(flag, smids, spins):
         "mov.u32 $0, %smid;", "=r,r", [one], dtype=tl.int32, is_pure=False, pack=1
     )
     tl.store(smids + pid + one, sm)
-    n = 0
-    go = tl.load(flag, volatile=True)
-    while go == 0:
-        go = tl.load(flag, volatile=True)
-        n += 1
-    tl.store(spins + pid, n)
+    tl.store(spins + pid, spin(flag))
 
 
 @triton.jit
 def hold_unread(flag, smids, spins):
     pid = tl.program_id(0)
     tl.store(smids + pid, pid)
-    n = 0
-    go = tl.load(flag, volatile=True)
-    while go == 0:
-        go = tl.load(flag, volatile=True)
-        n += 1
-    tl.store(spins + pid, n)
+    tl.store(spins + pid, spin(flag))
 
 
 HOLD = hold
