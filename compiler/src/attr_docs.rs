@@ -130,6 +130,9 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("parallel", "overlap_p2p") => {
             "overlap pipeline sends and receives with the passes (Megatron-LM, interleaved schedule only); default: on when interleaved (planc extension)"
         }
+        ("parallel", "overlap_tp_backward") => {
+            "run the column-parallel products' backward collectives (the input's re-gather, the input gradient's reduction) beside their own gradient products (Megatron-LM since 2021-09, Transformer Engine); false: exposed, as in the forward; default: on for framework = megatron (planc extension)"
+        }
         ("parallel", "grad_accumulation_fusion") => {
             "weight-gradient products accumulate straight into the fp32 gradient buffer (Megatron-LM's --gradient-accumulation-fusion); false: a pass over the gradients per micro-batch adds them in (Megatron-LM before 2022-09); default true (planc extension)"
         }

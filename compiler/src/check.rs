@@ -404,6 +404,7 @@ fn choose_layout(
         last_stage_layers: ps.last_stage_layers,
         overlap_grad_reduce: ps.overlap_grad_reduce,
         overlap_p2p: ps.overlap_p2p,
+        overlap_tp_backward: ps.overlap_tp_backward,
         grad_accumulation_fusion: ps.grad_accumulation_fusion,
         scatter_gather_p2p: ps.scatter_gather_p2p,
         grad_dtype: ps.grad_dtype,

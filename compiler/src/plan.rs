@@ -542,6 +542,12 @@ pub struct Parallel {
     /// default, on with the interleaved schedule and off otherwise. See
     /// [`Parallel::overlaps_p2p`].
     pub overlap_p2p: Option<bool>,
+    /// Extension: the column-parallel products' backward collectives (the input's re-gather,
+    /// the input gradient's all-reduce or reduce-scatter) run beside their own gradient
+    /// products (Megatron-LM since 2021-09, Megatron-Core with Transformer Engine;
+    /// `cost::tp_overlap`); `false`: the backward's collectives exposed, as the forward's.
+    /// `None`: the framework's default, see [`Parallel::overlaps_tp_backward`].
+    pub overlap_tp_backward: Option<bool>,
     /// Extension: each micro-batch's weight-gradient products accumulate straight into the
     /// fp32 gradient buffer (Megatron-LM's `--gradient-accumulation-fusion`, on by default
     /// for every precision since 07916bf245, 2022-09); `false`: they write a 16-bit
@@ -603,6 +609,7 @@ impl Parallel {
             last_stage_layers: None,
             overlap_grad_reduce: true,
             overlap_p2p: None,
+            overlap_tp_backward: None,
             grad_accumulation_fusion: true,
             scatter_gather_p2p: false,
             grad_dtype: None,
@@ -616,6 +623,16 @@ impl Parallel {
     /// another schedule has no effect (validate warns, P0324).
     pub fn overlaps_p2p(&self) -> bool {
         self.schedule == Schedule::Interleaved && self.vpp > 1 && self.overlap_p2p.unwrap_or(true)
+    }
+
+    /// Whether the column-parallel products' backward collectives run beside their gradient
+    /// products: as written, else Megatron-LM's default (its async tensor-parallel
+    /// communication, on unless `--no-async-tensor-model-parallel-allreduce`, and
+    /// Transformer Engine's layers under Megatron-Core); DeepSpeed's pipeline engine,
+    /// PyTorch's tensor parallelism and planc's runtime issue them in order.
+    pub fn overlaps_tp_backward(&self, framework: Framework) -> bool {
+        self.overlap_tp_backward
+            .unwrap_or(framework == Framework::Megatron)
     }
 
     pub fn grad_accum(&self, global_batch: u64) -> u64 {
@@ -783,6 +800,7 @@ pub struct ParallelSpec {
     /// Never holes: what the framework overlaps is a fact about it, not a layout choice.
     pub overlap_grad_reduce: bool,
     pub overlap_p2p: Option<bool>,
+    pub overlap_tp_backward: Option<bool>,
     pub grad_accumulation_fusion: bool,
     pub scatter_gather_p2p: bool,
     pub grad_dtype: Option<GradDtype>,

@@ -1712,6 +1712,7 @@ impl<'a> Resolver<'a> {
         let last_stage_layers = self.stage_layers(n, "last_stage_layers");
         let overlap_grad_reduce = self.fixed_bool(n, "overlap_grad_reduce");
         let overlap_p2p = self.fixed_bool(n, "overlap_p2p");
+        let overlap_tp_backward = self.fixed_bool(n, "overlap_tp_backward");
         let grad_accumulation_fusion = self.fixed_bool(n, "grad_accumulation_fusion");
         let scatter_gather_p2p = self.fixed_bool(n, "scatter_gather_p2p");
         let grad_dtype = self.grad_dtype(n, "grad_dtype");
@@ -1736,6 +1737,7 @@ impl<'a> Resolver<'a> {
             auto_last_stage_layers: last_stage_layers? == Some(StageEnd::Auto),
             overlap_grad_reduce: overlap_grad_reduce?.unwrap_or(true),
             overlap_p2p: overlap_p2p?,
+            overlap_tp_backward: overlap_tp_backward?,
             grad_accumulation_fusion: grad_accumulation_fusion?.unwrap_or(true),
             scatter_gather_p2p: scatter_gather_p2p?.unwrap_or(false),
             grad_dtype: grad_dtype?,

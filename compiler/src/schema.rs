@@ -142,6 +142,7 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "last_stage_layers",
             "overlap_grad_reduce",
             "overlap_p2p",
+            "overlap_tp_backward",
             "grad_accumulation_fusion",
             "scatter_gather_p2p",
             "grad_dtype",

@@ -71,6 +71,7 @@ fn brute_force(s: &PlanSpec) -> Option<(f64, planc_compiler::plan::Parallel)> {
                                             last_stage_layers: s.parallel.last_stage_layers,
                                             overlap_grad_reduce: s.parallel.overlap_grad_reduce,
                                             overlap_p2p: s.parallel.overlap_p2p,
+                                            overlap_tp_backward: s.parallel.overlap_tp_backward,
                                             grad_accumulation_fusion: s
                                                 .parallel
                                                 .grad_accumulation_fusion,

@@ -115,8 +115,8 @@ codes! {
     P0213 Error "hole outside parallel"
         "`auto` and candidate lists are allowed only in the `parallel` block, and there not for \
          `first_stage_layers` and `last_stage_layers` (how the layers are split is written, never searched) \
-         nor for `overlap_grad_reduce`, `overlap_p2p`, `grad_accumulation_fusion` and \
-         `scatter_gather_p2p` (what the framework overlaps, fuses or splits describes it).";
+         nor for `overlap_grad_reduce`, `overlap_p2p`, `overlap_tp_backward`, \
+         `grad_accumulation_fusion` and `scatter_gather_p2p` (what the framework overlaps, fuses or splits describes it).";
     P0214 Error "unknown GPU"
         "The GPU is neither in the built-in catalog nor defined by a `gpu` block in the plan.";
     P0215 Error "unknown model preset"

@@ -364,6 +364,14 @@ pub fn megatron(
                 .into(),
         );
     }
+    if p.tp > 1 && !p.overlaps_tp_backward(plan.framework()) {
+        notes.push(
+            "Megatron-LM always runs the column-parallel layers' backward collectives beside \
+             their gradient products (megatron/core/tensor_parallel/layers.py): \
+             `overlap_tp_backward = false` prices Megatron-LM before 2021-09, not the run emitted"
+                .into(),
+        );
+    }
     if plan.eager() && plan.framework() == Framework::Megatron {
         // A site without Transformer Engine or apex (`job.kernels = eager` under megatron,
         // as `cost::eager` prices it): the local layers, PyTorch's norms and softmax.
@@ -1038,6 +1046,19 @@ mod tests {
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_none());
         p.parallel.grad_accumulation_fusion = false;
         assert!(has(&flags(&p), "--no-gradient-accumulation-fusion").is_some());
+    }
+
+    #[test]
+    fn backward_collectives_kept_in_order_are_noted_as_not_what_megatron_runs() {
+        let notes = |p: &Plan| {
+            let mut notes = Vec::new();
+            megatron(p, &RunValues::of_plan(p), &mut notes).expect("expressible");
+            notes
+        };
+        let mut p = plan("first_stage_layers = 7, last_stage_layers = 7");
+        assert!(!notes(&p).iter().any(|n| n.contains("overlap_tp_backward")));
+        p.parallel.overlap_tp_backward = Some(false);
+        assert!(notes(&p).iter().any(|n| n.contains("overlap_tp_backward")));
     }
 
     #[test]

@@ -228,6 +228,9 @@ fn ops_by_kind(
     let mut kinds: Vec<WorkKind> = ops.iter().map(WorkKind::of_op).collect();
     kinds.sort();
     kinds.dedup();
+    // The tensor-parallel overlap pairs a product with a collective, two kinds: what it
+    // hides goes to the collectives, what it costs to the products' kind.
+    let overlap = super::tp_overlap::backward(plan, ops, dev, pl);
     kinds
         .into_iter()
         .map(|k| {
@@ -237,7 +240,15 @@ fn ops_by_kind(
                 .cloned()
                 .collect();
             let fwd = time_ops(&mine, dev, pl);
-            let bwd = layer_backward(plan, &mine, fwd, dev, pl);
+            let mut bwd = layer_backward(plan, &mine, fwd, dev, pl);
+            if k == WorkKind::Communication {
+                bwd.comm += overlap.comm;
+            }
+            for (id, lost) in &overlap.lost {
+                if mine.iter().any(|o| o.id == *id) {
+                    bwd.compute += lost;
+                }
+            }
             (k, fwd, bwd)
         })
         .collect()

@@ -20,6 +20,7 @@ pub mod power;
 pub mod standard_attention;
 pub mod time;
 pub mod torch_rates;
+pub mod tp_overlap;
 
 use serde::Serialize;
 

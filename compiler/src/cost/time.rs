@@ -116,7 +116,7 @@ impl<'a> Device<'a> {
 
     /// The device that runs the layer operation `id`: fp8 for the products that run in
     /// fp8, 16-bit for the rest.
-    fn for_op(&self, id: OpId) -> Device<'a> {
+    pub(crate) fn for_op(&self, id: OpId) -> Device<'a> {
         if super::fp8::runs_in_fp8(id) {
             Device {
                 gpu: self.gpu,
@@ -795,6 +795,9 @@ pub(crate) fn layer_backward(
     };
     bwd.add(own_backwards(ops, dev));
     bwd.compute += split_accumulation(plan, ops, dev);
+    let overlap = super::tp_overlap::backward(plan, ops, dev, pl);
+    bwd.comm += overlap.comm;
+    bwd.compute += overlap.lost();
     // A frozen weight's product computes its input gradient only (`cost::method`): once
     // its forward, not twice.
     let frozen: Vec<Op> = ops
@@ -1582,30 +1585,49 @@ pub fn dp_contention(plan: &Plan, stage: u64, pl: &Placement) -> (f64, f64) {
     if pl.dp.size <= 1 {
         return (0.0, 0.0);
     }
-    let across = pl.dp.per_node < pl.dp.size;
     let gpu = &super::stage_group(plan, stage).gpu;
-    let n = pl.dp.size as usize;
-    let nvlink = pl.fabric.intra.kind == LinkKind::Nvlink;
-    let stand_in = nvlink_contention_measurement();
-    let share = |op: &str| {
-        if across {
-            return CROSS_NODE_CONTENTION;
-        }
-        gpu.profile
-            .as_ref()
-            .and_then(|p| p.contention(op, n))
-            .or_else(|| {
-                nvlink
-                    .then(|| stand_in.as_ref().and_then(|p| p.contention(op, 2)))
-                    .flatten()
-            })
-            .unwrap_or(0.0)
-    };
+    let share = |op| group_contention(gpu, pl.dp, &pl.fabric, op);
     if plan.parallel.zero >= 1 {
-        (share("ReduceScatter"), share("AllGather"))
+        (
+            share(Collective::ReduceScatter),
+            share(Collective::AllGather),
+        )
     } else {
-        (share("AllReduce"), 0.0)
+        (share(Collective::AllReduce), 0.0)
     }
+}
+
+/// The share of the passes' rate a collective `op` over `group` takes while it runs beside
+/// them ([`dp_contention`] says whence each figure comes): the device's profile for a group
+/// of this size, else across nodes [`CROSS_NODE_CONTENTION`], else on NVLink
+/// [`NVLINK_CONTENTION_FROM`]'s two-GPU measurement; none on PCIe.
+pub(crate) fn group_contention(
+    gpu: &Gpu,
+    group: GroupShape,
+    fabric: &Fabric,
+    op: Collective,
+) -> f64 {
+    if group.size <= 1 {
+        return 0.0;
+    }
+    if group.per_node < group.size {
+        return CROSS_NODE_CONTENTION;
+    }
+    let name = match op {
+        Collective::AllReduce => "AllReduce",
+        Collective::ReduceScatter => "ReduceScatter",
+        Collective::AllGather => "AllGather",
+        _ => return 0.0,
+    };
+    gpu.profile
+        .as_ref()
+        .and_then(|p| p.contention(name, group.size as usize))
+        .or_else(|| {
+            (fabric.intra.kind == LinkKind::Nvlink)
+                .then(|| nvlink_contention_measurement().and_then(|p| p.contention(name, 2)))
+                .flatten()
+        })
+        .unwrap_or(0.0)
 }
 
 /// What the passes lose beside a data-parallel collective across nodes, as a share of its
