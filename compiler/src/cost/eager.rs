@@ -1340,14 +1340,9 @@ mod tests {
     #[test]
     fn a_pass_of_short_kernels_waits_for_the_host_and_a_long_one_does_not() {
         use crate::cost::method::{is_weight_product, trains_weight};
-        use crate::cost::time::{pieces, placement, time_ops, Device};
+        use crate::cost::time::{pieces, time_ops};
         let layer = |p: &Plan| {
-            let g = &p.cluster.groups[0];
-            let dev = Device {
-                gpu: &g.gpu,
-                precision: p.train.precision,
-            };
-            let pl = placement(p, g);
+            let (dev, pl) = crate::cost::first_group(p);
             let ops = layer_forward(p);
             let gpu = time_ops(&ops, &dev, &pl).total();
             let pc = pieces(p, &dev, &pl);

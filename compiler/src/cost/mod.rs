@@ -333,6 +333,17 @@ pub fn estimate(plan: &Plan) -> Estimate {
     }
 }
 
+/// The device and placement of a plan's first node group: the setup the cost tests share.
+#[cfg(test)]
+pub(crate) fn first_group(plan: &Plan) -> (time::Device<'_>, time::Placement) {
+    let group = &plan.cluster.groups[0];
+    let dev = time::Device {
+        gpu: &group.gpu,
+        precision: plan.train.precision,
+    };
+    (dev, time::placement(plan, group))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2461,12 +2461,7 @@ mod tests {
 
     /// The first stage's placement, pass times and held parameters.
     fn stage0(plan: &Plan) -> (Placement, StageTime, f64) {
-        let group = &plan.cluster.groups[0];
-        let dev = Device {
-            gpu: &group.gpu,
-            precision: plan.train.precision,
-        };
-        let pl = placement(plan, group);
+        let (dev, pl) = crate::cost::first_group(plan);
         let st = stage_time(plan, 0, &dev, &pl);
         (pl, st, stage_params(plan, 0))
     }

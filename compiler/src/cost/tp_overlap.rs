@@ -124,7 +124,7 @@ mod tests {
     use super::*;
     use crate::check::check_source;
     use crate::cost::ops::layer_forward;
-    use crate::cost::time::{layer_backward, placement, time_ops};
+    use crate::cost::time::{layer_backward, time_ops};
 
     fn plan(framework: &str, parallel: &str) -> Plan {
         let text = format!(
@@ -142,12 +142,7 @@ mod tests {
 
     /// (backward comm, backward compute) of one layer.
     fn backward_of(p: &Plan) -> (f64, f64) {
-        let group = &p.cluster.groups[0];
-        let dev = Device {
-            gpu: &group.gpu,
-            precision: p.train.precision,
-        };
-        let pl = placement(p, group);
+        let (dev, pl) = crate::cost::first_group(p);
         let ops = layer_forward(p);
         let b = layer_backward(p, &ops, time_ops(&ops, &dev, &pl), &dev, &pl);
         (b.comm, b.compute)
