@@ -559,3 +559,36 @@ fn imported_plans() {
         insta::assert_snapshot!(format!("import__{name}"), i.plan);
     }
 }
+
+#[test]
+fn megatron_of_2021_without_async_tensor_parallel_communication_imports_as_overlap_tp_backward_false(
+) {
+    let text = "torchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 8 \
+                --num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 \
+                --max-position-embeddings 2048 --micro-batch-size 1 --global-batch-size 8 \
+                --vocab-size 32000 --bf16 --no-async-tensor-model-parallel-allreduce\n";
+    let imported = |text: &str| {
+        import(
+            &[Input {
+                name: "launch.sh".into(),
+                path: "launch.sh".into(),
+                text: text.into(),
+            }],
+            &gpus(1, "A100_SXM_80GB"),
+            &|_: &Path| None,
+        )
+        .unwrap()
+    };
+    let i = imported(text);
+    assert!(i.plan.contains("overlap_tp_backward = false"), "{}", i.plan);
+    let c = check_source("p.tp", &i.plan);
+    let plan = c.plan.unwrap_or_else(|| panic!("{:?}", c.diagnostics));
+    assert!(!plan.parallel.overlaps_tp_backward(plan.framework()));
+    // Without the flag Megatron-LM runs it: the plan leaves the default.
+    let current = imported(&text.replace(" --no-async-tensor-model-parallel-allreduce", ""));
+    assert!(
+        !current.plan.contains("overlap_tp_backward"),
+        "{}",
+        current.plan
+    );
+}

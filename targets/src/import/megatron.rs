@@ -69,6 +69,7 @@ pub const TABLE: &[Flag] = &[
     flag(&["--data-parallel-sharding-strategy"], One, Special("fsdp_strategy")),
     flag(&["--ckpt-format"], One, Skip("the checkpoint format, not the step")),
     flag(&["--no-gradient-accumulation-fusion"], Switch, Set("parallel", "grad_accumulation_fusion", "false")),
+    flag(&["--no-async-tensor-model-parallel-allreduce"], Switch, Set("parallel", "overlap_tp_backward", "false")),
     flag(&["--overlap-grad-reduce"], Switch, Set("parallel", "overlap_grad_reduce", "true")),
     flag(&["--overlap-param-gather"], Switch, Skip("planc overlaps the parameter gather with overlap_grad_reduce")),
     flag(&["--grad-reduce-in-bf16"], Switch, Set("parallel", "grad_dtype", "bf16")),
