@@ -752,3 +752,40 @@ fn every_example_has_a_row_in_the_guide() {
         );
     }
 }
+
+/// Every `$ planc check FILE` sample in the README and the guide's report page prints what
+/// planc prints for that file now: each line shown (the `...` elisions aside) is a line of
+/// the real report, so a change to the cost model cannot leave a stale figure on the page
+/// a newcomer reads first.
+#[test]
+fn the_printed_report_samples_are_what_planc_prints() {
+    let mut samples = 0;
+    for page in ["README.md", "docs/guide/reading-the-report.md"] {
+        let text = std::fs::read_to_string(common::root().join(page)).expect(page);
+        for block in text.split("```").skip(1).step_by(2) {
+            let Some(rest) = block
+                .trim_start_matches('\n')
+                .strip_prefix("$ planc check ")
+            else {
+                continue;
+            };
+            let (file, shown) = rest.split_once('\n').expect("a sample has output");
+            let run = common::planc(&["check", file.trim(), "--color", "never"]);
+            assert_eq!(run.code, 0, "{page}: {}", run.transcript());
+            let printed: Vec<&str> = run.stdout.lines().map(str::trim_end).collect();
+            for line in shown.lines().map(str::trim_end) {
+                if line.is_empty() || line.trim() == "..." {
+                    continue;
+                }
+                assert!(
+                    printed.contains(&line),
+                    "{page}'s sample of `planc check {file}` shows a line planc no longer \
+                     prints:\n{line}\n--- planc prints\n{}",
+                    run.stdout
+                );
+            }
+            samples += 1;
+        }
+    }
+    assert!(samples >= 2, "the README and the guide each show a report");
+}

@@ -133,15 +133,19 @@ pub fn rank_names(plan: &Plan) -> Vec<String> {
 
 /// How many of the solver's best candidates (by the closed form) are simulated before the
 /// best is chosen. The closed form is within a few percent of the simulation, so the true
-/// best is among the first few; eight leaves margin at a few milliseconds each.
+/// best is among the first few; eight leaves margin at a few milliseconds to a tenth of a
+/// second each (a thousand-GPU interleaved pipeline), simulated a core each.
 pub const RERANK: usize = 8;
 
 /// Simulates the first `k` candidates of a solution and ranks them by the simulated step.
 pub fn rerank(spec: &PlanSpec, solution: &mut Solution, k: usize) {
+    use rayon::prelude::*;
     let n = solution.ranked.len().min(k);
-    for c in &mut solution.ranked[..n] {
+    // The candidates' simulations are independent: one a core (a large pipeline's takes a
+    // tenth of a second, and the ranking waits for all of them).
+    solution.ranked[..n].par_iter_mut().for_each(|c| {
         if !simulable(&c.plan) {
-            continue;
+            return;
         }
         if let Ok(sim) = simulate(&c.plan) {
             let b = sim.breakdown;
@@ -150,7 +154,7 @@ pub fn rerank(spec: &PlanSpec, solution: &mut Solution, k: usize) {
             c.estimate.retime_stages(&sim.stage_split());
             solve::reclassify(c, spec.search.memory_headroom);
         }
-    }
+    });
     solve::rank(spec, &mut solution.ranked[..n]);
     solution.pareto = solve::pareto_front(&solution.ranked);
 }
