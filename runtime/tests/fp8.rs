@@ -124,16 +124,27 @@ fn the_cast_rounds_saturates_transposes_and_takes_the_amax() {
     if !runs_fp8(&gpu) {
         return;
     }
-    // Neither dimension a multiple of the kernel's 64-wide tile: the edge tiles too.
-    let (rows, cols) = (80usize, 48usize);
+    // Neither dimension a multiple of the kernel's 64-wide tile: the edge tiles too; the
+    // second shape's rows span two blocks of four tiles (the second partial), and its
+    // extremes sit in the last block, whose amax must reach the tensor's.
     let mut rng = Rng(7);
-    for (format, scale) in [(Format::E4m3, 37.0f32), (Format::E5m2, 3000.0)] {
+    for ((rows, cols), (format, scale)) in
+        [(80usize, 48usize), (336, 80)]
+            .into_iter()
+            .flat_map(|shape| {
+                [
+                    (shape, (Format::E4m3, 37.0f32)),
+                    (shape, (Format::E5m2, 3000.0)),
+                ]
+            })
+    {
+        let at = |i: usize| if rows > 256 { rows * cols - 1 - i } else { i };
         let mut x = bf16s(&mut rng, rows * cols, 4.0);
         // Past the largest value once scaled: saturates, not infinite.
-        x[5] = bf16::from_f32(format.max() / scale * 3.0).to_f32();
-        x[6] = -x[5];
+        x[at(5)] = bf16::from_f32(format.max() / scale * 3.0).to_f32();
+        x[at(6)] = -x[at(5)];
         // Below the smallest subnormal once scaled: zero.
-        x[7] = bf16::from_f32(1e-9).to_f32();
+        x[at(7)] = bf16::from_f32(1e-9).to_f32();
         let xb = upload_bf16(&mut gpu, &x);
         let meta = gpu.alloc(16).unwrap();
         gpu.upload(meta, &[1.0 / scale, scale, 0.0, format.max()])
@@ -149,16 +160,21 @@ fn the_cast_rounds_saturates_transposes_and_takes_the_amax() {
             for c in 0..cols {
                 let want = fp8::quantize(format, x[r * cols + c] * scale);
                 let got = decode(format, qv[r * cols + c]);
-                assert_eq!(got, want, "{format:?} [{r}, {c}] of {}", x[r * cols + c]);
+                assert_eq!(
+                    got,
+                    want,
+                    "{format:?} {rows}x{cols} [{r}, {c}] of {}",
+                    x[r * cols + c]
+                );
                 assert_eq!(qtv[c * rows + r], qv[r * cols + c], "transposed [{c}, {r}]");
             }
         }
-        assert_eq!(decode(format, qv[5]), format.max());
-        assert_eq!(decode(format, qv[6]), -format.max());
-        assert_eq!(decode(format, qv[7]), 0.0);
+        assert_eq!(decode(format, qv[at(5)]), format.max());
+        assert_eq!(decode(format, qv[at(6)]), -format.max());
+        assert_eq!(decode(format, qv[at(7)]), 0.0);
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let state: Vec<f32> = gpu.download(meta, 4).unwrap();
-        assert_eq!(state[2], amax, "{format:?} amax");
+        assert_eq!(state[2], amax, "{format:?} {rows}x{cols} amax");
         // A tensor's first cast (no history) scales from its own amax: the largest value
         // lands on the format's largest.
         gpu.upload(meta, &fp8::fresh_meta(format)).unwrap();

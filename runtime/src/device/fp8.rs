@@ -446,7 +446,8 @@ pub fn cast(
     (q, qt): (Buf, Buf),
     fresh: bool,
 ) -> Result<(), RunError> {
-    let grid = (cols.div_ceil(64) as u32, rows.div_ceil(64) as u32);
+    // A block casts four 64 × 64 tiles down a column of them (`FP8_TILES` in fp8.cu).
+    let grid = (cols.div_ceil(64) as u32, rows.div_ceil(4 * 64) as u32);
     let e5m2 = (format == Format::E5m2) as i32;
     let args = |q: Buf, qt: Buf| {
         [
