@@ -73,6 +73,12 @@ impl Builder {
     }
 }
 
+/// How long z3 may take over one question (ms). Its nonlinear search over `tp × pp × … =
+/// world` answers in milliseconds for real clusters but ran for over ten minutes on one of
+/// 524288 GPUs (`compiler/tests/no_panic.rs`'s large numbers); an unanswered question keeps
+/// its rule in the explanation, or says that none was found.
+const CHECK_MS: u32 = 1000;
+
 pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     let space = Space::of(spec);
     let v = Vars::new();
@@ -80,6 +86,9 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         solver: Solver::new(),
         literals: Vec::new(),
     };
+    let mut params = z3::Params::new();
+    params.set_u32("timeout", CHECK_MS);
+    b.solver.set_params(&params);
     let ints = |x: &[u64]| x.iter().map(|&y| y as i64).collect::<Vec<_>>();
 
     // Every variable is positive, whatever the plan says.
@@ -209,7 +218,17 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
     };
     b.literals.sort_by_key(|(_, item)| weight(item));
     let lits: Vec<Bool> = b.literals.iter().map(|(l, _)| l.clone()).collect();
-    if b.solver.check_assumptions(&lits) == SatResult::Unsat {
+    let first = b.solver.check_assumptions(&lits);
+    if first == SatResult::Unknown {
+        conflicts.push(Conflict {
+            sentence: format!(
+                "planc could not find which rules conflict within {} s: the cluster or the \
+                 batch is too large for its search",
+                CHECK_MS / 1000
+            ),
+            places: vec![spec.origins.of("parallel", "").unwrap_or_default()],
+        });
+    } else if first == SatResult::Unsat {
         let mut core: Vec<Bool> = b.solver.get_unsat_core();
         core.sort_by_key(|c| lits.iter().position(|l| l == c));
         // Shrink to a minimal core: drop each literal that is not needed.
