@@ -91,11 +91,8 @@ pub(crate) fn backward(plan: &Plan, ops: &[Op], dev: &Device, pl: &Placement) ->
             }) => {
                 let regather = time(*gop, *gbytes);
                 let (e1, l1) = beside(regather, dgrad, share(Collective::AllGather));
-                let (e2, l2) = beside(
-                    time(Collective::ReduceScatter, *bytes),
-                    wgrad,
-                    share(Collective::ReduceScatter),
-                );
+                // The input gradient's reduce-scatter: the closing one's size and kind.
+                let (e2, l2) = beside(closing, wgrad, share(Collective::ReduceScatter));
                 // The closing reduce-scatter's gradient: an all-gather, exposed.
                 let exposed = time(Collective::AllGather, *bytes);
                 out.comm += exposed + e1 + e2 - regather - closing;

@@ -223,7 +223,8 @@ pub fn explain(spec: &PlanSpec, solution: &Solution) -> Explanation {
         conflicts.push(Conflict {
             sentence: format!(
                 "planc could not find which rules conflict within {} s: the cluster or the \
-                 batch is too large for its search",
+                 batch is too large for its search; write tp, pp, cp and dp as values whose \
+                 product is the cluster's GPU count, or check the plan on fewer nodes first",
                 CHECK_MS / 1000
             ),
             places: vec![spec.origins.of("parallel", "").unwrap_or_default()],
