@@ -110,5 +110,12 @@ fn provenance(info: &GpuInfo) -> String {
         out.push_str(&format!("\nno source: {}\n", u.why));
         out.extend(u.fields.iter().map(|f| figure(f)));
     }
+    if info.sustained_clock_unmeasured() {
+        out.push_str(
+            "\nnot measured: sustained_clock, the share of its burst clock the board keeps \
+             through hours of training at its power limit; its products are priced at a \
+             burst's clock\n",
+        );
+    }
     out
 }

@@ -382,15 +382,23 @@ pub fn summary(checked: &Checked) -> Option<String> {
             (e.closed_form_step_s / e.step_s - 1.0) * 100.0
         );
     }
-    if e.stages.len() > 1 {
-        s += &stages_line(e);
-    }
     if let Some(note) = checked
         .plan
         .as_ref()
         .and_then(planc_compiler::report::profile_note)
     {
         s += &format!("         {note}\n");
+    }
+    for note in checked
+        .plan
+        .as_ref()
+        .map(planc_compiler::report::estimates_note)
+        .unwrap_or_default()
+    {
+        s += &format!("         estimates {note}\n");
+    }
+    if e.stages.len() > 1 {
+        s += &stages_line(e);
     }
     s += &format!(
         "speed    {:.0} tokens/s  {:.2} samples/s  {:.1} model TFLOP/s per GPU ({:.1} hardware)  MFU {:.1} %\n",

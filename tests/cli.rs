@@ -100,6 +100,15 @@ fn gpus_lists_the_catalog_and_where_each_figure_comes_from() {
     );
     let unsourced = run.stdout.split("\nno source: ").nth(1).unwrap_or_default();
     assert!(unsourced.contains("memory_gib = 79.6"), "{}", run.stdout);
+    // The H800 carries the H100's sustained clock (among its unsourced figures); the A100
+    // has none, measured or carried, so its products are priced at a burst's clock.
+    assert!(!run.stdout.contains("not measured: sustained_clock"));
+    let a100 = planc(&["gpus", "A100_SXM_80GB"]);
+    assert!(
+        a100.stdout.contains("\nnot measured: sustained_clock, "),
+        "{}",
+        a100.stdout
+    );
     // JSON: the catalog's entries as written, provenance included.
     let run = planc(&["gpus", "--format", "json"]);
     let all: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();

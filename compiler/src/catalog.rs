@@ -91,6 +91,22 @@ pub struct GpuInfo {
     pub entry: toml::Table,
 }
 
+impl GpuInfo {
+    /// The figures of the entry no source gives (`[[gpu.unsourced]]`).
+    pub fn estimated_fields(&self) -> Vec<&str> {
+        self.unsourced
+            .iter()
+            .flat_map(|u| u.fields.iter().map(String::as_str))
+            .collect()
+    }
+
+    /// No `sustained_clock`, measured or estimated: the cost model prices the products at
+    /// the clock of a burst, which a board at its power limit does not hold.
+    pub fn sustained_clock_unmeasured(&self) -> bool {
+        !self.entry.contains_key("sustained_clock")
+    }
+}
+
 /// A model preset: every field optional except the name, as in a `model` block.
 #[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]

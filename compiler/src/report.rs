@@ -146,6 +146,11 @@ pub struct TimeSection {
     /// which figures, and the device and date of the measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Extension: the built-in GPUs' figures that price the step without a measurement or a
+    /// source behind them (`catalog/gpus.toml`'s `[[gpu.unsourced]]`), and a sustained clock
+    /// nobody measured, where no profile prices the plan.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub estimates: Vec<String>,
     /// Extension: each pipeline stage's split of the step. `bubble_s` is the busiest
     /// stage's; a faster stage waits for it beyond that, which `wait_s` shows.
     pub stages: Vec<StageTimeSection>,
@@ -343,6 +348,7 @@ pub fn build(
     });
     r.time = Some(TimeSection {
         profile: profile_note(plan),
+        estimates: estimates_note(plan),
         step_s: e.step_s,
         compute_s: e.compute_s,
         exposed_comm_s: e.exposed_comm_s,
@@ -423,6 +429,86 @@ pub fn profile_note(plan: &crate::plan::Plan) -> Option<String> {
     })
 }
 
+/// Which figures pricing the plan are estimates, for the report: one sentence a GPU, empty
+/// where each built-in GPU it runs on without a profile has sourced or measured figures (a
+/// GPU of the plan's own `gpu` block is the user's word, and a profile replaces the
+/// catalog's rates).
+///
+/// The bench lists the same figures as unsourced (`benches/published/constants.toml`); a
+/// user reading a step time should not have to know that list to know how much it rests on.
+pub fn estimates_note(plan: &crate::plan::Plan) -> Vec<String> {
+    let catalog = crate::catalog::Catalog::builtin();
+    let mut named: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for g in plan
+        .cluster
+        .groups
+        .iter()
+        .filter(|g| g.gpu.profile.is_none())
+    {
+        let name = g.gpu.name.as_str();
+        if named.contains(&name) {
+            continue;
+        }
+        named.push(name);
+        let (Some(builtin), Some(info)) = (catalog.gpu(name), catalog.gpu_info(name)) else {
+            continue;
+        };
+        // A plan's own block under a built-in name, with rates of its own: the user's figures.
+        if builtin.gemm_efficiency != g.gpu.gemm_efficiency
+            || builtin.memory_efficiency != g.gpu.memory_efficiency
+        {
+            continue;
+        }
+        let fields: Vec<&str> = info
+            .estimated_fields()
+            .into_iter()
+            .filter(|f| prices(f, plan))
+            .collect();
+        let mut said = Vec::new();
+        if !fields.is_empty() {
+            said.push(format!(
+                "{} {} no source",
+                and_list(&fields),
+                if fields.len() == 1 { "has" } else { "have" }
+            ));
+        }
+        if info.sustained_clock_unmeasured() {
+            said.push("its sustained clock is not measured".to_string());
+        }
+        if !said.is_empty() {
+            out.push(format!("{name}: {} (planc gpus {name})", said.join("; ")));
+        }
+    }
+    out
+}
+
+/// Whether a catalog figure prices this plan's step or memory. Left out: the intra-node
+/// latency, which starts a point-to-point message inside a node (microseconds; NCCL's own
+/// latency tables price the collectives), and the figures of a precision, a kernel or a
+/// host link the plan does not use.
+fn prices(field: &str, plan: &crate::plan::Plan) -> bool {
+    use crate::plan::{Attention, Offload, Precision};
+    match field {
+        "intra_node_latency_us" => false,
+        f if f.starts_with("fp8_") => plan.train.precision == Precision::Fp8,
+        f if f.starts_with("flash_") || f.starts_with("cudnn_attention_") => {
+            plan.train.attention == Attention::Flash
+        }
+        "host_link_gbs" | "host_memory_gbs_per_gpu" => plan.parallel.offload != Offload::None,
+        _ => true,
+    }
+}
+
+/// "a, b and c".
+fn and_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
 /// What a profile prices, in the words of the report: "products, memory-bound kernels,
 /// norms, activations, fused attention and collectives". Its norms, activations and
 /// attention (the fused kernel's, or the standard core's, whichever `attention` the plan
@@ -452,8 +538,7 @@ fn measured_parts(
     if !p.overlap.is_empty() {
         parts.push("products beside collectives");
     }
-    let last = parts.pop().unwrap_or_default();
-    format!("{} and {last}", parts.join(", "))
+    and_list(&parts)
 }
 
 /// `YYYY-MM-DD` of a Unix time (the civil calendar from days since 1970-01-01).
@@ -530,6 +615,56 @@ mod tests {
             super::measured_parts(&p, false, Standard),
             "products and memory-bound kernels"
         );
+    }
+
+    #[test]
+    fn the_report_says_which_built_in_figures_are_estimates() {
+        let estimates = |gpu_block: &str, gpu: &str, precision: &str, job: &str| {
+            let c = crate::check::check_source(
+                "e.tp",
+                &format!(
+                    "{gpu_block}
+                     cluster c {{ nodes = 1, gpus_per_node = 8, gpu = {gpu} }}
+                     model m {{ layers = 4, hidden = 1024, heads = 16, vocab = 32000, seq_len = 1024 }}
+                     train {{ global_batch = 8, precision = {precision}, attention = flash }}
+                     parallel {{ micro_batch = 1 }}
+                     {job}"
+                ),
+            );
+            assert!(c.ok(), "{:#?}", c.diagnostics);
+            super::estimates_note(c.plan.as_ref().unwrap())
+        };
+        // The A100's product and memory rates are the catalog's estimates, and nobody measured
+        // its clock under load.
+        let a100 = estimates("", "A100_SXM_80GB", "bf16", "");
+        assert_eq!(
+            a100,
+            [
+                "A100_SXM_80GB: gemm_efficiency and memory_efficiency have no source; its \
+              sustained clock is not measured (planc gpus A100_SXM_80GB)"
+            ]
+        );
+        // The B200's product rate has a source, its memory rate none.
+        let b200 = estimates("", "B200", "bf16", "");
+        assert!(!b200[0].contains("gemm_efficiency"), "{b200:?}");
+        assert!(b200[0].contains("memory_efficiency"), "{b200:?}");
+        // Every H100 figure a bf16 step rests on was measured or cited, its sustained clock
+        // too; its fp8 rates are the H200's, which an fp8 plan is told.
+        assert!(estimates("", "H100_SXM_80GB", "bf16", "").is_empty());
+        assert_eq!(
+            estimates("", "H100_SXM_80GB", "fp8", ""),
+            [
+                "H100_SXM_80GB: fp8_gemm_efficiency and fp8_sustained_clock have no source \
+              (planc gpus H100_SXM_80GB)"
+            ]
+        );
+        // A plan's own device is the user's word.
+        let own = "gpu mine { memory = 80 GiB, bf16 = 312 TFLOPS, hbm_bandwidth = 2 TB/s }";
+        assert!(estimates(own, "mine", "bf16", "").is_empty());
+        // A profile prices the plan instead of the catalog's rates: planc's own runs on an
+        // H200 take the shipped one.
+        let planc = "job j { framework = planc }";
+        assert!(estimates("", "H200_SXM_141GB", "bf16", planc).is_empty());
     }
 
     #[test]

@@ -95,18 +95,23 @@ fn cards(checked: &Checked) -> Vec<Card> {
     let card = |label, value: String, note: String| Card { label, value, note };
     let peak = &e.stages[e.peak_stage];
     let mut v = vec![
-        card(
-            "step time",
-            format!("{:.3} s", e.step_s),
-            if e.method == TimeMethod::Simulated {
+        card("step time", format!("{:.3} s", e.step_s), {
+            let how = if e.method == TimeMethod::Simulated {
                 format!(
                     "simulated event by event (closed form {:.3} s)",
                     e.closed_form_step_s
                 )
             } else {
                 "closed form".into()
-            },
-        ),
+            };
+            // What the figure rests on travels with it to people who see only the page.
+            let estimates = planc_compiler::report::estimates_note(plan);
+            if estimates.is_empty() {
+                how
+            } else {
+                format!("{how}; estimates {}", estimates.join("; "))
+            }
+        }),
         card(
             "throughput",
             format!("{:.0} tokens/s", e.tokens_per_s),
