@@ -64,6 +64,12 @@ pub fn doc(block: &str, attr: &str) -> Option<&'static str> {
         ("model", "moe_imbalance") => {
             "busiest expert-parallel rank's routed tokens over the mean, measured; default: the fluctuation of balanced routing (planc extension)"
         }
+        ("model", "sliding_window") => {
+            "tokens a query attends in a windowed layer, itself included (HF `sliding_window`, Megatron-LM `--window-size W,0`); default none: every layer attends the whole sequence (planc extension)"
+        }
+        ("model", "full_attention_every") => {
+            "with sliding_window: every Nth layer attends the whole sequence, the others their window (Megatron-LM `--window-attn-skip-freq N`: GPT-OSS 2, Gemma 3 6); default none: every layer windowed (planc extension)"
+        }
         ("model", "rope_theta") => "rope base frequency; default 10000 (planc extension)",
         ("train", "global_batch") => "sequences per optimizer step",
         ("train", "precision") => "fp32, fp16, bf16 or fp8",

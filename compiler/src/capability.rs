@@ -297,6 +297,19 @@ pub fn framework_model_limit(framework: Framework, model: &Model) -> Option<Mode
                 model.hidden / model.heads.max(1)
             ),
         ),
+        Framework::Planc | Framework::Torchtitan if model.windowed_layers() > 0 => lim(
+            "model",
+            "sliding_window",
+            format!(
+                "sliding_window = {}: {} attends every layer over the whole sequence",
+                model.sliding_window.unwrap_or_default(),
+                if framework == Framework::Planc {
+                    "`planc run`"
+                } else {
+                    "torchtitan's Llama 3"
+                }
+            ),
+        ),
         _ => None,
     }
 }

@@ -321,6 +321,13 @@ pub struct Model {
     pub moe_imbalance: Option<f64>,
     /// Rope base frequency (`planc run`; the cost model does not depend on it).
     pub rope_theta: f64,
+    /// Tokens a query attends in a windowed layer, itself included (Mistral 7B's 4096,
+    /// GPT-OSS's 128); `None`: every layer attends the whole causal sequence.
+    pub sliding_window: Option<u64>,
+    /// With a window, every `N`th layer (the `N`th, `2N`th, ...) attends the whole sequence,
+    /// as Megatron-Core's `window_attn_skip_freq` counts them; `None`: every layer is
+    /// windowed.
+    pub full_attention_every: Option<u64>,
 }
 
 impl Model {
@@ -333,6 +340,30 @@ impl Model {
     /// The key (or value) heads' width together, `kv_heads × head_dim`.
     pub fn kv_width(&self) -> u64 {
         self.kv_heads * self.head_dim
+    }
+
+    /// Layers that attend within `sliding_window`: all of them, or all but every
+    /// `full_attention_every`-th; none without a window, or where it covers the sequence.
+    pub fn windowed_layers(&self) -> u64 {
+        match self.sliding_window {
+            Some(w) if w < self.seq_len => {
+                self.layers
+                    - self
+                        .full_attention_every
+                        .map_or(0, |n| self.layers / n.max(1))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Keys a query of a `seq`-token sequence attends, on average over the layers, with the
+    /// whole square counted as model FLOPs count it (Korthikanti et al.'s `s` keys a query
+    /// in a full layer): `seq` in a full layer, the window in a windowed one.
+    pub fn mean_key_span(&self, seq: f64) -> f64 {
+        let windowed = self.windowed_layers() as f64;
+        let w = self.sliding_window.map_or(seq, |w| (w as f64).min(seq));
+        let layers = self.layers.max(1) as f64;
+        (seq * (layers - windowed) + w * windowed) / layers
     }
 
     pub fn is_moe(&self) -> bool {

@@ -1363,6 +1363,20 @@ impl<'a> Resolver<'a> {
             .number(n, "rope_theta", 1.0, 1e12)
             .or(p.and_then(|p| p.rope_theta))
             .unwrap_or(10000.0);
+        let sliding_window = self.count(n, "sliding_window", 1);
+        let full_attention_every = self.count(n, "full_attention_every", 1);
+        if sliding_window.is_none() {
+            if let Some((file, a)) = self.written(n, "full_attention_every") {
+                self.report(
+                    codes::P0227,
+                    "`full_attention_every` without `sliding_window`: every layer attends the whole sequence",
+                    file,
+                    a.name.span,
+                    "changes nothing without a window",
+                )
+                .with_help("write the window the other layers attend (`sliding_window = 4096`), or remove `full_attention_every`");
+            }
+        }
         Some(Model {
             name,
             layers: layers?,
@@ -1386,6 +1400,8 @@ impl<'a> Resolver<'a> {
             capacity_factor,
             moe_imbalance,
             rope_theta,
+            sliding_window,
+            full_attention_every,
         })
     }
 

@@ -89,6 +89,8 @@ pub const SCHEMAS: &[BlockSchema] = &[
             "capacity_factor",
             "moe_imbalance",
             "rope_theta",
+            "sliding_window",
+            "full_attention_every",
         ],
         &[],
     ),

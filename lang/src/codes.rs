@@ -150,6 +150,11 @@ codes! {
          `frozen_layers` to `train.method = frozen`. Under another method they change nothing: \
          the plan is priced without them (`--set train.method=full` on a LoRA plan, say, prices \
          full training). Write the method they belong to, or remove them.";
+    P0227 Warning "full-attention layers without a window"
+        "`model.full_attention_every = N` says which layers of a sliding-window model attend the \
+         whole sequence (every Nth; the others attend `sliding_window` tokens). Without \
+         `sliding_window` every layer attends the whole sequence, so it changes nothing. Write \
+         the window, or remove the attribute.";
     P0230 Error "`--set` names no attribute"
         "`--set PATH=VALUE` changes one attribute of the plan without editing it: PATH is the \
          block, its nested blocks and the attribute, separated by dots (`parallel.tp`, \

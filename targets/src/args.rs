@@ -203,6 +203,14 @@ pub fn megatron(
     }
     model.push(Arg::num("--seq-length", m.seq_len));
     model.push(Arg::num("--max-position-embeddings", m.seq_len));
+    if m.windowed_layers() > 0 {
+        // (left, right): a query attends the window behind it, no key after it.
+        let w = m.sliding_window.unwrap_or_default();
+        model.push(Arg::text("--window-size", format!("{w},0")));
+        if let Some(n) = m.full_attention_every {
+            model.push(Arg::num("--window-attn-skip-freq", n));
+        }
+    }
     if m.mlp == Mlp::Swiglu {
         model.push(Arg::switch("--swiglu"));
     }

@@ -81,6 +81,13 @@ pub fn script(
     if t.precision == Precision::Fp8 {
         return refuse("precision = fp8 (it needs Transformer Engine or torchao)".into());
     }
+    if m.windowed_layers() > 0 {
+        return refuse(format!(
+            "sliding_window = {} (transformers' GPT-2 and Llama attend every layer over the \
+             whole sequence)",
+            m.sliding_window.unwrap_or_default()
+        ));
+    }
     if framework == Framework::Torch && p.offload == Offload::Optimizer {
         return refuse(
             "offload = optimizer with PyTorch (FSDP2 offloads parameters, gradients and the \

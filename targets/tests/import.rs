@@ -592,3 +592,82 @@ fn megatron_of_2021_without_async_tensor_parallel_communication_imports_as_overl
         current.plan
     );
 }
+
+#[test]
+fn sliding_windows_import_from_megatron_flags_and_config_json_and_emit_back() {
+    let imported = |name: &str, text: &str| {
+        import(
+            &[Input {
+                name: name.into(),
+                path: name.into(),
+                text: text.into(),
+            }],
+            &gpus(1, "H100_SXM_80GB"),
+            &|_: &Path| None,
+        )
+        .unwrap()
+    };
+    // GPT-OSS's flags in Megatron-LM: a 128-token window, every second layer full.
+    let launch = "torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 24 --hidden-size 2880 \
+                  --num-attention-heads 64 --seq-length 4096 --max-position-embeddings 4096 \
+                  --micro-batch-size 1 --global-batch-size 8 --vocab-size 32000 --bf16 \
+                  --window-size 128,0 --window-attn-skip-freq 2\n";
+    let i = imported("launch.sh", launch);
+    assert!(i.plan.contains("sliding_window = 128"), "{}", i.plan);
+    assert!(i.plan.contains("full_attention_every = 2"), "{}", i.plan);
+    let flags = flags_of(&emitted(&i.plan, Target::Megatron, "launch-megatron.sh"));
+    let flag = |k: &str| flags.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone());
+    assert_eq!(flag("--window-size").as_deref(), Some("128,0"));
+    assert_eq!(flag("--window-attn-skip-freq").as_deref(), Some("2"));
+    // A window that also looks ahead is not a causal one: listed, not placed.
+    let i = imported("launch.sh", &launch.replace("128,0", "128,128"));
+    assert!(!i.plan.contains("sliding_window"), "{}", i.plan);
+
+    let config = |fields: &str| {
+        imported(
+            "config.json",
+            &format!(
+                "{{\"model_type\": \"{}\", \"hidden_size\": 2048, \"num_hidden_layers\": 4, \
+                 \"num_attention_heads\": 16, \"intermediate_size\": 8192, \
+                 \"vocab_size\": 32000, \"max_position_embeddings\": 8192, {} }}",
+                fields.split('|').next().unwrap(),
+                fields.split('|').nth(1).unwrap()
+            ),
+        )
+        .plan
+    };
+    // layer_types with a period: GPT-OSS's alternation.
+    let gpt_oss = config(
+        "gpt_oss|\"sliding_window\": 128, \"layer_types\": [\"sliding_attention\", \
+         \"full_attention\", \"sliding_attention\", \"full_attention\"]",
+    );
+    assert!(gpt_oss.contains("sliding_window = 128"), "{gpt_oss}");
+    assert!(gpt_oss.contains("full_attention_every = 2"), "{gpt_oss}");
+    // Gemma 2 alternates without saying so: an assumption the plan states.
+    let gemma2 = config("gemma2|\"sliding_window\": 4096");
+    assert!(gemma2.contains("full_attention_every = 2"), "{gemma2}");
+    // Mistral's window on every layer.
+    let mistral = config("mistral|\"sliding_window\": 4096");
+    assert!(mistral.contains("sliding_window = 4096"), "{mistral}");
+    assert!(!mistral.contains("full_attention_every"), "{mistral}");
+    // A window the config turns off, a null one, and layers with no period: full attention.
+    for off in [
+        "qwen2|\"sliding_window\": 4096, \"use_sliding_window\": false",
+        "mistral|\"sliding_window\": null",
+        "gpt_oss|\"sliding_window\": 128, \"layer_types\": [\"full_attention\", \
+         \"sliding_attention\", \"sliding_attention\", \"full_attention\"]",
+    ] {
+        let plan = config(off);
+        // The fields are listed under "Not placed"; no attribute is written.
+        let written = |attr: &str| {
+            plan.lines()
+                .any(|l| l.trim_start().starts_with(attr) && !l.trim_start().starts_with('#'))
+        };
+        assert!(!written("sliding_window"), "{off}: {plan}");
+        assert!(!written("full_attention_every"), "{off}: {plan}");
+        assert!(
+            plan.contains("sliding_window"),
+            "{off}: listed as not placed: {plan}"
+        );
+    }
+}

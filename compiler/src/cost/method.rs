@@ -232,7 +232,7 @@ pub fn model_flops_per_step(plan: &Plan) -> f64 {
     let tokens = gb as f64 * s;
     let p = layer_params(m);
     // Forward FLOPs a token of one layer: products, and the attention core.
-    let core = 4.0 * s * m.attention_width() as f64;
+    let core = 4.0 * m.mean_key_span(s) * m.attention_width() as f64;
     let dense_products = 2.0 * (p.attention + p.dense_mlp);
     let moe_products = layer_forward_flops_per_token(m, s) - core;
     let moe_layers = m.moe_layers() as f64;

@@ -251,8 +251,9 @@ fn layer_ops(plan: &Plan, moe: bool) -> Vec<Op> {
     let d = m.head_dim as f64;
     match plan.train.attention {
         Attention::Flash => {
-            // Causal masking lets the fused kernel skip the upper triangle.
-            let flops = 4.0 * p.micro_batch as f64 * heads * s * s_full * d * 0.5;
+            // Causal masking lets the fused kernel skip the upper triangle, and a sliding
+            // window the blocks behind it.
+            let flops = 4.0 * p.micro_batch as f64 * heads * s * d * fused_keys(m, s_full);
             ops.push(op(
                 OpId::Attention,
                 OpKind::FlashAttention {
@@ -360,6 +361,38 @@ enum Mlps {
 
 /// A dense MLP of inner size `f` over `rows` tokens (split by tp): its up product (gate
 /// and up together for SwiGLU), activation and down product, `which`'s ids.
+/// Key tiles a fused attention kernel takes at once (FlashAttention-2's and cuDNN's
+/// `kBlockN` at head sizes 64-128): the kernel computes whole tiles and masks inside them.
+const ATTENTION_KEY_TILE: f64 = 128.0;
+
+/// What a block of queries costs besides its key tiles (loading the queries, writing the
+/// output and its statistics, the backward's extra passes), in keys: 3.25 tiles. Measured
+/// with runtime/tests/gpu/window_attention.py on the lent H200 (FlexAttention's kernels,
+/// their GPU time under torch.profiler, forward and backward): windowed layers of 128-4096
+/// keys over 4096 and 8192 tokens ran (k + 416) / (s / 2 + 416) of a causal layer's time,
+/// within 5 % at heads of 64 and of 128, where k is the keys their tiles hold.
+const ATTENTION_BLOCK_FIXED_KEYS: f64 = 3.25 * ATTENTION_KEY_TILE;
+
+/// Keys a query's row of the fused kernel computes, on average over the queries and the
+/// layers of `m` over `seq` tokens, as a causal layer's rate prices them: `seq / 2` under
+/// the causal mask in a full layer (the kernel skips the tiles above the diagonal, and the
+/// measured rates hold its fixed costs). In a layer of a `w`-token window a query attends
+/// `w - w^2 / (2 seq)` keys, rounded out to the tiles a block of queries touches (one more
+/// than the window), and its block pays the same fixed cost as a causal layer's over far
+/// fewer keys.
+fn fused_keys(m: &crate::plan::Model, seq: f64) -> f64 {
+    let layers = m.layers.max(1) as f64;
+    let windowed = m.windowed_layers() as f64;
+    let full = seq / 2.0;
+    let fixed = ATTENTION_BLOCK_FIXED_KEYS;
+    let in_window = m.sliding_window.map_or(full, |w| {
+        let w = (w as f64).min(seq);
+        let tiles = w - w * w / (2.0 * seq) + ATTENTION_KEY_TILE;
+        ((tiles + fixed) * full / (full + fixed)).min(full)
+    });
+    (full * (layers - windowed) + in_window * windowed) / layers
+}
+
 fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, which: Mlps, rows: f64, f: f64, planc: bool) {
     let m = &plan.model;
     let t = plan.parallel.tp as f64;
@@ -1075,5 +1108,52 @@ mod tests {
         let megatron = plan("llama3.2-1b", "flash", "megatron");
         assert!(layouts(&megatron).is_empty());
         assert!(layer_forward(&megatron).iter().any(|o| o.id == OpId::Rope));
+    }
+
+    #[test]
+    fn a_sliding_window_prices_the_tiles_a_query_block_reaches_and_counts_its_keys() {
+        // GPT-OSS's attention: 36 layers, 128-token windows on every other one, over 4096.
+        let model = |extra: &str| {
+            checked(&format!(
+                "cluster c {{ nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }}
+                 model m {{ layers = 36, hidden = 2880, heads = 64, kv_heads = 8, head_dim = 64,
+                           vocab = 201088, seq_len = 4096, {extra} }}
+                 train {{ global_batch = 1, precision = bf16, attention = flash }}
+                 parallel {{ micro_batch = 1 }}
+                 job j {{ framework = megatron }}"
+            ))
+        };
+        let flash = |p: &Plan| {
+            layer_forward(p)
+                .iter()
+                .find_map(|o| match o.kind {
+                    OpKind::FlashAttention { flops, .. } => Some(flops),
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let full = model("");
+        let gpt_oss = model("sliding_window = 128, full_attention_every = 2");
+        assert_eq!(gpt_oss.model.windowed_layers(), 18);
+        // A windowed layer's queries reach 128 keys back, less the first rows' shortfall,
+        // in tiles of 128: one more tile than the window.
+        let s = 4096.0;
+        let tiles = 128.0 - 128.0 * 128.0 / (2.0 * s) + ATTENTION_KEY_TILE;
+        let windowed = (tiles + 416.0) / (s / 2.0 + 416.0);
+        assert!((windowed - 0.272).abs() < 1e-3, "{windowed}"); // measured: 0.267-0.270
+        let expect = (1.0 + windowed) / 2.0;
+        assert!((flash(&gpt_oss) / flash(&full) - expect).abs() < 1e-12);
+        // Every layer windowed (Mistral), and a window over the whole sequence: no window.
+        let mistral = model("sliding_window = 1024");
+        assert_eq!(mistral.model.windowed_layers(), 36);
+        assert!(flash(&mistral) < flash(&full) / 1.5);
+        assert_eq!(flash(&model("sliding_window = 4096")), flash(&full));
+        // Model FLOPs count the keys a query attends as the whole square counts them: the
+        // window in a windowed layer.
+        let core = |p: &Plan| 4.0 * 36.0 * p.model.mean_key_span(s) * (64.0 * 64.0) * s * 3.0;
+        let drop = crate::cost::params::flops_per_step(&full.model, 1)
+            - crate::cost::params::flops_per_step(&gpt_oss.model, 1);
+        assert!((drop - (core(&full) - core(&gpt_oss))).abs() < 1e-3 * drop);
+        assert_eq!(gpt_oss.model.mean_key_span(s), (s + 128.0) / 2.0);
     }
 }

@@ -140,8 +140,9 @@ pub fn active_params(m: &Model) -> f64 {
 /// experts only.
 pub fn layer_forward_flops_per_token(m: &Model, seq: f64) -> f64 {
     let p = layer_params(m);
-    // Scores and weighted sum: 2·seq multiply-adds per query-head channel each.
-    let core = 4.0 * seq * m.attention_width() as f64;
+    // Scores and weighted sum: 2 multiply-adds per key and query-head channel each, over
+    // the keys a query attends (the whole sequence, or a sliding window).
+    let core = 4.0 * m.mean_key_span(seq) * m.attention_width() as f64;
     if !m.is_moe() {
         return 2.0 * (p.attention + p.dense_mlp) + core;
     }
@@ -154,7 +155,8 @@ pub fn flops_per_step(m: &Model, global_batch: u64) -> f64 {
     let s = m.seq_len as f64;
     let tokens = global_batch as f64 * s;
     let p = layer_params(m);
-    let dense = 2.0 * (p.attention + p.dense_mlp) + 4.0 * s * m.attention_width() as f64;
+    let dense =
+        2.0 * (p.attention + p.dense_mlp) + 4.0 * m.mean_key_span(s) * m.attention_width() as f64;
     let layers = if m.is_moe() {
         layer_forward_flops_per_token(m, s) * m.moe_layers() as f64 + dense * dense_layers(m)
     } else {
@@ -193,6 +195,8 @@ mod tests {
             capacity_factor: None,
             moe_imbalance: None,
             rope_theta: 10000.0,
+            sliding_window: None,
+            full_attention_every: None,
         }
     }
 
@@ -240,6 +244,8 @@ mod tests {
                 capacity_factor: None,
                 moe_imbalance: None,
                 rope_theta: 500000.0,
+                sliding_window: None,
+                full_attention_every: None,
             }
         };
         let l70 = total_params(&to_model("llama3-70b")) / 1e9;

@@ -75,21 +75,11 @@ const KEYS: &[(&str, Place, &str)] = &[
         None,
         "rope scaling changes positions, not the step's cost",
     ),
-    (
-        "sliding_window",
-        None,
-        "planc prices full causal attention, not a sliding window",
-    ),
-    (
-        "use_sliding_window",
-        None,
-        "planc prices full causal attention, not a sliding window",
-    ),
-    (
-        "max_window_layers",
-        None,
-        "planc prices full causal attention, not a sliding window",
-    ),
+    ("sliding_window", None, "window"),
+    ("use_sliding_window", None, "window"),
+    ("max_window_layers", None, "window"),
+    ("layer_types", None, "window"),
+    ("sliding_window_pattern", None, "window"),
 ];
 
 /// Fields of a config.json that name no architecture (token ids, initialisation, caching).
@@ -263,14 +253,130 @@ pub fn model(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], file: &str
                 d.unplaced(from, shown, "the model's dropout in its config; train.dropout is the plan's (set it when training with it)");
             }
             "read" => d.unplaced(from, shown, "read for the family's defaults"),
+            "window" => {} // with the other window fields, below
             why => d.unplaced(from, shown, why),
         }
     }
+    window(cx, fields, &model_type, file);
     family_defaults(cx, &model_type, gpt2, file);
     if cx.draft.model_name.is_none() && !model_type.is_empty() {
         cx.draft.model_name = Some(ident(&model_type));
     }
     let _ = dropout;
+}
+
+/// `sliding_window` with the fields that say which layers attend within it: Mistral's
+/// window on every layer, Gemma 2's on every other one (transformers' `Gemma2DecoderLayer`:
+/// the even layers), Gemma 3's `sliding_window_pattern`, and `layer_types` (GPT-OSS, later
+/// Gemma and Qwen configs) where its full layers recur with a period.
+fn window(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], model_type: &str, file: &str) {
+    const KEYS: [&str; 5] = [
+        "sliding_window",
+        "use_sliding_window",
+        "max_window_layers",
+        "layer_types",
+        "sliding_window_pattern",
+    ];
+    let get = |k: &str| fields.iter().find(|f| f.0 == k);
+    let origin = |k: &str| Origin::new(file, get(k).and_then(|f| f.2), k.to_string());
+    let shown = |k: &str| {
+        get(k).map(|f| match &f.1 {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        })
+    };
+    let d = &mut cx.draft;
+    // Every window field present and not placed, with one reason.
+    let unplace_all = |d: &mut super::draft::Draft, why: &str| {
+        for k in KEYS.iter().filter(|k| get(k).is_some()) {
+            d.unplaced(origin(k), shown(k), why);
+        }
+    };
+    let window = get("sliding_window").and_then(|f| f.1.as_u64());
+    let Some(w) = window else {
+        unplace_all(
+            d,
+            "no sliding window: every layer attends the whole sequence",
+        );
+        return;
+    };
+    if get("use_sliding_window").and_then(|f| f.1.as_bool()) == Some(false) {
+        unplace_all(
+            d,
+            "use_sliding_window = false: every layer attends the whole sequence",
+        );
+        return;
+    }
+    if get("max_window_layers").is_some() {
+        unplace_all(
+            d,
+            "Qwen2's max_window_layers splits the layers by depth, not by a period planc states: \
+             priced as full attention",
+        );
+        return;
+    }
+    // Some(None): every layer windowed; Some(Some(n)): every nth full; None: no period.
+    let (every, from) = if let Some(types) = get("layer_types").and_then(|f| f.1.as_array()) {
+        let full: Vec<bool> = types
+            .iter()
+            .map(|t| t.as_str() == Some("full_attention"))
+            .collect();
+        let every = match full.iter().position(|&f| f) {
+            None => Some(None),
+            Some(first) => {
+                let n = first + 1;
+                full.iter()
+                    .enumerate()
+                    .all(|(i, &f)| f == ((i + 1) % n == 0))
+                    .then_some(Some(n as u64))
+            }
+        };
+        (every, Some("layer_types"))
+    } else if let Some(n) = get("sliding_window_pattern").and_then(|f| f.1.as_u64()) {
+        (Some(Some(n)), Some("sliding_window_pattern"))
+    } else if model_type == "gemma2" {
+        (Some(Some(2)), None)
+    } else {
+        (Some(None), None)
+    };
+    let Some(every) = every else {
+        unplace_all(
+            d,
+            "layer_types mixes full and windowed layers with no period planc states: priced as \
+             full attention",
+        );
+        return;
+    };
+    d.set(
+        "model",
+        "sliding_window",
+        V::Int(w),
+        origin("sliding_window"),
+    );
+    for k in [
+        "use_sliding_window",
+        "layer_types",
+        "sliding_window_pattern",
+    ] {
+        if get(k).is_some() && (Some(k) != from || every.is_none()) {
+            d.unplaced(origin(k), shown(k), "read with sliding_window");
+        }
+    }
+    match (every, from) {
+        (Some(n), Some(k)) => d.set("model", "full_attention_every", V::Int(n), origin(k)),
+        (Some(n), None) => d.assume(
+            "model",
+            "full_attention_every",
+            V::Int(n),
+            Origin::new(
+                file,
+                None,
+                format!("{model_type} default: every other layer"),
+            ),
+            "Gemma 2 attends within its window on the even layers, the whole sequence on the odd",
+        ),
+        (None, _) => {}
+    }
 }
 
 /// What a family's config leaves to its defaults (transformers' `LlamaConfig` and kin).

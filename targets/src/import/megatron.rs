@@ -33,6 +33,8 @@ pub const TABLE: &[Flag] = &[
     flag(&["--disable-bias-linear"], Switch, Set("model", "bias", "false")),
     flag(&["--untie-embeddings-and-output-weights"], Switch, Set("model", "tied_embeddings", "false")),
     flag(&["--rotary-base"], One, Attr("model", "rope_theta", Float)),
+    flag(&["--window-size"], One, Special("window_size")),
+    flag(&["--window-attn-skip-freq"], One, Special("window_skip")),
     flag(&["--vocab-size"], One, Attr("model", "vocab", Int)),
     flag(&["--num-experts"], One, Attr("model", "experts", Int)),
     flag(&["--moe-router-topk"], One, Attr("model", "top_k", Int)),
@@ -190,6 +192,15 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
             Some(n) => d.set("model", "first_dense_layers", V::Int(n), from),
             None => d.unplaced(from, Some(v), "planc's MoE models have dense layers first only (first_dense_layers)"),
         },
+        // (left, right): the keys before a query and after it; a causal model has none after.
+        "window_size" => match window_left(&v) {
+            Some(w) => d.set("model", "sliding_window", V::Int(w), from),
+            None => d.unplaced(from, Some(v), "planc prices causal windows: (left, 0)"),
+        },
+        "window_skip" => match int {
+            Some(n) => d.set("model", "full_attention_every", V::Int(n), from),
+            None => d.unplaced(from, Some(v), "planc states a period of full layers (an integer), not a list"),
+        },
         "dispatcher" if v == "alltoall" => {
             d.unplaced(from, Some(v), "planc prices the all-to-all dispatcher, as given")
         }
@@ -302,6 +313,18 @@ fn data_path(cx: &mut Ctx, g: &Given, from: Origin) {
             "a blend of datasets: planc's train.data is one token file",
         ),
     }
+}
+
+/// The left extent of `--window-size` ("128,0", "(128, 0)"), where nothing is attended
+/// after a query.
+fn window_left(v: &str) -> Option<u64> {
+    let inner = v.trim().trim_start_matches('(').trim_end_matches(')');
+    let (left, right) = inner.split_once(',')?;
+    let right: i64 = right.trim().parse().ok()?;
+    if right != 0 {
+        return None;
+    }
+    left.trim().parse().ok().filter(|&w| w > 0)
 }
 
 /// `([0]*3+[1]*58)` or `[0,0,0,1,1,…]`: the dense layers before the first MoE layer, when
