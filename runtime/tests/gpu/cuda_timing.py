@@ -13,3 +13,20 @@ def seconds_per_call(fn, n):
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / 1e3 / n
+
+
+def median_ms(fn, reps=10):
+    """Milliseconds of one call of `fn`, the median of `reps` calls each between its own
+    events, after three warm-up calls."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    times.sort()
+    return times[len(times) // 2]

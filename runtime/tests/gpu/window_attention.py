@@ -21,26 +21,13 @@ import sys
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+from cuda_timing import median_ms
+
 TILE = 128
 FIXED = 3.25 * TILE  # planc's C (cost::ops::ATTENTION_BLOCK_FIXED_KEYS)
 torch._dynamo.config.recompile_limit = 64
 torch._dynamo.config.cache_size_limit = 64
 flex = torch.compile(flex_attention, dynamic=False)
-
-
-def median_ms(fn, reps=10):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def kernel_ms(fn, reps=5):
