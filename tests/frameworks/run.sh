@@ -96,6 +96,11 @@ megatron() {
 
 if want megatron; then
     megatron megatron-gpt2 gpt2-124m-1gpu.tp
+    # A 256-token window on every other layer: Megatron-LM runs the emitted --window-size and
+    # --window-attn-skip-freq, and its local attention masks the whole score matrix, the same
+    # work as without a window (as planc prices standard attention).
+    megatron megatron-gpt2-window gpt2-124m-1gpu.tp \
+        's/preset = "gpt2-124m" }/preset = "gpt2-124m", sliding_window = 256, full_attention_every = 2 }/'
 fi
 # emitted NAME TARGET PLAN: emit, run the launch script (arguments after the plan go to it),
 # and print the framework's own step time (the generated train.py's JSON line) beside planc's.
