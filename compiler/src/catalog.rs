@@ -149,11 +149,15 @@ impl Catalog {
     pub fn builtin() -> &'static Catalog {
         static CATALOG: OnceLock<Catalog> = OnceLock::new();
         CATALOG.get_or_init(|| {
-            let gpus: GpuFile = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
+            // The text parsed once (the parse is most of a `planc check`'s own time), the
+            // typed entries read from its table.
+            let table: toml::Table = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
+            let gpus: GpuFile = toml::Value::Table(table.clone())
+                .try_into()
+                .expect("catalog/gpus.toml is valid");
             let models: ModelFile =
                 toml::from_str(MODELS_TOML).expect("catalog/models.toml is valid");
-            let raw: toml::Table = toml::from_str(GPUS_TOML).expect("catalog/gpus.toml is valid");
-            let raw = raw["gpu"].as_array().expect("[[gpu]] entries").clone();
+            let raw = table["gpu"].as_array().expect("[[gpu]] entries").clone();
             let (gpus, gpu_info) = gpus
                 .gpu
                 .into_iter()
