@@ -130,6 +130,10 @@ pub struct ModelPreset {
     pub experts: Option<u64>,
     pub top_k: Option<u64>,
     pub rope_theta: Option<f64>,
+    /// The tokens a windowed layer's query attends (Mistral 7B v0.1: 4096).
+    pub sliding_window: Option<u64>,
+    /// With a window, every Nth layer attends the whole sequence.
+    pub full_attention_every: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -1363,8 +1363,12 @@ impl<'a> Resolver<'a> {
             .number(n, "rope_theta", 1.0, 1e12)
             .or(p.and_then(|p| p.rope_theta))
             .unwrap_or(10000.0);
-        let sliding_window = self.count(n, "sliding_window", 1);
-        let full_attention_every = self.count(n, "full_attention_every", 1);
+        let sliding_window = self
+            .count(n, "sliding_window", 1)
+            .or(p.and_then(|p| p.sliding_window));
+        let full_attention_every = self
+            .count(n, "full_attention_every", 1)
+            .or(p.and_then(|p| p.full_attention_every));
         if sliding_window.is_none() {
             if let Some((file, a)) = self.written(n, "full_attention_every") {
                 self.report(

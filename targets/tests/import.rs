@@ -670,4 +670,8 @@ fn sliding_windows_import_from_megatron_flags_and_config_json_and_emit_back() {
             "{off}: listed as not placed: {plan}"
         );
     }
+    // Mistral 7B v0.1 by name is the preset with its window; v0.3 attends its whole context.
+    use planc_targets::import::hf::preset;
+    assert_eq!(preset("mistralai/Mistral-7B-v0.1"), Some("mistral-7b"));
+    assert_eq!(preset("mistralai/Mistral-7B-v0.3"), None);
 }

@@ -1155,5 +1155,16 @@ mod tests {
             - crate::cost::params::flops_per_step(&gpt_oss.model, 1);
         assert!((drop - (core(&full) - core(&gpt_oss))).abs() < 1e-3 * drop);
         assert_eq!(gpt_oss.model.mean_key_span(s), (s + 128.0) / 2.0);
+        // Mistral 7B's preset carries its window, which a plan may widen away.
+        let mistral = plan("mistral-7b", "flash", "megatron");
+        assert_eq!(mistral.model.sliding_window, Some(4096));
+        assert_eq!(mistral.model.windowed_layers(), 32);
+        let widened = checked(
+            "cluster c { nodes = 1, gpus_per_node = 1, gpu = H100_SXM_80GB }
+             model m { preset = \"mistral-7b\", sliding_window = 8192 }
+             train { global_batch = 8, precision = bf16, attention = flash }
+             parallel { micro_batch = 1 }",
+        );
+        assert_eq!(widened.model.windowed_layers(), 0);
     }
 }

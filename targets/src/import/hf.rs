@@ -592,6 +592,8 @@ const NAMES: &[(&[&str], &str)] = &[
     (&["llama3", "70b"], "llama3-70b"),
     (&["llama3", "8b"], "llama3-8b"),
     (&["mixtral", "8x7b"], "mixtral-8x7b"),
+    // v0.1 only: v0.2 and later attend the whole 32k context (sliding_window null).
+    (&["mistral-7b-v0.1"], "mistral-7b"),
     (&["qwen3", "32b"], "qwen3-32b"),
 ];
 
