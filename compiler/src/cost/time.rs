@@ -1237,6 +1237,9 @@ pub fn pieces(plan: &Plan, dev: &Device, pl: &Placement) -> Pieces {
     };
     head_bwd.add(own_backwards(&head_bwd_ops, dev));
     head_bwd.compute += head_accumulation;
+    let (head_reduce, head_lost) = super::tp_overlap::head_backward(plan, dev, pl);
+    head_bwd.comm += head_reduce;
+    head_bwd.compute += head_lost;
     // A frozen output layer's product computes the input gradient only (the layers before
     // it still need it), and nothing is left for a deferred weight-gradient pass.
     let head_wgrad = if trains_ends {

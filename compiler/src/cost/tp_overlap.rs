@@ -108,6 +108,35 @@ pub(crate) fn backward(plan: &Plan, ops: &[Op], dev: &Device, pl: &Placement) ->
     out
 }
 
+/// The output layer's backward without sequence parallelism: its input's gradient summed
+/// over the tensor-parallel group, which no forward collective mirrors (the vocabulary-
+/// parallel logits take the whole input). Megatron-LM's `parallel_lm_logits`
+/// (`copy_to_tensor_model_parallel_region`, asynchronous beside the weight gradient since
+/// 83b1e42f30) and Megatron-Core's output layer, and planc's runtime (`tp_reduce_rows` after
+/// the weight gradient, `loss_head`). Returns (exposed seconds, the logits' lost compute).
+pub(crate) fn head_backward(plan: &Plan, dev: &Device, pl: &Placement) -> (f64, f64) {
+    let p = &plan.parallel;
+    if pl.tp.size <= 1 || p.sequence_parallel {
+        return (0.0, 0.0);
+    }
+    let m = &plan.model;
+    let tokens = (p.micro_batch * m.seq_len / p.cp) as f64;
+    let h = m.hidden as f64;
+    let bytes = tokens * h * plan.train.precision.bytes();
+    let all_reduce = collective_time(Collective::AllReduce, bytes, pl.tp, &pl.fabric);
+    if !p.overlaps_tp_backward(plan.framework()) {
+        return (all_reduce, 0.0);
+    }
+    let wgrad = if plan.train.method.trains_ends() {
+        let v = m.vocab as f64 / pl.tp.size as f64;
+        dev.for_op(OpId::Logits).product(v, h, tokens, false)
+    } else {
+        0.0
+    };
+    let share = group_contention(dev.gpu, pl.tp, &pl.fabric, Collective::AllReduce);
+    beside(all_reduce, wgrad, share)
+}
+
 /// A collective of `c` seconds issued beside a product of `w`: (what waits past the
 /// product, what the product loses). The product loses `share` of the time they run
 /// together and so runs that much longer, which hides that much more of the collective.
@@ -201,5 +230,30 @@ mod tests {
         assert!((exposed - 1.75).abs() < 1e-12);
         // Nothing to hide behind: all of it waits.
         assert_eq!(beside(2.0, 0.0, 0.3), (2.0, 0.0));
+    }
+
+    #[test]
+    fn the_output_layer_sums_its_input_gradient_without_sequence_parallelism() {
+        let tokens = 8192.0; // llama3-70b's sequence, micro-batch 1
+        let sp = plan("megatron", "sequence_parallel = true");
+        let (dev, pl) = crate::cost::first_group(&sp);
+        let whole = collective_time(
+            Collective::AllReduce,
+            tokens * 8192.0 * 2.0,
+            pl.tp,
+            &pl.fabric,
+        );
+        // Under sequence parallelism the input's gather (and its gradient's reduce-scatter)
+        // is the head's forward collective, mirrored: nothing more here.
+        assert_eq!(head_backward(&sp, &dev, &pl), (0.0, 0.0));
+        // In order (planc's runtime, Megatron-LM before 2021-09): the whole all-reduce waits.
+        let off = plan("megatron", "overlap_tp_backward = false");
+        assert_eq!(head_backward(&off, &dev, &pl), (whole, 0.0));
+        assert_eq!(head_backward(&plan("planc", ""), &dev, &pl).0, whole);
+        // Beside the logits' weight gradient (128256 / 8 x 8192 x 8192, far longer): hidden,
+        // the product slowed by its share.
+        let (exposed, lost) = head_backward(&plan("megatron", ""), &dev, &pl);
+        assert_eq!(exposed, 0.0);
+        assert!(lost > 0.0 && lost < whole, "{lost} {whole}");
     }
 }
