@@ -674,4 +674,5 @@ fn sliding_windows_import_from_megatron_flags_and_config_json_and_emit_back() {
     use planc_targets::import::hf::preset;
     assert_eq!(preset("mistralai/Mistral-7B-v0.1"), Some("mistral-7b"));
     assert_eq!(preset("mistralai/Mistral-7B-v0.3"), None);
+    assert_eq!(preset("google/gemma-2-9b"), Some("gemma2-9b"));
 }

@@ -1166,5 +1166,10 @@ mod tests {
              parallel { micro_batch = 1 }",
         );
         assert_eq!(widened.model.windowed_layers(), 0);
+        // Gemma 2 9B windows every other layer: 21 of 42, at its published 9.24 B.
+        let gemma = plan("gemma2-9b", "flash", "megatron");
+        assert_eq!(gemma.model.windowed_layers(), 21);
+        let params = crate::cost::params::total_params(&gemma.model) / 1e9;
+        assert!((params - 9.24).abs() < 0.005, "{params}");
     }
 }

@@ -594,6 +594,7 @@ const NAMES: &[(&[&str], &str)] = &[
     (&["mixtral", "8x7b"], "mixtral-8x7b"),
     // v0.1 only: v0.2 and later attend the whole 32k context (sliding_window null).
     (&["mistral-7b-v0.1"], "mistral-7b"),
+    (&["gemma-2", "9b"], "gemma2-9b"),
     (&["qwen3", "32b"], "qwen3-32b"),
 ];
 
