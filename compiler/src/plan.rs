@@ -360,10 +360,16 @@ impl Model {
     /// whole square counted as model FLOPs count it (Korthikanti et al.'s `s` keys a query
     /// in a full layer): `seq` in a full layer, the window in a windowed one.
     pub fn mean_key_span(&self, seq: f64) -> f64 {
-        let windowed = self.windowed_layers() as f64;
         let w = self.sliding_window.map_or(seq, |w| (w as f64).min(seq));
+        self.mean_over_layers(seq, w)
+    }
+
+    /// The mean over the layers of a figure that is `full` in a layer attending the whole
+    /// sequence and `windowed` in a windowed one.
+    pub fn mean_over_layers(&self, full: f64, windowed: f64) -> f64 {
         let layers = self.layers.max(1) as f64;
-        (seq * (layers - windowed) + w * windowed) / layers
+        let w = self.windowed_layers() as f64;
+        (full * (layers - w) + windowed * w) / layers
     }
 
     pub fn is_moe(&self) -> bool {

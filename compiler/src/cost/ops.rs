@@ -381,8 +381,6 @@ const ATTENTION_BLOCK_FIXED_KEYS: f64 = 3.25 * ATTENTION_KEY_TILE;
 /// than the window), and its block pays the same fixed cost as a causal layer's over far
 /// fewer keys.
 fn fused_keys(m: &crate::plan::Model, seq: f64) -> f64 {
-    let layers = m.layers.max(1) as f64;
-    let windowed = m.windowed_layers() as f64;
     let full = seq / 2.0;
     let fixed = ATTENTION_BLOCK_FIXED_KEYS;
     let in_window = m.sliding_window.map_or(full, |w| {
@@ -390,7 +388,7 @@ fn fused_keys(m: &crate::plan::Model, seq: f64) -> f64 {
         let tiles = w - w * w / (2.0 * seq) + ATTENTION_KEY_TILE;
         ((tiles + fixed) * full / (full + fixed)).min(full)
     });
-    (full * (layers - windowed) + in_window * windowed) / layers
+    m.mean_over_layers(full, in_window)
 }
 
 fn mlp_products(ops: &mut Vec<Op>, plan: &Plan, which: Mlps, rows: f64, f: f64, planc: bool) {

@@ -270,7 +270,7 @@ pub fn model(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], file: &str
 /// the even layers), Gemma 3's `sliding_window_pattern`, and `layer_types` (GPT-OSS, later
 /// Gemma and Qwen configs) where its full layers recur with a period.
 fn window(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], model_type: &str, file: &str) {
-    const KEYS: [&str; 5] = [
+    const WINDOW_KEYS: [&str; 5] = [
         "sliding_window",
         "use_sliding_window",
         "max_window_layers",
@@ -288,7 +288,7 @@ fn window(cx: &mut Ctx, fields: &[(String, Value, Option<usize>)], model_type: &
     let d = &mut cx.draft;
     // Every window field present and not placed, with one reason.
     let unplace_all = |d: &mut super::draft::Draft, why: &str| {
-        for k in KEYS.iter().filter(|k| get(k).is_some()) {
+        for k in WINDOW_KEYS.iter().filter(|k| get(k).is_some()) {
             d.unplaced(origin(k), shown(k), why);
         }
     };
