@@ -20,6 +20,7 @@ pub mod schema;
 pub mod settings;
 pub mod solve;
 pub mod source;
+pub mod synonyms;
 pub mod token_file;
 pub mod validate;
 pub mod value;

@@ -882,9 +882,13 @@ impl<'a> Resolver<'a> {
             span,
             format!("expected one of {}", names.join(", ")),
         );
-        d = match did_you_mean(&text, names.iter().copied()) {
-            Some(s) => d.help(format!("did you mean `{s}`?")),
-            None => d.help(format!("`{name}` is one of {}", names.join(", "))),
+        d = match (
+            crate::synonyms::planc_name(name, &text),
+            did_you_mean(&text, names.iter().copied()),
+        ) {
+            (Some((planc, why)), _) => d.help(format!("write `{name} = {planc}`: {why}")),
+            (None, Some(s)) => d.help(format!("did you mean `{s}`?")),
+            (None, None) => d.help(format!("`{name}` is one of {}", names.join(", "))),
         };
         self.diagnostics.push(d);
         None
