@@ -79,8 +79,58 @@ fn every_bad_plan_reports_its_code_at_its_line() {
             assert!(d["help"].is_string(), "{path}: error without help: {d}");
         }
 
+        for d in diags.iter().filter(|d| d["replacement"].is_string()) {
+            the_replacement_fixes_it(path, d);
+        }
+
         let human = planc(&["check", path, "--color", "never"]);
         assert_eq!(human.code, run.code, "{path}");
         insta::assert_snapshot!(stem(path), human.stderr);
     }
+}
+
+/// A diagnostic's `replacement`, put in place of its range, leaves its line without that
+/// diagnostic and without any error: the quick fix an editor offers fixes what it is
+/// offered for.
+fn the_replacement_fixes_it(path: &str, d: &serde_json::Value) {
+    let text = std::fs::read_to_string(common::root().join(path)).unwrap();
+    let offset = |line: &serde_json::Value, column: &serde_json::Value| {
+        let (line, column) = (
+            line.as_u64().unwrap() as usize,
+            column.as_u64().unwrap() as usize,
+        );
+        let start: usize = text
+            .split_inclusive('\n')
+            .take(line - 1)
+            .map(str::len)
+            .sum();
+        start
+            + text[start..]
+                .char_indices()
+                .nth(column - 1)
+                .map_or(text.len() - start, |(i, _)| i)
+    };
+    let (from, to) = (
+        offset(&d["line"], &d["column"]),
+        offset(&d["end_line"], &d["end_column"]),
+    );
+    let fixed = format!(
+        "{}{}{}",
+        &text[..from],
+        d["replacement"].as_str().unwrap(),
+        &text[to..]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fixed.tp");
+    std::fs::write(&file, &fixed).unwrap();
+    let run = planc(&["check", file.to_str().unwrap(), "--format", "json"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let still =
+        report["diagnostics"].as_array().unwrap().iter().find(|e| {
+            e["line"] == d["line"] && (e["code"] == d["code"] || e["severity"] == "error")
+        });
+    assert!(
+        still.is_none(),
+        "{path}: {d} replaced, the line still has {still:?}:\n{fixed}"
+    );
 }

@@ -45,6 +45,15 @@ fn neovim_shows_diagnostics_and_formats_through_planc_lsp() {
         "{seen}"
     );
     assert!(seen.contains("P0203"), "{seen}");
+    // The server's quick fix for the misspelt attribute, applied by the editor.
+    assert!(
+        seen.contains("quick fix: Replace with `micro_batch`"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("buffer parallel { tp = 1, micro_batch = 1 }"),
+        "{seen}"
+    );
     assert!(
         seen.contains("buffer train { global_batch = 8, precision = bf16 }"),
         "{seen}"

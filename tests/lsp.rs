@@ -40,6 +40,7 @@ impl Client {
         assert_eq!(caps["hoverProvider"], true, "{init}");
         assert_eq!(caps["documentFormattingProvider"], true, "{init}");
         assert!(caps["completionProvider"].is_object(), "{init}");
+        assert_eq!(caps["codeActionProvider"], true, "{init}");
         c.notify("initialized", json!({}));
         c
     }
@@ -311,6 +312,62 @@ fn a_gpu_blocks_preset_completes_to_built_in_gpus_and_hovers_with_their_figures(
         shown.contains("`H800_SXM_80GB`: 79.6 GiB") && shown.contains("200 GB/s NVLink"),
         "{shown}"
     );
+    c.shutdown();
+}
+
+#[test]
+fn a_misspelt_name_offers_its_fix_and_other_diagnostics_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    let broken = PLAN
+        .replace("micro_batch = 1", "micro_bach = 1")
+        .replace("precision = bf16", "precision = bfloat16");
+    open(&mut c, &u, &broken);
+    let ds = c.diagnostics_for(&u);
+    let actions = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": u },
+            "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 12, "character": 0 } },
+            "context": { "diagnostics": ds },
+        }),
+    );
+    let mut titles: Vec<&str> = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["title"].as_str().unwrap())
+        .collect();
+    titles.sort();
+    assert_eq!(
+        titles,
+        ["Replace with `bf16`", "Replace with `micro_batch`"],
+        "{actions:#}"
+    );
+    let fix = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["title"] == "Replace with `micro_batch`")
+        .unwrap();
+    assert_eq!(fix["kind"], "quickfix");
+    let edit = &fix["edit"]["changes"][&u][0];
+    assert_eq!(edit["newText"], "micro_batch");
+    assert_eq!(
+        edit["range"],
+        json!({ "start": { "line": 10, "character": 4 }, "end": { "line": 10, "character": 14 } })
+    );
+    // A diagnostic without a replacement (none here but these two) offers nothing.
+    let none = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": u },
+            "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 0, "character": 0 } },
+            "context": { "diagnostics": [{ "range": edit["range"], "message": "x" }] },
+        }),
+    );
+    assert_eq!(none, json!([]));
     c.shutdown();
 }
 

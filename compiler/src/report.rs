@@ -17,6 +17,9 @@ pub struct JsonDiagnostic {
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub help: Option<String>,
+    /// Text that fixes the problem in place of `line:column`-`end_line:end_column`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<String>,
     pub file: Option<String>,
     pub line: Option<usize>,
     pub column: Option<usize>,
@@ -266,6 +269,7 @@ pub fn json_diagnostic(d: &Diagnostic, sources: &SourceMap) -> JsonDiagnostic {
         code: d.code,
         message: d.message.clone(),
         help: d.help.clone(),
+        replacement: d.replacement.clone(),
         file,
         line: start.map(|s| s.0),
         column: start.map(|s| s.1),

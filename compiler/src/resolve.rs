@@ -332,7 +332,7 @@ impl<'a> Resolver<'a> {
                 )
                 .at(file, a.name.span, "unknown attribute");
                 d = match did_you_mean(&a.name.text, schema.attrs.iter().copied()) {
-                    Some(s) => d.help(format!("did you mean `{s}`?")),
+                    Some(s) => d.suggest(s),
                     None => d.help(format!(
                         "`{}` accepts: {}",
                         schema.kind,
@@ -365,7 +365,7 @@ impl<'a> Resolver<'a> {
                     d.help(format!("`{}` holds no blocks", schema.kind))
                 } else {
                     match did_you_mean(kind, schema.blocks.iter().copied()) {
-                        Some(s) => d.help(format!("did you mean `{s}`?")),
+                        Some(s) => d.suggest(s),
                         None => d.help(format!(
                             "`{}` may hold: {}",
                             schema.kind,
@@ -588,7 +588,7 @@ impl<'a> Resolver<'a> {
             )
             .at(file, parts[0].span, "unknown block");
             if let Some(s) = did_you_mean(first, names) {
-                d = d.help(format!("did you mean `{s}`?"));
+                d = d.suggest(s);
             }
             self.diagnostics.push(d);
             return None;
@@ -886,8 +886,10 @@ impl<'a> Resolver<'a> {
             crate::synonyms::planc_name(name, &text),
             did_you_mean(&text, names.iter().copied()),
         ) {
-            (Some((planc, why)), _) => d.help(format!("write `{name} = {planc}`: {why}")),
-            (None, Some(s)) => d.help(format!("did you mean `{s}`?")),
+            (Some((planc, why)), _) => {
+                d.replace_with(format!("write `{name} = {planc}`: {why}"), planc)
+            }
+            (None, Some(s)) => d.suggest(s),
             (None, None) => d.help(format!("`{name}` is one of {}", names.join(", "))),
         };
         self.diagnostics.push(d);
@@ -1269,6 +1271,7 @@ impl<'a> Resolver<'a> {
     fn lower_model(&mut self, n: usize) -> Option<Model> {
         self.model_node = Some(n);
         if let Some((v, span)) = self.get(n, "preset") {
+            let quoted = matches!(v, Value::Str(_));
             match v {
                 Value::Str(s) | Value::Enum(s) => match Catalog::builtin().model(&s) {
                     Some(p) => self.preset = Some(p),
@@ -1283,7 +1286,11 @@ impl<'a> Resolver<'a> {
                             Diagnostic::new(codes::P0215, format!("unknown model preset `{s}`"))
                                 .at(file, span, "not a built-in model");
                         d = match did_you_mean(&s, names.iter().copied()) {
-                            Some(x) => d.help(format!("did you mean `{x}`?")),
+                            // The span holds the quotes of a string.
+                            Some(x) if quoted => {
+                                d.replace_with(format!("did you mean `{x}`?"), format!("\"{x}\""))
+                            }
+                            Some(x) => d.suggest(x),
                             None => d.help(format!("presets: {}", names.join(", "))),
                         };
                         self.diagnostics.push(d);

@@ -81,7 +81,7 @@ const SYNONYMS: &[Synonym] = &[
         "precision",
         &["float32", "single", "32", "tf32"],
         "fp32",
-        "fp32 training",
+        "training in fp32 (TF32 is how its products run)",
     ),
     (
         "precision",
@@ -158,8 +158,18 @@ const SYNONYMS: &[Synonym] = &[
         "gelu",
         "an ungated MLP of two products; the activation's function does not change its price",
     ),
-    ("norm", &["layer_norm", "ln"], "layernorm", "LayerNorm"),
-    ("norm", &["rms_norm", "rms"], "rmsnorm", "RMSNorm"),
+    (
+        "norm",
+        &["layer_norm", "ln"],
+        "layernorm",
+        "planc spells LayerNorm `layernorm`",
+    ),
+    (
+        "norm",
+        &["rms_norm", "rms"],
+        "rmsnorm",
+        "planc spells RMSNorm `rmsnorm`",
+    ),
     (
         "position",
         &["rotary", "rope_scaling", "yarn", "rotary_embedding"],
@@ -170,32 +180,32 @@ const SYNONYMS: &[Synonym] = &[
         "position",
         &["absolute", "learned_absolute", "learnable"],
         "learned",
-        "a learned absolute position table",
+        "a learned table of absolute positions is `learned`",
     ),
-    ("kind", &["ib", "nvswitch_ib"], "infiniband", "InfiniBand"),
+    ("kind", &["ib"], "infiniband", "planc spells InfiniBand out"),
     (
         "kind",
         &["nvswitch", "nvl"],
         "nvlink",
-        "NVLink, through NVSwitch or direct",
+        "NVSwitch switches NVLink; planc prices the link, through a switch or direct",
     ),
     (
         "kind",
         &["rocev2", "roce_v2"],
         "roce",
-        "RDMA over Converged Ethernet",
+        "planc calls RDMA over Converged Ethernet (v1 or v2) `roce`",
     ),
     (
         "kind",
         &["eth", "tcp", "socket"],
         "ethernet",
-        "plain Ethernet (TCP sockets)",
+        "planc calls plain Ethernet (TCP sockets) `ethernet`",
     ),
     (
         "scheduler",
         &["kubernetes", "kubeflow", "pytorchjob"],
         "k8s",
-        "Kubernetes (a PyTorchJob or JobSet)",
+        "planc calls Kubernetes `k8s`",
     ),
 ];
 
@@ -217,6 +227,7 @@ mod tests {
         );
         assert_eq!(planc_name("precision", "bfloat16").unwrap().0, "bf16");
         assert_eq!(planc_name("attention", "sdpa").unwrap().0, "flash");
+        assert_eq!(planc_name("kind", "IB").unwrap().0, "infiniband");
         // The name belongs to one attribute only.
         assert_eq!(planc_name("precision", "nemo"), None);
         assert_eq!(planc_name("framework", "jax"), None);

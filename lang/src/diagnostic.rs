@@ -43,6 +43,9 @@ pub struct Diagnostic {
     pub secondary: Vec<Label>,
     /// What to change.
     pub help: Option<String>,
+    /// The text that fixes the problem where it stands in place of the primary label's span
+    /// (a misspelt name's likely spelling): editors offer it as a quick fix.
+    pub replacement: Option<String>,
     pub notes: Vec<String>,
 }
 
@@ -55,6 +58,7 @@ impl Diagnostic {
             primary: None,
             secondary: Vec::new(),
             help: None,
+            replacement: None,
             notes: Vec::new(),
         }
     }
@@ -79,6 +83,19 @@ impl Diagnostic {
 
     pub fn help(mut self, help: impl Into<String>) -> Self {
         self.help = Some(help.into());
+        self
+    }
+
+    /// "did you mean `x`?", with `x` the [`Diagnostic::replacement`] of the primary span:
+    /// only where that span is the misspelt text itself.
+    pub fn suggest(self, x: &str) -> Self {
+        self.replace_with(format!("did you mean `{x}`?"), x)
+    }
+
+    /// `help`, and `x` the text that fixes the problem in place of the primary span.
+    pub fn replace_with(mut self, help: impl Into<String>, x: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self.replacement = Some(x.into());
         self
     }
 

@@ -346,7 +346,7 @@ impl<'a> Lexer<'a> {
                 self.out.diagnostics.push(
                     Diagnostic::new(codes::P0003, format!("unknown unit `{word}`"))
                         .at(self.file, Span::new(word_start, word_end), "not a unit")
-                        .help(format!("did you mean `{s}`?")),
+                        .suggest(s),
                 );
                 self.push(TokenKind::Error, start, word_end);
                 return &after_space[word.len()..];

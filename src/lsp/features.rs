@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use lsp_types::{
-    CompletionItem, CompletionItemKind, Diagnostic as LspDiagnostic, DiagnosticRelatedInformation,
-    DiagnosticSeverity, Hover, HoverContents, Location, MarkupContent, MarkupKind, NumberOrString,
-    TextEdit, Url,
+    CodeAction, CodeActionKind, CodeActionOrCommand, CompletionItem, CompletionItemKind,
+    Diagnostic as LspDiagnostic, DiagnosticRelatedInformation, DiagnosticSeverity, Hover,
+    HoverContents, Location, MarkupContent, MarkupKind, NumberOrString, TextEdit, Url,
+    WorkspaceEdit,
 };
 use planc_compiler::catalog::Catalog;
 use planc_compiler::check::Checked;
@@ -79,6 +80,12 @@ pub fn diagnostics(checked: &Checked) -> Vec<(PathBuf, Vec<LspDiagnostic>)> {
             source: Some("planc".into()),
             message,
             related_information: (!related.is_empty()).then_some(related),
+            // Sent back with the editor's code-action request (LSP 3.16), so the quick fix
+            // needs no second check of the plan.
+            data: d
+                .replacement
+                .as_ref()
+                .map(|r| serde_json::json!({ "replacement": r })),
             ..Default::default()
         });
     }
@@ -345,6 +352,30 @@ pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
                 .iter()
                 .map(|b| item(b, CompletionItemKind::MODULE, "block")),
         )
+        .collect()
+}
+
+/// A quick fix for each diagnostic the editor names that carries its replacement (a
+/// misspelt name's likely spelling, another tool's name for a value): the text in place of
+/// the diagnostic's range.
+pub fn code_actions(uri: &Url, diagnostics: &[LspDiagnostic]) -> Vec<CodeActionOrCommand> {
+    diagnostics
+        .iter()
+        .filter_map(|d| {
+            let new = d.data.as_ref()?.get("replacement")?.as_str()?;
+            let edit = TextEdit::new(d.range, new.to_string());
+            Some(CodeActionOrCommand::CodeAction(CodeAction {
+                title: format!("Replace with `{new}`"),
+                kind: Some(CodeActionKind::QUICKFIX),
+                diagnostics: Some(vec![d.clone()]),
+                edit: Some(WorkspaceEdit::new(HashMap::from([(
+                    uri.clone(),
+                    vec![edit],
+                )]))),
+                is_preferred: Some(true),
+                ..Default::default()
+            }))
+        })
         .collect()
 }
 

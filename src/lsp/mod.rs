@@ -5,7 +5,8 @@
 //! publishes its diagnostics; hover explains diagnostic codes, shows the plan's prediction
 //! on a block header and what `auto` became; completion offers the attributes a block
 //! accepts, built-in GPUs and model presets; go to definition follows imports and
-//! references (`model.hidden`); formatting is `planc fmt`. Synchronous on
+//! references (`model.hidden`); a diagnostic that knows its fix (a misspelt name) offers it
+//! as a quick fix; formatting is `planc fmt`. Synchronous on
 //! purpose: a check takes milliseconds, so there is nothing to cancel.
 //!
 //! Whatever a document holds, the server stays up: the parser bounds how deep every
@@ -25,7 +26,9 @@ use lsp_types::notification::{
     DidChangeTextDocument, DidCloseTextDocument, DidOpenTextDocument, DidSaveTextDocument,
     Notification as _, PublishDiagnostics,
 };
-use lsp_types::request::{Completion, Formatting, GotoDefinition, HoverRequest, Request as _};
+use lsp_types::request::{
+    CodeActionRequest, Completion, Formatting, GotoDefinition, HoverRequest, Request as _,
+};
 use lsp_types::{
     CompletionOptions, CompletionParams, CompletionResponse, DocumentFormattingParams, HoverParams,
     HoverProviderCapability, InitializeParams, OneOf, PublishDiagnosticsParams, ServerCapabilities,
@@ -43,6 +46,7 @@ pub fn run() -> ExitCode {
         }),
         document_formatting_provider: Some(OneOf::Left(true)),
         definition_provider: Some(OneOf::Left(true)),
+        code_action_provider: Some(lsp_types::CodeActionProviderCapability::Simple(true)),
         ..Default::default()
     };
     let init = serde_json::json!({
@@ -177,6 +181,9 @@ impl Server {
                     features::definition(checked, &path, at)
                         .map(lsp_types::GotoDefinitionResponse::Scalar)
                 })
+                .map(json),
+            CodeActionRequest::METHOD => parse::<lsp_types::CodeActionParams>(req)
+                .map(|p| features::code_actions(&p.text_document.uri, &p.context.diagnostics))
                 .map(json),
             Formatting::METHOD => parse::<DocumentFormattingParams>(req)
                 .map(|p| {

@@ -349,7 +349,7 @@ impl<'a> Resolver<'a> {
                     .collect::<Vec<_>>()
                     .join(", ")
             )),
-            Some(s) => d.help(format!("did you mean `{s}`?")),
+            Some(s) => d.suggest(s),
             None if defined.is_empty() => d.help(format!("built-in GPUs: {}", names.join(", "))),
             None => d.help(format!(
                 "built-in GPUs: {}; or define it with a `gpu {name} {{ ... }}` block",
