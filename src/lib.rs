@@ -205,7 +205,8 @@ enum Command {
     /// torchrun, python -m torch.distributed.run, srun, deepspeed or mpirun; variables,
     /// `${VAR:-default}`, arrays and exported NCCL_/CUDA_ variables), a DeepSpeed JSON and
     /// its hostfile, a torchtitan job TOML and its launch's --section.option flags, a
-    /// LLaMA-Factory YAML (and the DeepSpeed JSON it names), a Hugging Face config.json (the
+    /// LLaMA-Factory YAML (and the DeepSpeed JSON it names), a NeMo 1.0 or Megatron Bridge
+    /// YAML config (Megatron-Core's fields under `model`), a Hugging Face config.json (the
     /// model block), or several of them for one job. The plan says where each value came
     /// from, and lists at its top every flag or key it could not place and everything it
     /// assumed. What the files do not hold (the GPU, the network) comes from --cluster or
@@ -221,6 +222,7 @@ enum Command {
     ///   planc import ds_config.json hostfile config.json --gpu A100_SXM_80GB
     ///   planc import llama3_8b.toml --nodes 2 --gpus-per-node 8
     ///   planc import sft.yaml config.json --format json | jq .unplaced
+    ///   planc import conf/training/llama/llama3_70b.yaml --gpu H100_SXM_80GB
     ///   echo 'torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 32 ...' | planc import -
     #[command(verbatim_doc_comment)]
     Import {

@@ -1,6 +1,7 @@
 //! `planc import` on real inputs (`tests/import/`): the launch scripts and configs of the
 //! seed documents (`/work/shared/seeds/*.txt`, copied with their origin in each file's head)
-//! and sample jobs in the shapes Megatron-LM, DeepSpeed, torchtitan and LLaMA-Factory ship.
+//! and sample jobs in the shapes Megatron-LM, DeepSpeed, torchtitan, LLaMA-Factory, NeMo and
+//! Megatron Bridge ship.
 //! Every flag, key and exported variable of an input is placed or listed; the samples emit
 //! again with the same flags and keys; the imported plans are snapshots.
 
@@ -544,6 +545,24 @@ fn imported_plans() {
             },
         ),
         (
+            "nemo",
+            &["nemo_llama3_70b.yaml"],
+            Options {
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
+            "megatron_bridge",
+            &["bridge_qwen3_30b_a3b.yaml"],
+            Options {
+                nodes: Some(2),
+                gpus_per_node: Some(8),
+                gpu: Some("H100_SXM_80GB".into()),
+                ..Options::default()
+            },
+        ),
+        (
             "config_json",
             &["qwen3_32b_config.json"],
             Options {
@@ -675,4 +694,139 @@ fn sliding_windows_import_from_megatron_flags_and_config_json_and_emit_back() {
     assert_eq!(preset("mistralai/Mistral-7B-v0.1"), Some("mistral-7b"));
     assert_eq!(preset("mistralai/Mistral-7B-v0.3"), None);
     assert_eq!(preset("google/gemma-2-9b"), Some("gemma2-9b"));
+}
+
+/// The leaves of a YAML config that say something (not null, false, zero, empty or
+/// "none"), by dotted path, outside the sections listed whole (`data`, `tokenizer`, ...).
+fn yaml_keys(text: &str) -> Vec<String> {
+    use yaml_rust2::{Yaml, YamlLoader};
+    const WHOLE: &[&str] = &[
+        "defaults",
+        "hydra",
+        "run",
+        "exp_manager",
+        "data",
+        "dataset",
+        "tokenizer",
+        "logger",
+        "nsys_profile",
+        "dist",
+        "profiling",
+    ];
+    fn said(v: &Yaml) -> bool {
+        match v {
+            Yaml::Null | Yaml::BadValue => false,
+            Yaml::Boolean(b) => *b,
+            Yaml::Integer(n) => *n != 0,
+            Yaml::Real(r) => r.parse::<f64>().is_ok_and(|x| x != 0.0),
+            Yaml::String(s) => !s.is_empty() && !s.eq_ignore_ascii_case("none"),
+            Yaml::Array(a) => !a.is_empty(),
+            _ => true,
+        }
+    }
+    fn walk(prefix: &str, v: &Yaml, out: &mut Vec<String>) {
+        match v {
+            Yaml::Hash(h) => {
+                for (k, v) in h {
+                    let k = k.as_str().unwrap();
+                    let path = if prefix.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if WHOLE.contains(&k) && (prefix.is_empty() || matches!(v, Yaml::Hash(_))) {
+                        out.push(path);
+                    } else if !matches!(k, "_target_" | "activation_func") {
+                        walk(&path, v, out);
+                    }
+                }
+            }
+            v if said(v) => out.push(prefix.to_string()),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk("", &YamlLoader::load_from_str(text).unwrap()[0], &mut out);
+    out
+}
+
+#[test]
+fn nemo_and_megatron_bridge_configs_import_as_megatron_core_runs_with_every_setting_placed_or_listed(
+) {
+    // NeMo 1.0 (the launcher's conf/training shape): the trainer's cluster, model.optim's
+    // distributed Adam, the tokenizer's vocabulary padded as Megatron-Core pads it.
+    let i = run(&["nemo_llama3_70b.yaml"], &gpus(8, "H100_SXM_80GB"));
+    for line in [
+        "nodes = 8",
+        "gpus_per_node = 8",
+        "tp = 4",
+        "pp = 4",
+        "cp = 2",
+        "vpp = 5",
+        "schedule = interleaved",
+        "sequence_parallel = true",
+        "kv_heads = 8",
+        "mlp = swiglu",
+        "norm = rmsnorm",
+        "tied_embeddings = false",
+        "bias = false",
+        "vocab = 128512",
+        "precision = bf16",
+        "zero = 1",
+        "overlap_grad_reduce = true",
+        "global_batch = 128",
+        "framework = megatron",
+        "kernels = fused",
+        "lr_schedule = cosine",
+        "min_lr = 1e-5",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // Userbuffers is listed with what it means for the prediction.
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "model.ub_tp_comm_overlap" && u.reason.contains("Userbuffers")),
+        "{:#?}",
+        i.unplaced
+    );
+    assert_all_accounted(&i, &yaml_keys(&input("nemo_llama3_70b.yaml").text), "NeMo");
+    let c = check_source("p.tp", &i.plan);
+    assert!(!c.diagnostics.iter().any(|d| d.is_error()), "{}", i.plan);
+
+    // Megatron Bridge: sections by group, the precision given thrice, the sharding strategy
+    // that only Megatron-FSDP reads.
+    let i = run(&["bridge_qwen3_30b_a3b.yaml"], &gpus(2, "H100_SXM_80GB"));
+    for line in [
+        "experts = 128",
+        "top_k = 8",
+        "expert_ffn_hidden = 768",
+        "ep = 8",
+        "head_dim = 128",
+        "vocab = 151936",
+        "zero = 1",
+        "grad_dtype = bf16",
+        "precision = bf16",
+        "micro_batch = 1",
+        "steps = 1000",
+        "warmup_steps = 500",
+        "attention = flash",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "ddp.data_parallel_sharding_strategy"
+                && u.reason.contains("Megatron-FSDP")),
+        "{:#?}",
+        i.unplaced
+    );
+    assert_all_accounted(
+        &i,
+        &yaml_keys(&input("bridge_qwen3_30b_a3b.yaml").text),
+        "Bridge",
+    );
+    let c = check_source("p.tp", &i.plan);
+    assert!(!c.diagnostics.iter().any(|d| d.is_error()), "{}", i.plan);
 }

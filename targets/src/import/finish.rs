@@ -3,7 +3,7 @@
 //! sequence length when only a `config.json` gives one.
 
 use super::cluster::Hint;
-use super::draft::{Origin, V};
+use super::draft::{float_text, Origin, V};
 use super::Ctx;
 
 /// Values the formats leave for the end.
@@ -145,8 +145,13 @@ fn model(cx: &mut Ctx) {
             let multiple =
                 p.vocab_divisor.unwrap_or(128).max(1) * d.u64("parallel", "tp").unwrap_or(1).max(1);
             let padded = n.div_ceil(multiple) * multiple;
+            let whose = if n == 50257 {
+                "GPT-2's BPE".to_string()
+            } else {
+                format!("{}'s", o.key)
+            };
             d.set("model", "vocab", V::Int(padded), o);
-            d.note(format!("model.vocab = {padded}: GPT-2's BPE vocabulary of {n}, padded by Megatron-LM to a multiple of {multiple}"));
+            d.note(format!("model.vocab = {padded}: {whose} vocabulary of {n}, padded by Megatron-LM to a multiple of {multiple}"));
         }
     }
     if let Some((size, o)) = p.shared_expert_size.take() {
@@ -207,6 +212,17 @@ fn dropout(cx: &mut Ctx) {
         ));
     }
     let o = all.iter().find(|x| x.0 == max).map_or(o, |x| x.1.clone());
+    // The others are listed, so that none is dropped without a line.
+    for (v, other) in all.iter().filter(|x| x.1 != o) {
+        cx.draft.unplaced(
+            other.clone(),
+            Some(float_text(*v)),
+            format!(
+                "planc has one dropout for attention and hidden: train.dropout = {} from {o}",
+                float_text(max)
+            ),
+        );
+    }
     cx.draft.set("train", "dropout", V::Float(max), o);
 }
 

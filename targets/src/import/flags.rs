@@ -54,9 +54,21 @@ pub struct Given {
     pub values: Vec<String>,
     pub line: usize,
     pub unresolved: bool,
+    /// How the input wrote it, where that is not the flag (a YAML config's `model.num_layers`
+    /// for `--num-layers`): what the plan's origins name.
+    pub shown: Option<String>,
 }
 
 impl Given {
+    /// Where it came from, as the input wrote it.
+    pub fn origin(&self, file: &str) -> Origin {
+        Origin::new(
+            file,
+            Some(self.line),
+            self.shown.clone().unwrap_or_else(|| self.key.clone()),
+        )
+    }
+
     pub fn value(&self) -> Option<&str> {
         self.values.first().map(String::as_str)
     }
@@ -95,6 +107,7 @@ pub fn parse(args: &[Word], table: &[Flag]) -> (Vec<Given>, Vec<Word>) {
             values: inline.into_iter().collect(),
             line: w.line,
             unresolved: w.unresolved,
+            shown: None,
         };
         i += 1;
         let arity = lookup(table, &g.key).map(|f| f.arity);
@@ -134,7 +147,7 @@ pub fn place(
 ) -> Vec<(&'static str, Given)> {
     let mut special = Vec::new();
     for g in given {
-        let from = Origin::new(file, Some(g.line), g.key.clone());
+        let from = g.origin(file);
         let Some(f) = lookup(table, &g.key) else {
             draft.unplaced(from, g.joined(), unknown);
             continue;

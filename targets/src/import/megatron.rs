@@ -81,7 +81,8 @@ pub const TABLE: &[Flag] = &[
     flag(&["--recompute-num-layers"], One, Special("recompute_layers")),
     flag(&["--optimizer-cpu-offload"], Switch, Set("parallel", "offload", "optimizer")),
     flag(&["--use-precision-aware-optimizer"], Switch, Skip("planc prices the offloaded optimizer as Megatron-LM runs it with this flag")),
-    flag(&["--batch-p2p-communication", "--no-batch-p2p-communication", "--tp-comm-overlap", "--overlap-moe-expert-parallel-comm", "--defer-embedding-wgrad-compute", "--align-grad-reduce", "--no-align-grad-reduce", "--align-param-gather", "--ddp-bucket-size", "--ddp-average-in-collective", "--delay-wgrad-compute", "--num-distributed-optimizer-instances", "--distributed-timeout-minutes", "--distributed-backend", "--use-cpu-initialization", "--empty-unused-memory-level", "--use-ring-exchange-p2p", "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--expert-tensor-parallel-size", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split", "--tp-comm-overlap-cfg", "--check-for-nan-in-loss-and-grad", "--manual-gc", "--manual-gc-interval", "--deterministic-mode", "--use-dist-ckpt", "--async-save", "--nccl-communicator-config-path", "--use-tp-pp-dp-mapping", "--calculate-per-token-loss", "--accumulate-allreduce-grads-in-fp32", "--fp8-param-gather", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"], Many, Skip(TUNING)),
+    flag(&["--tp-comm-overlap"], Switch, Skip("the tensor-parallel collectives overlapped through Userbuffers, which planc does not price: they stay exposed in its step")),
+    flag(&["--batch-p2p-communication", "--no-batch-p2p-communication", "--overlap-moe-expert-parallel-comm", "--defer-embedding-wgrad-compute", "--align-grad-reduce", "--no-align-grad-reduce", "--align-param-gather", "--ddp-bucket-size", "--ddp-average-in-collective", "--delay-wgrad-compute", "--num-distributed-optimizer-instances", "--distributed-timeout-minutes", "--distributed-backend", "--use-cpu-initialization", "--empty-unused-memory-level", "--use-ring-exchange-p2p", "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--expert-tensor-parallel-size", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split", "--tp-comm-overlap-cfg", "--check-for-nan-in-loss-and-grad", "--manual-gc", "--manual-gc-interval", "--deterministic-mode", "--use-dist-ckpt", "--async-save", "--nccl-communicator-config-path", "--use-tp-pp-dp-mapping", "--calculate-per-token-loss", "--accumulate-allreduce-grads-in-fp32", "--fp8-param-gather", "--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype"], Many, Skip(TUNING)),
     // training
     flag(&["--micro-batch-size"], One, Attr("parallel", "micro_batch", Int)),
     flag(&["--global-batch-size"], One, Attr("train", "global_batch", Int)),
@@ -151,10 +152,22 @@ pub fn read(cx: &mut Ctx, args: &[super::shell::Word], file: &str) {
             "a word that belongs to no flag",
         );
     }
+    place(cx, given, file);
+}
+
+/// Places Megatron-LM's flags, however the input wrote them (a command line, a YAML
+/// config's Megatron-Core fields): its defaults apply where they are silent.
+pub fn place(cx: &mut Ctx, given: Vec<Given>, file: &str) {
+    cx.pending.megatron = Some(file.to_string());
+    // The sharding strategy is Megatron-FSDP's, whichever flag comes first.
+    cx.pending.fsdp |= given
+        .iter()
+        .any(|g| matches!(g.key.as_str(), "--use-megatron-fsdp" | "--use-torch-fsdp2"));
     if let Some(g) = given.iter().find(|g| g.key == "--merge-file") {
         // A merges file, whatever its path, is a BPE tokenizer's: GPT-2's.
-        let from = Origin::new(file, Some(g.line), g.key.clone());
-        cx.pending.tokenizer_vocab.get_or_insert((50257, from));
+        cx.pending
+            .tokenizer_vocab
+            .get_or_insert((50257, g.origin(file)));
     }
     let special = flags::place(
         given,
@@ -169,7 +182,7 @@ pub fn read(cx: &mut Ctx, args: &[super::shell::Word], file: &str) {
 }
 
 fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
-    let from = Origin::new(file, Some(g.line), g.key.clone());
+    let from = g.origin(file);
     let v = g.value().unwrap_or("").to_string();
     let d = &mut cx.draft;
     let int = flags::int(&v);
@@ -238,6 +251,12 @@ fn special_flag(cx: &mut Ctx, name: &str, g: &Given, file: &str) {
                 d.set("parallel", "zero", V::Int(3), from);
             }
         }
+        "fsdp_strategy" if !cx.pending.fsdp => d.unplaced(
+            from,
+            Some(v),
+            "Megatron-FSDP's sharding, which applies only with --use-megatron-fsdp \
+             (the distributed optimizer's is --use-distributed-optimizer)",
+        ),
         "fsdp_strategy" => match v.as_str() {
             "no_shard" => d.set("parallel", "zero", V::Int(0), from),
             "optim" => d.set("parallel", "zero", V::Int(1), from),

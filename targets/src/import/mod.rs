@@ -2,13 +2,14 @@
 //!
 //! ```text
 //! inputs ──detect──▶ script │ DeepSpeed JSON │ hostfile │ torchtitan TOML │ LLaMA-Factory YAML
-//!                    │ Hugging Face config.json │ planc's own train.py / torchtitan flavor module
+//!                    │ NeMo / Megatron Bridge YAML │ Hugging Face config.json
+//!                    │ planc's own train.py / torchtitan flavor module
 //!        ──each format's module──▶ Draft (values with origins, unplaced keys, assumptions)
 //!        ──finish (cluster, derived values, frameworks' defaults)──▶ .tp text ──format──▶ plan
 //! ```
 //!
-//! One module per format (`megatron`, `deepspeed`, `torchtitan`, `llamafactory`, `hf`,
-//! `planc_script`), `shell` and `launch` for scripts and their launchers, `flags` for
+//! One module per format (`megatron`, `deepspeed`, `torchtitan`, `llamafactory`, `nemo`,
+//! `hf`, `planc_script`), `shell` and `launch` for scripts and their launchers, `flags` for
 //! argparse-style flags against each format's table, `cluster` for the cluster block and
 //! `finish` for what needs every input (batch sizes over the world size, steps from
 //! samples, frameworks' defaults). Every value placed keeps its origin (a comment beside it
@@ -23,6 +24,7 @@ pub mod hf;
 pub mod launch;
 pub mod llamafactory;
 pub mod megatron;
+pub mod nemo;
 pub mod planc_script;
 pub mod shell;
 pub mod torchtitan;
@@ -96,6 +98,8 @@ pub enum Format {
     Hostfile,
     Torchtitan,
     LlamaFactory,
+    /// NeMo 1.0's or Megatron Bridge's YAML config (Megatron-Core's settings).
+    Nemo,
     HfConfig,
     /// A Python module holding a model's dimensions: planc's generated `train.py`
     /// (`MODEL_CONFIG`) or torchtitan flavor module (`planc_flavor.py`).
@@ -110,6 +114,7 @@ impl Format {
             Format::Hostfile => "hostfile",
             Format::Torchtitan => "torchtitan job file",
             Format::LlamaFactory => "LLaMA-Factory config",
+            Format::Nemo => "NeMo or Megatron Bridge config",
             Format::HfConfig => "Hugging Face config.json",
             Format::PythonModel => "model module",
         }
@@ -206,6 +211,7 @@ pub fn detect(input: &Input) -> Result<Format, ImportError> {
             }
         }
         "toml" => Ok(Format::Torchtitan),
+        "yaml" | "yml" if nemo::dialect(text).is_some() => Ok(Format::Nemo),
         "yaml" | "yml" => Ok(Format::LlamaFactory),
         "py" => {
             if hf::is_python_model(text) {
@@ -229,6 +235,7 @@ fn read_as(cx: &mut Ctx, input: &Input, format: Format) -> Result<(), ImportErro
         }
         Format::Torchtitan => torchtitan::read_toml(cx, input),
         Format::LlamaFactory => llamafactory::read_yaml(cx, input),
+        Format::Nemo => nemo::read_yaml(cx, input),
         Format::HfConfig => hf::read(cx, input),
         Format::PythonModel => {
             hf::read_python(cx, input);
@@ -255,7 +262,7 @@ pub fn import(inputs: &[Input], opts: &Options, read: Reader) -> Result<Imported
         Format::HfConfig | Format::PythonModel => 0,
         Format::Hostfile => 1,
         Format::Deepspeed => 2,
-        Format::Torchtitan | Format::LlamaFactory => 3,
+        Format::Torchtitan | Format::LlamaFactory | Format::Nemo => 3,
         Format::Script => 4,
     };
     typed.sort_by_key(|(f, _)| rank(*f));
