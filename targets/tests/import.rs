@@ -830,3 +830,59 @@ fn nemo_and_megatron_bridge_configs_import_as_megatron_core_runs_with_every_sett
     let c = check_source("p.tp", &i.plan);
     assert!(!c.diagnostics.iter().any(|d| d.is_error()), "{}", i.plan);
 }
+
+#[test]
+fn hydra_overrides_on_a_nemo_or_bridge_command_line_override_the_config_it_names() {
+    let i = run(&["bridge_pretrain.sh"], &gpus(2, "H100_SXM_80GB"));
+    for line in [
+        "nodes = 2",
+        "gpus_per_node = 8",
+        "ep = 16",
+        "recompute = selective",
+        "global_batch = 1024",
+        "precision = bf16",
+        "experts = 128",
+        "top_k = 8",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    // The file's own values, overridden, are listed with what replaced them; the logger's
+    // override is listed by its whole path.
+    for key in [
+        "model.expert_model_parallel_size",
+        "train.global_batch_size",
+        "logger.log_interval",
+    ] {
+        assert!(
+            i.unplaced.iter().any(|u| u.from.key == key),
+            "{key}: {:#?}",
+            i.unplaced
+        );
+    }
+    let c = check_source("p.tp", &i.plan);
+    assert!(!c.diagnostics.iter().any(|d| d.is_error()), "{}", i.plan);
+
+    let i = run(
+        &["nemo_pretrain.sh"],
+        &Options {
+            gpu: Some("H100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    for line in [
+        "nodes = 16",
+        "tp = 8",
+        "lr = 0.0003",
+        "warmup_steps = 100",
+        "pp = 4",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    assert!(
+        i.unplaced
+            .iter()
+            .any(|u| u.from.key == "trainer.num_nodes" && u.reason.contains("16")),
+        "{:#?}",
+        i.unplaced
+    );
+}

@@ -15,6 +15,7 @@ use super::cluster::Hint;
 use super::draft::{Origin, V};
 use super::flags::Given;
 use super::launch::Means;
+use super::shell::Word;
 use super::{Ctx, ImportError, Input};
 
 /// Which of the two configs a YAML file is.
@@ -138,31 +139,133 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
         unplaced: Vec::new(),
         hints: Vec::new(),
         vocab: None,
+        at: None,
     };
     for (k, v) in &top {
         let Some(section) = k.as_str() else { continue };
         r.section(dialect, section, v);
     }
-    let what = match dialect {
-        Dialect::Nemo => "a NeMo 1.0 config: Megatron-Core under NeMo",
-        Dialect::Bridge => "a Megatron Bridge config: Megatron-Core under Megatron Bridge",
-    };
-    cx.draft.assume(
-        "job",
-        "framework",
-        V::Ident("megatron".into()),
-        Origin::new(&input.name, None, "model"),
-        what,
-    );
-    for (from, value, why) in r.unplaced {
-        cx.draft.unplaced(from, value, why);
-    }
-    cx.pending.hints.extend(r.hints);
-    if let Some(v) = r.vocab {
-        cx.pending.tokenizer_vocab.get_or_insert(v);
-    }
-    super::megatron::place(cx, r.given, &input.name);
+    r.finish(cx, dialect);
     Ok(())
+}
+
+/// The sections a NeMo or Megatron Bridge config has, which Hydra's overrides name first.
+const SECTIONS: &[&str] = &[
+    "trainer",
+    "model",
+    "train",
+    "optimizer",
+    "ddp",
+    "scheduler",
+    "mixed_precision",
+    "comm_overlap",
+    "checkpoint",
+    "rng",
+    "dataset",
+    "logger",
+    "tokenizer",
+    "dist",
+    "profiling",
+    "exp_manager",
+    "run",
+    "peft",
+];
+
+/// A Hydra override (`model.tensor_model_parallel_size=4`, `+trainer.max_steps=10`): its
+/// path and its value, where its first part is one of the configs' sections.
+fn override_of(word: &str) -> Option<(Vec<&str>, &str)> {
+    let (path, value) = word.trim_start_matches('+').split_once('=')?;
+    let parts: Vec<&str> = path.split('.').collect();
+    let ident =
+        |p: &&str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (SECTIONS.contains(&parts[0]) && parts.iter().all(ident)).then_some((parts, value))
+}
+
+/// Whether a command's arguments are Hydra overrides of a NeMo or Megatron Bridge config.
+pub fn is_override_command(args: &[Word]) -> bool {
+    args.iter().any(|w| override_of(&w.text).is_some())
+}
+
+/// A NeMo or Megatron Bridge training command: the config file it names (Megatron Bridge's
+/// `--config-file`, NeMo's `--config-path` and `--config-name`), then Hydra's overrides of
+/// it (`model.tensor_model_parallel_size=4`), which win; its other arguments are listed.
+pub fn read_overrides(cx: &mut Ctx, args: &[Word], input: &Input) {
+    let file = input.name.as_str();
+    let overrides: Vec<(Vec<&str>, &str, usize)> = args
+        .iter()
+        .filter_map(|w| override_of(&w.text).map(|(p, v)| (p, v, w.line)))
+        .collect();
+    let dialect = if overrides
+        .iter()
+        .any(|(p, ..)| matches!(p[0], "trainer" | "exp_manager") || p.get(1) == Some(&"optim"))
+    {
+        Dialect::Nemo
+    } else {
+        Dialect::Bridge
+    };
+    let (given, loose) = super::flags::parse(args, &[]);
+    let value_of = |keys: &[&str]| given.iter().find(|g| keys.contains(&g.key.as_str()));
+    let config = match (
+        value_of(&["--config-file", "--config_file"]),
+        value_of(&["--config-path", "--config_path"]),
+        value_of(&["--config-name", "--config_name"]),
+    ) {
+        (Some(f), ..) => f.value().map(|v| (v.to_string(), f.origin(file))),
+        (None, path, Some(name)) => name.value().map(|n| {
+            let n = if n.ends_with(".yaml") {
+                n.to_string()
+            } else {
+                format!("{n}.yaml")
+            };
+            let dir = path.and_then(|p| p.value()).unwrap_or(".");
+            (format!("{dir}/{n}"), name.origin(file))
+        }),
+        _ => None,
+    };
+    if let Some((path, from)) = config {
+        cx.follow(input, &path, from, super::Format::Nemo);
+    }
+    for g in &given {
+        if !matches!(
+            g.key.as_str(),
+            "--config-file"
+                | "--config_file"
+                | "--config-path"
+                | "--config_path"
+                | "--config-name"
+                | "--config_name"
+        ) {
+            cx.draft.unplaced(
+                g.origin(file),
+                g.joined(),
+                "a flag of the script, not of its config",
+            );
+        }
+    }
+    for w in loose.iter().filter(|w| override_of(&w.text).is_none()) {
+        cx.draft.unplaced(
+            Origin::new(file, Some(w.line), w.text.clone()),
+            None,
+            "a word that belongs to no flag or override",
+        );
+    }
+    let mut r = Reader {
+        input,
+        given: Vec::new(),
+        unplaced: Vec::new(),
+        hints: Vec::new(),
+        vocab: None,
+        at: None,
+    };
+    for (path, value, line) in overrides {
+        r.at = Some(line);
+        let v = YamlLoader::load_from_str(value)
+            .ok()
+            .and_then(|d| d.into_iter().next())
+            .unwrap_or(Yaml::Null);
+        r.overridden(dialect, &path, v);
+    }
+    r.finish(cx, dialect);
 }
 
 struct Reader<'a> {
@@ -172,11 +275,56 @@ struct Reader<'a> {
     hints: Vec<Hint>,
     /// The vocabulary of the model the tokenizer is named after.
     vocab: Option<(u64, Origin)>,
+    /// The line every key is on (a command line's override), instead of searching the text.
+    at: Option<usize>,
 }
 
 impl Reader<'_> {
+    /// Hands what was read to the import: the framework, the cluster's hints, the listed
+    /// keys, and the flags, which Megatron-LM's table places.
+    fn finish(self, cx: &mut Ctx, dialect: Dialect) {
+        let what = match dialect {
+            Dialect::Nemo => "a NeMo 1.0 config: Megatron-Core under NeMo",
+            Dialect::Bridge => "a Megatron Bridge config: Megatron-Core under Megatron Bridge",
+        };
+        cx.draft.assume(
+            "job",
+            "framework",
+            V::Ident("megatron".into()),
+            Origin::new(&self.input.name, None, "model"),
+            what,
+        );
+        for (from, value, why) in self.unplaced {
+            cx.draft.unplaced(from, value, why);
+        }
+        cx.pending.hints.extend(self.hints);
+        if let Some(v) = self.vocab {
+            cx.pending.tokenizer_vocab.get_or_insert(v);
+        }
+        super::megatron::place(cx, self.given, &self.input.name);
+    }
+
+    /// One override: the section's own reading of the key at its path (nested as the file
+    /// would nest it).
+    fn overridden(&mut self, dialect: Dialect, path: &[&str], v: Yaml) {
+        if let Some((_, why)) = NOT_THE_STEP.iter().find(|(s, _)| *s == path[0]) {
+            self.unplace(path, &v, *why);
+            return;
+        }
+        let mut nested = v;
+        for k in path[1..].iter().rev() {
+            let mut h = yaml_rust2::yaml::Hash::new();
+            h.insert(Yaml::String((*k).to_string()), nested);
+            nested = Yaml::Hash(h);
+        }
+        self.section(dialect, path[0], &nested);
+    }
+
     /// The line of `path`'s last key, searched after its section's own line.
     fn line(&self, path: &[&str]) -> Option<usize> {
+        if self.at.is_some() {
+            return self.at;
+        }
         let mut from = 0;
         let lines: Vec<&str> = self.input.text.lines().collect();
         for key in path {
@@ -464,7 +612,7 @@ impl Reader<'_> {
                 match super::flags::lookup(super::megatron::TABLE, &flag).map(|f| f.arity) {
                     Some(super::flags::Arity::Switch) => self.switch(path, &flag, v),
                     // Zero is a value (a dropout of 0); null is not.
-                    Some(_) if absent(v) => {}
+                    Some(_) if absent(v) || v.as_bool() == Some(false) => {}
                     Some(_) => self.one(path, &flag, v),
                     None => self.unknown(path, v),
                 }

@@ -1,5 +1,6 @@
 //! Launch scripts: the shell layer's commands, the launchers around the training program,
-//! and which program it is (Megatron-LM, torchtitan, LLaMA-Factory, or planc's own
+//! and which program it is (Megatron-LM, NeMo or Megatron Bridge with Hydra's overrides,
+//! torchtitan, LLaMA-Factory, or planc's own
 //! `train.py`, whose flags are `args::script_args`). Exported NCCL/CUDA/PyTorch variables go
 //! to `job.env`; the other exports and commands are listed.
 
@@ -106,6 +107,8 @@ pub fn read_script(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
     Megatron,
+    /// A NeMo or Megatron Bridge script driven by Hydra's overrides.
+    Nemo,
     Torchtitan,
     LlamaFactory,
     PlancScript,
@@ -135,6 +138,10 @@ fn kind(l: &Launch) -> Kind {
             super::flags::lookup(megatron::TABLE, w.text.split('=').next().unwrap_or("")).is_some()
         })
         .count();
+    // Before Megatron-LM's: Megatron Bridge's recipes are `pretrain_*.py` too.
+    if super::nemo::is_override_command(&l.args) {
+        return Kind::Nemo;
+    }
     if base.starts_with("pretrain_") && base.ends_with(".py") {
         return Kind::Megatron;
     }
@@ -199,6 +206,7 @@ fn read_command(cx: &mut Ctx, l: &Launch, input: &Input) {
                 cx.follow(input, &path, from, Format::Deepspeed);
             }
         }
+        Kind::Nemo => super::nemo::read_overrides(cx, &l.args, input),
         Kind::Torchtitan => torchtitan::read_flags(cx, &l.args, input),
         Kind::LlamaFactory => llamafactory::read_flags(cx, &l.args, input),
         Kind::PlancScript => planc_flags(cx, l, input),
