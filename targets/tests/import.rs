@@ -736,7 +736,13 @@ fn yaml_keys(text: &str) -> Vec<String> {
                     };
                     if WHOLE.contains(&k) && (prefix.is_empty() || matches!(v, Yaml::Hash(_))) {
                         out.push(path);
-                    } else if !matches!(k, "_target_" | "activation_func") {
+                    } else if let Some(true) = v
+                        .as_hash()
+                        .map(|h| h.contains_key(&Yaml::String("_target_".into())))
+                    {
+                        // A Python object the config builds: one setting.
+                        out.push(path);
+                    } else if k != "_target_" {
                         walk(&path, v, out);
                     }
                 }

@@ -534,7 +534,11 @@ impl Reader<'_> {
                 _ => self.unplace(path, v, "planc prices GELU and SwiGLU MLPs"),
             },
             (_, "gated_linear_unit", _) => self.switch(path, "--swiglu", v),
-            (_, "activation_func", _) => {}
+            (_, "activation_func", _) => self.unplace(
+                path,
+                &Yaml::String(target(v).unwrap_or_default()),
+                "the activation's function: planc prices the MLP by whether it is gated (gated_linear_unit), whatever the function",
+            ),
             (_, "bias" | "add_bias_linear", _) => self.switch_off(path, "--disable-bias-linear", v),
             (_, "share_embeddings_and_output_weights", _) => {
                 self.switch_off(path, "--untie-embeddings-and-output-weights", v)
@@ -704,8 +708,16 @@ impl Reader<'_> {
     /// A key planc does not know: listed unless it is unset (null, false, zero or empty),
     /// which a config dumped whole holds by the hundred and which says nothing.
     fn unknown(&mut self, path: &[&str], v: &Yaml) {
-        if !unset(v) {
-            self.unplace(path, v, "not a NeMo or Megatron-Core setting planc knows");
+        if unset(v) {
+            return;
+        }
+        match target(v) {
+            Some(t) => self.unplace(
+                path,
+                &Yaml::String(t),
+                "a Python object the config builds, not a setting planc prices",
+            ),
+            None => self.unplace(path, v, "not a NeMo or Megatron-Core setting planc knows"),
         }
     }
 }
@@ -734,8 +746,24 @@ fn unset(v: &Yaml) -> bool {
     }
 }
 
+/// The class or function a mapping builds (`_target_: torch.nn.functional.silu`), as
+/// Hydra and OmegaConf write Python objects.
+fn target(v: &Yaml) -> Option<String> {
+    match v {
+        Yaml::Hash(h) => h
+            .get(&Yaml::String("_target_".into()))
+            .and_then(Yaml::as_str)
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
 fn text(v: &Yaml) -> Option<String> {
     match v {
+        Yaml::Hash(h) => Some(target(v).unwrap_or_else(|| {
+            let keys: Vec<&str> = h.keys().filter_map(Yaml::as_str).collect();
+            format!("{{{}}}", keys.join(", "))
+        })),
         Yaml::Real(s) | Yaml::String(s) => Some(s.clone()),
         Yaml::Integer(n) => Some(n.to_string()),
         Yaml::Boolean(b) => Some(b.to_string()),
