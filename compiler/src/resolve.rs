@@ -1033,7 +1033,8 @@ impl<'a> Resolver<'a> {
             .take(1000) // as many as `did_you_mean` reads
             .collect();
         let d = match did_you_mean(name, written.iter().map(String::as_str)) {
-            Some(s) => d.help(format!("did you mean `{s}`?")),
+            // The span is the operand: the name as written.
+            Some(s) => d.suggest(s),
             None => d.help("arithmetic reads numbers, quantities and attributes of the same block (or `block.attribute` paths)"),
         };
         self.diagnostics.push(d);

@@ -31,6 +31,26 @@ impl V<'_> {
         self.out
             .push(Diagnostic::new(code, msg).at(f, s, label).help(help));
     }
+
+    /// [`V::push`] with the value that fixes it, in place of the attribute's value.
+    fn push_fix(
+        &mut self,
+        code: Code,
+        msg: String,
+        (block, attr): (&str, &str),
+        label: &str,
+        help: String,
+        fix: String,
+    ) {
+        let (f, s) = self.at(block, attr);
+        let d = Diagnostic::new(code, msg).at(f, s, label);
+        // Only where the value is written: else the place is the block's.
+        self.out.push(if self.spec.origins.written(block, attr) {
+            d.replace_with(help, fix)
+        } else {
+            d.help(help)
+        });
+    }
 }
 
 /// Checks the layout `p` against the plan. Returns every violation found.
@@ -132,19 +152,17 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     }
     let per_step = p.dp * p.micro_batch;
     if !spec.train.global_batch.is_multiple_of(per_step) {
-        v.push(
+        let next = round_up(spec.train.global_batch, per_step);
+        v.push_fix(
             codes::P0306,
             format!(
                 "global_batch = {} is not a multiple of dp × micro_batch = {} × {} = {per_step}",
                 spec.train.global_batch, p.dp, p.micro_batch
             ),
-            "train",
-            "global_batch",
+            ("train", "global_batch"),
             "gradient accumulation would not be whole",
-            format!(
-                "use a global_batch that is a multiple of {per_step}, e.g. {}",
-                round_up(spec.train.global_batch, per_step)
-            ),
+            format!("use a global_batch that is a multiple of {per_step}, e.g. {next}"),
+            next.to_string(),
         );
     }
     match (p.schedule, p.vpp) {

@@ -184,14 +184,19 @@ impl<'a> Resolver<'a> {
                 .gpu_info(name)
                 .is_some_and(|i| (i.datasheet_memory_gb - gb).abs() < 0.5)
         };
+        // What the help suggests writing instead, for an editor's quick fix.
+        let mut fix = None;
         let help = match preset.filter(|p| sold_as_written(&p.name)) {
-            Some(p) => format!(
-                "`{}` is sold as {written} and reports {} GiB: leave `memory` out to take the \
-                 preset's, or write `memory = {} GiB`",
-                p.name,
-                gib_text(p.memory),
-                gib_text(p.memory)
-            ),
+            Some(p) => {
+                fix = Some(format!("{} GiB", gib_text(p.memory)));
+                format!(
+                    "`{}` is sold as {written} and reports {} GiB: leave `memory` out to take the \
+                     preset's, or write `memory = {} GiB`",
+                    p.name,
+                    gib_text(p.memory),
+                    gib_text(p.memory)
+                )
+            }
             None => {
                 // The built-in GPUs sold as this size, by what they report, least first: the
                 // suggestion never counts memory a device of that size may lack.
@@ -211,15 +216,18 @@ impl<'a> Resolver<'a> {
                     }
                 }
                 match reported.first() {
-                    Some((least, _)) => format!(
-                        "a GPU sold as {written} reports {}: write `memory = {least} GiB`, \
+                    Some((least, _)) => {
+                        fix = Some(format!("{least} GiB"));
+                        format!(
+                            "a GPU sold as {written} reports {}: write `memory = {least} GiB`, \
                          the GiB the device reports",
-                        reported
-                            .iter()
-                            .map(|(t, names)| format!("{t} GiB ({})", names.join(", ")))
-                            .collect::<Vec<_>>()
-                            .join(" or ")
-                    ),
+                            reported
+                                .iter()
+                                .map(|(t, names)| format!("{t} GiB ({})", names.join(", ")))
+                                .collect::<Vec<_>>()
+                                .join(" or ")
+                        )
+                    }
                     None => format!(
                         "memory is sold in binary gigabytes under the name GB: a GPU sold as \
                          {written} has about {} GiB, less what it reserves; write the GiB it \
@@ -229,21 +237,22 @@ impl<'a> Resolver<'a> {
                 }
             }
         };
-        self.diagnostics.push(
-            Diagnostic::new(
-                codes::P0220,
-                format!(
-                    "`memory = {written}` is {} GiB, less than a GPU sold as {written} has",
-                    gib_text(bytes)
-                ),
-            )
-            .at(
-                file,
-                attr.value.span,
-                format!("decimal units: {gib:.1} GiB"),
-            )
-            .help(help),
+        let d = Diagnostic::new(
+            codes::P0220,
+            format!(
+                "`memory = {written}` is {} GiB, less than a GPU sold as {written} has",
+                gib_text(bytes)
+            ),
+        )
+        .at(
+            file,
+            attr.value.span,
+            format!("decimal units: {gib:.1} GiB"),
         );
+        self.diagnostics.push(match fix {
+            Some(x) => d.replace_with(help, x),
+            None => d.help(help),
+        });
     }
 
     /// A node of more GPUs than its GPU's NVLink domain, or of fewer where the domain spans
