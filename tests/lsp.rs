@@ -372,6 +372,64 @@ fn a_misspelt_name_offers_its_fix_and_other_diagnostics_none() {
 }
 
 #[test]
+fn the_outline_lists_blocks_and_attributes_and_inlay_hints_show_what_auto_became() {
+    let dir = tempfile::tempdir().unwrap();
+    let u = uri(&dir.path().join("plan.tp"));
+    let mut c = Client::start();
+    open(&mut c, &u, PLAN);
+    let _ = c.diagnostics_for(&u);
+    let symbols = c.request(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": u } }),
+    );
+    let names: Vec<&str> = symbols
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["cluster c", "model m", "train", "parallel"],
+        "{symbols:#}"
+    );
+    let parallel = &symbols[3];
+    assert_eq!(
+        parallel["selectionRange"]["start"],
+        json!({ "line": 7, "character": 0 })
+    );
+    let fields: Vec<(&str, &str)> = parallel["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["name"].as_str().unwrap(), f["detail"].as_str().unwrap()))
+        .collect();
+    assert_eq!(fields, [("tp", "2"), ("dp", "auto"), ("micro_batch", "1")]);
+
+    // `dp = auto` on 8 GPUs at tp 2: the hint says 4, after the value; nothing beside the
+    // values written as they are.
+    let hints = c.request(
+        "textDocument/inlayHint",
+        json!({
+            "textDocument": { "uri": u },
+            "range": { "start": { "line": 0, "character": 0 }, "end": { "line": 12, "character": 0 } },
+        }),
+    );
+    assert_eq!(hints.as_array().unwrap().len(), 1, "{hints:#}");
+    assert_eq!(hints[0]["label"], "= 4");
+    assert_eq!(hints[0]["position"], json!({ "line": 9, "character": 13 }));
+
+    // A broken file still has an outline, of what parses.
+    change(&mut c, &u, 2, "cluster c { nodes = 1\nmodel m { layers = ");
+    let symbols = c.request(
+        "textDocument/documentSymbol",
+        json!({ "textDocument": { "uri": u } }),
+    );
+    assert_eq!(symbols[0]["name"], "cluster c", "{symbols:#}");
+    c.shutdown();
+}
+
+#[test]
 fn formatting_is_planc_fmt() {
     let dir = tempfile::tempdir().unwrap();
     let u = uri(&dir.path().join("plan.tp"));

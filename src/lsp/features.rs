@@ -1,4 +1,5 @@
-//! What the editor asks for: diagnostics, hover, completion, formatting. Each works on the
+//! What the editor asks for: diagnostics, hover, completion, the outline, inlay hints,
+//! quick fixes, formatting. Each works on the
 //! same `Checked` value `planc check` prints, so the editor and the command line never
 //! disagree.
 
@@ -7,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use lsp_types::{
     CodeAction, CodeActionKind, CodeActionOrCommand, CompletionItem, CompletionItemKind,
-    Diagnostic as LspDiagnostic, DiagnosticRelatedInformation, DiagnosticSeverity, Hover,
-    HoverContents, Location, MarkupContent, MarkupKind, NumberOrString, TextEdit, Url,
-    WorkspaceEdit,
+    Diagnostic as LspDiagnostic, DiagnosticRelatedInformation, DiagnosticSeverity, DocumentSymbol,
+    Hover, HoverContents, InlayHint, InlayHintLabel, InlayHintTooltip, Location, MarkupContent,
+    MarkupKind, NumberOrString, SymbolKind, TextEdit, Url, WorkspaceEdit,
 };
 use planc_compiler::catalog::Catalog;
 use planc_compiler::check::Checked;
@@ -353,6 +354,116 @@ pub fn completion(text: &str, at: usize) -> Vec<CompletionItem> {
                 .map(|b| item(b, CompletionItemKind::MODULE, "block")),
         )
         .collect()
+}
+
+/// The document's outline: each block (`cluster c`, `parallel`) with its attributes and
+/// the blocks inside it, as the editor's outline and breadcrumbs show them.
+pub fn symbols(text: &str) -> Vec<DocumentSymbol> {
+    // The parser reads what it can of a broken file: the outline follows the typing.
+    let file = planc_lang::parse(text, FileId(0)).file;
+    let lines = planc_lang::LineIndex::new(text);
+    let range = |s: Span| super::position::range(text, &lines, s);
+    fn block(b: &Block, range: &dyn Fn(Span) -> lsp_types::Range, text: &str) -> DocumentSymbol {
+        let name = match &b.name {
+            Some(n) => format!("{} {}", b.kind.text, n.text),
+            None => b.kind.text.clone(),
+        };
+        let children = b
+            .entries
+            .iter()
+            .map(|e| match e {
+                Entry::Attr(a) => symbol(
+                    a.name.text.clone(),
+                    text.get(a.value.span.range()).map(str::to_string),
+                    SymbolKind::FIELD,
+                    range(a.span),
+                    range(a.name.span),
+                    None,
+                ),
+                Entry::Block(b) => block(b, range, text),
+            })
+            .collect();
+        symbol(
+            name,
+            None,
+            SymbolKind::STRUCT,
+            range(b.span),
+            range(b.header_span()),
+            Some(children),
+        )
+    }
+    file.items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Block(b) => Some(block(b, &range, text)),
+            Item::Import(_) => None,
+        })
+        .collect()
+}
+
+#[allow(deprecated)] // `deprecated`, a field every DocumentSymbol still carries
+fn symbol(
+    name: String,
+    detail: Option<String>,
+    kind: SymbolKind,
+    range: lsp_types::Range,
+    selection_range: lsp_types::Range,
+    children: Option<Vec<DocumentSymbol>>,
+) -> DocumentSymbol {
+    DocumentSymbol {
+        name,
+        detail,
+        kind,
+        tags: None,
+        deprecated: None,
+        range,
+        selection_range,
+        children,
+    }
+}
+
+/// After each `parallel` attribute the check decided (`auto`, a list of candidates), the
+/// value it became: `dp = auto` shows `= 32` beside it.
+pub fn inlay_hints(checked: &Checked, path: &Path, text: &str) -> Vec<InlayHint> {
+    let Some(file) = checked.sources.files.iter().position(|f| f.path == path) else {
+        return Vec::new();
+    };
+    let Ok(report) = serde_json::to_value(checked.report()) else {
+        return Vec::new();
+    };
+    let syntax = &checked.sources.files[file].syntax;
+    let lines = planc_lang::LineIndex::new(text);
+    let mut out = Vec::new();
+    let parallel = syntax.items.iter().filter_map(|i| match i {
+        Item::Block(b) if b.kind.text == "parallel" => Some(b),
+        _ => None,
+    });
+    for b in parallel {
+        for a in b.attrs() {
+            let written = text.get(a.value.span.range()).unwrap_or_default();
+            let Some(v) = report["plan"].get(a.name.text.as_str()) else {
+                continue;
+            };
+            let v = v.to_string().trim_matches('"').to_string();
+            if v == written {
+                continue;
+            }
+            out.push(InlayHint {
+                position: super::position::position_in(text, &lines, a.value.span.end as usize),
+                label: InlayHintLabel::String(format!("= {v}")),
+                kind: None,
+                text_edits: None,
+                tooltip: Some(InlayHintTooltip::String(format!(
+                    "what the check made of `{}`",
+                    a.name.text
+                ))),
+                padding_left: Some(true),
+                padding_right: None,
+                data: None,
+            });
+        }
+    }
+    out
 }
 
 /// A quick fix for each diagnostic the editor names that carries its replacement (a

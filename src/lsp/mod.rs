@@ -6,7 +6,8 @@
 //! on a block header and what `auto` became; completion offers the attributes a block
 //! accepts, built-in GPUs and model presets; go to definition follows imports and
 //! references (`model.hidden`); a diagnostic that knows its fix (a misspelt name) offers it
-//! as a quick fix; formatting is `planc fmt`. Synchronous on
+//! as a quick fix; the outline lists the blocks and their attributes; inlay hints show what
+//! `auto` became beside it; formatting is `planc fmt`. Synchronous on
 //! purpose: a check takes milliseconds, so there is nothing to cancel.
 //!
 //! Whatever a document holds, the server stays up: the parser bounds how deep every
@@ -27,7 +28,8 @@ use lsp_types::notification::{
     Notification as _, PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, Formatting, GotoDefinition, HoverRequest, Request as _,
+    CodeActionRequest, Completion, DocumentSymbolRequest, Formatting, GotoDefinition, HoverRequest,
+    InlayHintRequest, Request as _,
 };
 use lsp_types::{
     CompletionOptions, CompletionParams, CompletionResponse, DocumentFormattingParams, HoverParams,
@@ -47,6 +49,8 @@ pub fn run() -> ExitCode {
         document_formatting_provider: Some(OneOf::Left(true)),
         definition_provider: Some(OneOf::Left(true)),
         code_action_provider: Some(lsp_types::CodeActionProviderCapability::Simple(true)),
+        document_symbol_provider: Some(OneOf::Left(true)),
+        inlay_hint_provider: Some(OneOf::Left(true)),
         ..Default::default()
     };
     let init = serde_json::json!({
@@ -184,6 +188,23 @@ impl Server {
                 .map(json),
             CodeActionRequest::METHOD => parse::<lsp_types::CodeActionParams>(req)
                 .map(|p| features::code_actions(&p.text_document.uri, &p.context.diagnostics))
+                .map(json),
+            DocumentSymbolRequest::METHOD => parse::<lsp_types::DocumentSymbolParams>(req)
+                .map(|p| {
+                    let text = self.open.get(&path_of(&p.text_document.uri))?;
+                    Some(lsp_types::DocumentSymbolResponse::Nested(
+                        features::symbols(text),
+                    ))
+                })
+                .map(json),
+            InlayHintRequest::METHOD => parse::<lsp_types::InlayHintParams>(req)
+                .map(|p| {
+                    let path = path_of(&p.text_document.uri);
+                    let text = self.open.get(&path)?;
+                    let root = self.importer_of(&path).unwrap_or_else(|| path.clone());
+                    let checked = self.checked.get(&root)?;
+                    Some(features::inlay_hints(checked, &path, text))
+                })
                 .map(json),
             Formatting::METHOD => parse::<DocumentFormattingParams>(req)
                 .map(|p| {
