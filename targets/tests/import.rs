@@ -892,3 +892,38 @@ fn hydra_overrides_on_a_nemo_or_bridge_command_line_override_the_config_it_names
         i.unplaced
     );
 }
+
+#[test]
+fn omegaconfs_interpolations_are_followed_and_its_resolvers_listed() {
+    let i = run(
+        &["nemo_gpt_small.yaml"],
+        &Options {
+            gpu: Some("H100_SXM_80GB".into()),
+            ..Options::default()
+        },
+    );
+    // `precision: 16` is fp16; Megatron's GPT-2 tokenizer gives 50257, padded to 50304;
+    // `${.encoder_seq_length}` is read from the model section.
+    for line in [
+        "precision = fp16",
+        "vocab = 50304",
+        "seq_len = 1024",
+        "gpus_per_node = 8",
+    ] {
+        assert!(i.plan.contains(line), "{line}\n{}", i.plan);
+    }
+    let reason = |key: &str| {
+        i.unplaced
+            .iter()
+            .find(|u| u.from.key == key)
+            .map(|u| u.reason.clone())
+            .unwrap_or_else(|| panic!("{key}: {:#?}", i.unplaced))
+    };
+    assert!(reason("model.max_position_embeddings").contains("position"));
+    // A resolver is only known when NeMo runs: listed, not guessed (ffn_hidden then comes
+    // from planc's default, 4 × hidden, which the plan says).
+    assert!(reason("model.ffn_hidden_size").contains("resolver"));
+    assert!(reason("name").contains("job.name"));
+    let c = check_source("p.tp", &i.plan);
+    assert!(!c.diagnostics.iter().any(|d| d.is_error()), "{}", i.plan);
+}

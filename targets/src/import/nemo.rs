@@ -140,6 +140,7 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
         hints: Vec::new(),
         vocab: None,
         at: None,
+        top: top.clone(),
     };
     for (k, v) in &top {
         let Some(section) = k.as_str() else { continue };
@@ -256,6 +257,7 @@ pub fn read_overrides(cx: &mut Ctx, args: &[Word], input: &Input) {
         hints: Vec::new(),
         vocab: None,
         at: None,
+        top: yaml_rust2::yaml::Hash::new(),
     };
     for (path, value, line) in overrides {
         r.at = Some(line);
@@ -277,6 +279,9 @@ struct Reader<'a> {
     vocab: Option<(u64, Origin)>,
     /// The line every key is on (a command line's override), instead of searching the text.
     at: Option<usize>,
+    /// The whole config, which OmegaConf's interpolations (`${model.encoder_seq_length}`)
+    /// read from; empty for a command line's overrides.
+    top: yaml_rust2::yaml::Hash,
 }
 
 impl Reader<'_> {
@@ -380,6 +385,14 @@ impl Reader<'_> {
             }
             // Megatron Bridge's precision by its recipe's name (`bf16_mixed`).
             (Dialect::Bridge, "mixed_precision", Yaml::String(s)) => self.precision(&[name], s),
+            (_, "name", Yaml::String(_)) => {
+                self.unplace(&[name], v, "the run's name: job.name is the plan's")
+            }
+            (_, "restore_from_path" | "init_from_nemo_model" | "init_from_ptl_ckpt", _)
+                if !unset(v) =>
+            {
+                self.unplace(&[name], v, "a checkpoint to start from: not the step")
+            }
             (_, _, Yaml::Null) => {}
             _ => self.unplace(&[name], v, "not a section planc knows"),
         }
@@ -393,6 +406,13 @@ impl Reader<'_> {
             let Some(name) = h.get(&Yaml::String(key.into())).and_then(Yaml::as_str) else {
                 continue;
             };
+            // Megatron's own GPT-2 BPE tokenizer (NeMo's `library: megatron`).
+            if name == "GPT2BPETokenizer" {
+                let mut p = path.to_vec();
+                p.push(key);
+                self.vocab = Some((50257, self.origin(&p)));
+                return;
+            }
             let preset = super::hf::preset(name)
                 .and_then(|p| planc_compiler::catalog::Catalog::builtin().model(p));
             if let Some(m) = preset {
@@ -404,9 +424,76 @@ impl Reader<'_> {
         }
     }
 
+    /// `v` with OmegaConf's interpolation read (`${.encoder_seq_length}` from its own
+    /// section, `${model.hidden_size}` from the root, the NeMo-Framework-Launcher's
+    /// `${training.model...}` from this config); None, and the key listed, where only running
+    /// NeMo would tell (a resolver such as `${multiply:...}`, `???`, a path not in the file).
+    fn resolved(&mut self, path: &[&str], v: &Yaml) -> Option<Yaml> {
+        let mut v = v.clone();
+        for _ in 0..8 {
+            let Some(s) = v.as_str() else { return Some(v) };
+            if s == "???" {
+                self.unplace(path, &v, "a value the run must be given (OmegaConf's ???)");
+                return None;
+            }
+            let Some(inner) = s.strip_prefix("${").and_then(|r| r.strip_suffix('}')) else {
+                return Some(v);
+            };
+            if inner.contains(':') || inner.contains("${") {
+                self.unplace(
+                    path,
+                    &v,
+                    "an OmegaConf resolver: its value is only known when NeMo runs",
+                );
+                return None;
+            }
+            let target: Vec<String> = match inner.strip_prefix('.') {
+                Some(rel) => path[..path.len() - 1]
+                    .iter()
+                    .map(|p| p.to_string())
+                    .chain(rel.split('.').map(str::to_string))
+                    .collect(),
+                None => {
+                    let parts: Vec<&str> = inner.split('.').collect();
+                    // The launcher composes each config under its stage (`training`).
+                    let rooted = match parts.first() {
+                        Some(&"training")
+                            if !self.top.contains_key(&Yaml::String("training".into())) =>
+                        {
+                            &parts[1..]
+                        }
+                        _ => &parts[..],
+                    };
+                    rooted.iter().map(|p| p.to_string()).collect()
+                }
+            };
+            let mut at = Yaml::Hash(self.top.clone());
+            for k in &target {
+                at = match at.as_hash().and_then(|h| h.get(&Yaml::String(k.clone()))) {
+                    Some(x) => x.clone(),
+                    None => {
+                        self.unplace(
+                            path,
+                            &v,
+                            "an interpolation of a key this file does not hold",
+                        );
+                        return None;
+                    }
+                };
+            }
+            v = at;
+        }
+        self.unplace(path, &v, "interpolations nested too deep to follow");
+        None
+    }
+
     /// NeMo 1.0's PyTorch Lightning trainer: the cluster, the precision, the steps.
     fn trainer(&mut self, k: &str, v: &Yaml) {
         let path = ["trainer", k];
+        let Some(v) = self.resolved(&path, v) else {
+            return;
+        };
+        let v = &v;
         let n = v.as_i64().and_then(|n| u64::try_from(n).ok());
         match k {
             "num_nodes" | "devices" => match n {
@@ -452,7 +539,8 @@ impl Reader<'_> {
             | "num_sanity_val_steps"
             | "benchmark"
             | "enable_model_summary"
-            | "enable_progress_bar" => {
+            | "enable_progress_bar"
+            | "replace_sampler_ddp" => {
                 if !unset(v) {
                     self.unplace(&path, v, "the trainer's run control, not the step");
                 }
@@ -503,6 +591,10 @@ impl Reader<'_> {
     }
 
     fn key(&mut self, path: &[&str], v: &Yaml) {
+        let Some(v) = self.resolved(path, v) else {
+            return;
+        };
+        let v = &v;
         let [section, k] = [path[0], path[path.len() - 1]];
         if let Some((_, why)) = NOT_THE_STEP.iter().find(|(s, _)| *s == k) {
             if k == "tokenizer" {
