@@ -113,7 +113,11 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
             .lines()
             .position(|l| l.trim_start().starts_with(&format!("{k}:")))
             .map(|i| i + 1);
-        entries.push((k.clone(), yaml_text(&v), Origin::new(&input.name, line, k)));
+        entries.push((
+            k.clone(),
+            super::yaml::text(&v),
+            Origin::new(&input.name, line, k),
+        ));
     }
     if !entries.iter().any(|e| TABLE.iter().any(|t| t.0 == e.0)) {
         return Err(ImportError::Unknown(
@@ -123,17 +127,6 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     }
     apply(cx, entries, input, true);
     Ok(())
-}
-
-fn yaml_text(v: &Yaml) -> Option<String> {
-    match v {
-        Yaml::Real(s) | Yaml::String(s) => Some(s.clone()),
-        Yaml::Integer(n) => Some(n.to_string()),
-        Yaml::Boolean(b) => Some(b.to_string()),
-        Yaml::Array(a) => Some(a.iter().filter_map(yaml_text).collect::<Vec<_>>().join(",")),
-        Yaml::Null | Yaml::BadValue => None,
-        _ => Some(format!("{v:?}")),
-    }
 }
 
 /// Flags of a LLaMA-Factory command line (`--key value`, `--key` alone for true).

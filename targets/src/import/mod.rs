@@ -28,6 +28,7 @@ pub mod nemo;
 pub mod planc_script;
 pub mod shell;
 pub mod torchtitan;
+mod yaml;
 
 use std::path::{Path, PathBuf};
 

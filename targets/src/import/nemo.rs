@@ -16,6 +16,7 @@ use super::draft::{Origin, V};
 use super::flags::Given;
 use super::launch::Means;
 use super::shell::Word;
+use super::yaml::{target, text};
 use super::{Ctx, ImportError, Input};
 
 /// Which of the two configs a YAML file is.
@@ -133,15 +134,7 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     let Some(Yaml::Hash(top)) = docs.into_iter().next() else {
         unreachable!("dialect() read a mapping");
     };
-    let mut r = Reader {
-        input,
-        given: Vec::new(),
-        unplaced: Vec::new(),
-        hints: Vec::new(),
-        vocab: None,
-        at: None,
-        top: top.clone(),
-    };
+    let mut r = Reader::new(input, top.clone());
     for (k, v) in &top {
         let Some(section) = k.as_str() else { continue };
         r.section(dialect, section, v);
@@ -250,15 +243,7 @@ pub fn read_overrides(cx: &mut Ctx, args: &[Word], input: &Input) {
             "a word that belongs to no flag or override",
         );
     }
-    let mut r = Reader {
-        input,
-        given: Vec::new(),
-        unplaced: Vec::new(),
-        hints: Vec::new(),
-        vocab: None,
-        at: None,
-        top: yaml_rust2::yaml::Hash::new(),
-    };
+    let mut r = Reader::new(input, yaml_rust2::yaml::Hash::new());
     for (path, value, line) in overrides {
         r.at = Some(line);
         let v = YamlLoader::load_from_str(value)
@@ -284,7 +269,19 @@ struct Reader<'a> {
     top: yaml_rust2::yaml::Hash,
 }
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
+    fn new(input: &'a Input, top: yaml_rust2::yaml::Hash) -> Reader<'a> {
+        Reader {
+            input,
+            given: Vec::new(),
+            unplaced: Vec::new(),
+            hints: Vec::new(),
+            vocab: None,
+            at: None,
+            top,
+        }
+    }
+
     /// Hands what was read to the import: the framework, the cluster's hints, the listed
     /// keys, and the flags, which Megatron-LM's table places.
     fn finish(self, cx: &mut Ctx, dialect: Dialect) {
@@ -835,32 +832,5 @@ fn unset(v: &Yaml) -> bool {
         Yaml::Array(a) => a.is_empty(),
         Yaml::Hash(h) => h.is_empty(),
         _ => false,
-    }
-}
-
-/// The class or function a mapping builds (`_target_: torch.nn.functional.silu`), as
-/// Hydra and OmegaConf write Python objects.
-fn target(v: &Yaml) -> Option<String> {
-    match v {
-        Yaml::Hash(h) => h
-            .get(&Yaml::String("_target_".into()))
-            .and_then(Yaml::as_str)
-            .map(str::to_string),
-        _ => None,
-    }
-}
-
-fn text(v: &Yaml) -> Option<String> {
-    match v {
-        Yaml::Hash(h) => Some(target(v).unwrap_or_else(|| {
-            let keys: Vec<&str> = h.keys().filter_map(Yaml::as_str).collect();
-            format!("{{{}}}", keys.join(", "))
-        })),
-        Yaml::Real(s) | Yaml::String(s) => Some(s.clone()),
-        Yaml::Integer(n) => Some(n.to_string()),
-        Yaml::Boolean(b) => Some(b.to_string()),
-        Yaml::Array(a) => Some(a.iter().filter_map(text).collect::<Vec<_>>().join(",")),
-        Yaml::Null | Yaml::BadValue => None,
-        _ => Some(format!("{v:?}")),
     }
 }
