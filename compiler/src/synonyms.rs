@@ -73,7 +73,7 @@ const SYNONYMS: &[Synonym] = &[
     ),
     (
         "precision",
-        &["float16", "half", "fp16_mixed", "16_mixed"],
+        &["float16", "half", "16", "fp16_mixed", "16_mixed"],
         "fp16",
         "mixed precision in fp16; the optimizer's copy is `parallel.optimizer_dtype`",
     ),

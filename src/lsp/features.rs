@@ -186,14 +186,11 @@ pub fn hover(checked: &Checked, path: &Path, text: &str, at: usize) -> Option<Ho
     }
     if block.kind.text == "parallel" {
         let report = serde_json::to_value(checked.report()).ok()?;
-        if let Some(v) = report["plan"].get(attr.name.text.as_str()) {
-            let v = v.to_string().trim_matches('"').to_string();
-            if v != written {
-                value.push_str(&format!(
-                    "\n\nin the checked plan: `{} = {v}`",
-                    attr.name.text
-                ));
-            }
+        if let Some(v) = decided(&report, &attr.name.text, written) {
+            value.push_str(&format!(
+                "\n\nin the checked plan: `{} = {v}`",
+                attr.name.text
+            ));
         }
     }
     Some(markdown(value))
@@ -441,13 +438,9 @@ pub fn inlay_hints(checked: &Checked, path: &Path, text: &str) -> Vec<InlayHint>
     for b in parallel {
         for a in b.attrs() {
             let written = text.get(a.value.span.range()).unwrap_or_default();
-            let Some(v) = report["plan"].get(a.name.text.as_str()) else {
+            let Some(v) = decided(&report, &a.name.text, written) else {
                 continue;
             };
-            let v = v.to_string().trim_matches('"').to_string();
-            if v == written {
-                continue;
-            }
             out.push(InlayHint {
                 position: super::position::position_in(text, &lines, a.value.span.end as usize),
                 label: InlayHintLabel::String(format!("= {v}")),
@@ -464,6 +457,14 @@ pub fn inlay_hints(checked: &Checked, path: &Path, text: &str) -> Vec<InlayHint>
         }
     }
     out
+}
+
+/// The value the check gave the `parallel` attribute `name` where it differs from what is
+/// written (`auto`, a list of candidates).
+fn decided(report: &serde_json::Value, name: &str, written: &str) -> Option<String> {
+    let v = report["plan"].get(name)?.to_string();
+    let v = v.trim_matches('"');
+    (v != written).then(|| v.to_string())
 }
 
 /// A quick fix for each diagnostic the editor names that carries its replacement (a
