@@ -45,7 +45,7 @@ const NOT_THE_STEP: &[(&str, &str)] = &[
     ("rerun_state_machine", "result validation, not the step"),
     ("inprocess_restart", "fault tolerance, not the step"),
     ("peft", "a fine-tuning method: write train.method"),
-    ("defaults", "Hydra's composition of the config (a Userbuffers file among them, which planc does not price)"),
+    ("defaults", "Hydra's composition of the config: the files it names are not read (pass the composed config to planc import)"),
     ("hydra", "Hydra's settings, not the step"),
 ];
 
@@ -358,6 +358,9 @@ impl<'a> Reader<'a> {
     }
 
     fn section(&mut self, dialect: Dialect, name: &str, v: &Yaml) {
+        if unset(v) {
+            return;
+        }
         if let Some((_, why)) = NOT_THE_STEP.iter().find(|(s, _)| *s == name) {
             if name == "tokenizer" {
                 self.tokenizer(&[name], v);
@@ -593,6 +596,9 @@ impl<'a> Reader<'a> {
         };
         let v = &v;
         let [section, k] = [path[0], path[path.len() - 1]];
+        if unset(v) && NOT_THE_STEP.iter().any(|(s, _)| *s == k) {
+            return;
+        }
         if let Some((_, why)) = NOT_THE_STEP.iter().find(|(s, _)| *s == k) {
             if k == "tokenizer" {
                 self.tokenizer(path, v);
