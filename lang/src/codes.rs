@@ -104,7 +104,11 @@ codes! {
         "The quantity measures the wrong thing for this attribute: a bandwidth written in `GiB`, or a \
          plain number where a unit is needed. planc never guesses units.";
     P0209 Error "unknown value"
-        "The identifier is not one of the values this attribute accepts.";
+        "The identifier is not one of the values this attribute accepts. Where it is another \
+         tool's name for one of them (`framework = nemo`, `precision = bfloat16`, \
+         `attention = sdpa`), the help names planc's own and why; an editor offers it as a \
+         quick fix. planc keeps one name for each value, so that a plan reads the same \
+         wherever it goes.";
     P0210 Error "unknown reference"
         "The identifier or path does not name an attribute. A bare name refers to an attribute of the \
          same block; `block.attr` to another block's.";
