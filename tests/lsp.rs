@@ -419,6 +419,39 @@ fn the_outline_lists_blocks_and_attributes_and_inlay_hints_show_what_auto_became
     assert_eq!(hints[0]["label"], "= 4");
     assert_eq!(hints[0]["position"], json!({ "line": 9, "character": 13 }));
 
+    // A code action writes it in: on dp's line, `Write `dp = 4``, replacing `auto`.
+    let actions = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": u },
+            "range": { "start": { "line": 9, "character": 4 }, "end": { "line": 9, "character": 4 } },
+            "context": { "diagnostics": [] },
+        }),
+    );
+    let pin = actions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["title"] == "Write `dp = 4` (what the check decided)")
+        .unwrap_or_else(|| panic!("{actions:#}"));
+    assert_eq!(pin["kind"], "refactor.rewrite");
+    let edit = &pin["edit"]["changes"][&u][0];
+    assert_eq!(edit["newText"], "4");
+    assert_eq!(
+        edit["range"],
+        json!({ "start": { "line": 9, "character": 9 }, "end": { "line": 9, "character": 13 } })
+    );
+    // Elsewhere in the file, no such action.
+    let actions = c.request(
+        "textDocument/codeAction",
+        json!({
+            "textDocument": { "uri": u },
+            "range": { "start": { "line": 1, "character": 0 }, "end": { "line": 1, "character": 0 } },
+            "context": { "diagnostics": [] },
+        }),
+    );
+    assert_eq!(actions, json!([]), "{actions:#}");
+
     // A broken file still has an outline, of what parses.
     change(&mut c, &u, 2, "cluster c { nodes = 1\nmodel m { layers = ");
     let symbols = c.request(

@@ -459,6 +459,63 @@ pub fn inlay_hints(checked: &Checked, path: &Path, text: &str) -> Vec<InlayHint>
     out
 }
 
+/// Code actions that write what the check decided in place of `auto` or a candidate list:
+/// one for each such `parallel` attribute on the lines of `range`, and one for all of them
+/// in the block, so that a layout `planc check` chose can be pinned.
+pub fn pin_actions(
+    checked: &Checked,
+    path: &Path,
+    text: &str,
+    uri: &Url,
+    range: lsp_types::Range,
+) -> Vec<CodeActionOrCommand> {
+    let Some(file) = checked.sources.files.iter().position(|f| f.path == path) else {
+        return Vec::new();
+    };
+    let Ok(report) = serde_json::to_value(checked.report()) else {
+        return Vec::new();
+    };
+    let lines = planc_lang::LineIndex::new(text);
+    let action = |title: String, edits: Vec<TextEdit>| {
+        CodeActionOrCommand::CodeAction(CodeAction {
+            title,
+            kind: Some(CodeActionKind::REFACTOR_REWRITE),
+            edit: Some(WorkspaceEdit::new(HashMap::from([(uri.clone(), edits)]))),
+            ..Default::default()
+        })
+    };
+    let mut out = Vec::new();
+    for item in &checked.sources.files[file].syntax.items {
+        let Item::Block(b) = item else { continue };
+        if b.kind.text != "parallel" {
+            continue;
+        }
+        let mut all = Vec::new();
+        for a in b.attrs() {
+            let written = text.get(a.value.span.range()).unwrap_or_default();
+            let Some(v) = decided(&report, &a.name.text, written) else {
+                continue;
+            };
+            let at = super::position::range(text, &lines, a.value.span);
+            let edit = TextEdit::new(at, v.clone());
+            if at.start.line >= range.start.line && at.start.line <= range.end.line {
+                out.push(action(
+                    format!("Write `{} = {v}` (what the check decided)", a.name.text),
+                    vec![edit.clone()],
+                ));
+            }
+            all.push(edit);
+        }
+        if all.len() > 1 {
+            out.push(action(
+                "Write every value the check decided in `parallel`".into(),
+                all,
+            ));
+        }
+    }
+    out
+}
+
 /// The value the check gave the `parallel` attribute `name` where it differs from what is
 /// written (`auto`, a list of candidates).
 fn decided(report: &serde_json::Value, name: &str, written: &str) -> Option<String> {

@@ -7,7 +7,7 @@
 //! accepts, built-in GPUs and model presets; go to definition follows imports and
 //! references (`model.hidden`); a diagnostic that knows its fix (a misspelt name) offers it
 //! as a quick fix; the outline lists the blocks and their attributes; inlay hints show what
-//! `auto` became beside it; formatting is `planc fmt`. Synchronous on
+//! `auto` became beside it, and a code action writes it in; formatting is `planc fmt`. Synchronous on
 //! purpose: a check takes milliseconds, so there is nothing to cancel.
 //!
 //! Whatever a document holds, the server stays up: the parser bounds how deep every
@@ -187,7 +187,18 @@ impl Server {
                 })
                 .map(json),
             CodeActionRequest::METHOD => parse::<lsp_types::CodeActionParams>(req)
-                .map(|p| features::code_actions(&p.text_document.uri, &p.context.diagnostics))
+                .map(|p| {
+                    let uri = &p.text_document.uri;
+                    let mut actions = features::code_actions(uri, &p.context.diagnostics);
+                    let path = path_of(uri);
+                    let root = self.importer_of(&path).unwrap_or_else(|| path.clone());
+                    if let (Some(text), Some(checked)) =
+                        (self.open.get(&path), self.checked.get(&root))
+                    {
+                        actions.extend(features::pin_actions(checked, &path, text, uri, p.range));
+                    }
+                    actions
+                })
                 .map(json),
             DocumentSymbolRequest::METHOD => parse::<lsp_types::DocumentSymbolParams>(req)
                 .map(|p| {
