@@ -133,10 +133,7 @@ pub fn lint_env(spec: &PlanSpec) -> Vec<Diagnostic> {
         if let Some(d) = check(name, value) {
             let d = match d {
                 Finding::Name(d) => d.at(nf, ns, "not read by NCCL or PyTorch"),
-                Finding::Renamed(d, new) => {
-                    let help = d.help.clone().unwrap_or_default();
-                    d.at(nf, ns, format!("now `{new}`")).replace_with(help, new)
-                }
+                Finding::Renamed(d, new) => d.at(nf, ns, format!("now `{new}`")).fix(new),
                 Finding::Removed(d) => d.at(nf, ns, "no longer read"),
                 Finding::Value(_) if refers => continue,
                 Finding::Value(d) => d.at(vf, vs, "not an accepted value"),

@@ -886,9 +886,9 @@ impl<'a> Resolver<'a> {
             crate::synonyms::planc_name(name, &text),
             did_you_mean(&text, names.iter().copied()),
         ) {
-            (Some((planc, why)), _) => {
-                d.replace_with(format!("write `{name} = {planc}`: {why}"), planc)
-            }
+            (Some((planc, why)), _) => d
+                .help(format!("write `{name} = {planc}`: {why}"))
+                .fix(planc),
             (None, Some(s)) => d.suggest(s),
             (None, None) => d.help(format!("`{name}` is one of {}", names.join(", "))),
         };
@@ -1288,9 +1288,9 @@ impl<'a> Resolver<'a> {
                                 .at(file, span, "not a built-in model");
                         d = match did_you_mean(&s, names.iter().copied()) {
                             // The span holds the quotes of a string.
-                            Some(x) if quoted => {
-                                d.replace_with(format!("did you mean `{x}`?"), format!("\"{x}\""))
-                            }
+                            Some(x) if quoted => d
+                                .help(format!("did you mean `{x}`?"))
+                                .fix(format!("\"{x}\"")),
                             Some(x) => d.suggest(x),
                             None => d.help(format!("presets: {}", names.join(", "))),
                         };

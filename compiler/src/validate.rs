@@ -32,24 +32,14 @@ impl V<'_> {
             .push(Diagnostic::new(code, msg).at(f, s, label).help(help));
     }
 
-    /// [`V::push`] with the value that fixes it, in place of the attribute's value.
-    fn push_fix(
-        &mut self,
-        code: Code,
-        msg: String,
-        (block, attr): (&str, &str),
-        label: &str,
-        help: String,
-        fix: String,
-    ) {
-        let (f, s) = self.at(block, attr);
-        let d = Diagnostic::new(code, msg).at(f, s, label);
-        // Only where the value is written: else the place is the block's.
-        self.out.push(if self.spec.origins.written(block, attr) {
-            d.replace_with(help, fix)
-        } else {
-            d.help(help)
-        });
+    /// The text that fixes the diagnostic just pushed, in place of `block.attr`'s value:
+    /// only where the value is written (else its place is the block's).
+    fn fix_last(&mut self, block: &str, attr: &str, x: String) {
+        if self.spec.origins.written(block, attr) {
+            if let Some(d) = self.out.last_mut() {
+                d.replacement = Some(x);
+            }
+        }
     }
 }
 
@@ -153,17 +143,18 @@ pub fn validate(spec: &PlanSpec, p: &Parallel) -> Vec<Diagnostic> {
     let per_step = p.dp * p.micro_batch;
     if !spec.train.global_batch.is_multiple_of(per_step) {
         let next = round_up(spec.train.global_batch, per_step);
-        v.push_fix(
+        v.push(
             codes::P0306,
             format!(
                 "global_batch = {} is not a multiple of dp × micro_batch = {} × {} = {per_step}",
                 spec.train.global_batch, p.dp, p.micro_batch
             ),
-            ("train", "global_batch"),
+            "train",
+            "global_batch",
             "gradient accumulation would not be whole",
             format!("use a global_batch that is a multiple of {per_step}, e.g. {next}"),
-            next.to_string(),
         );
+        v.fix_last("train", "global_batch", next.to_string());
     }
     match (p.schedule, p.vpp) {
         (Schedule::Interleaved, 1) => v.push(

@@ -89,12 +89,12 @@ impl Diagnostic {
     /// "did you mean `x`?", with `x` the [`Diagnostic::replacement`] of the primary span:
     /// only where that span is the misspelt text itself.
     pub fn suggest(self, x: &str) -> Self {
-        self.replace_with(format!("did you mean `{x}`?"), x)
+        self.help(format!("did you mean `{x}`?")).fix(x)
     }
 
-    /// `help`, and `x` the text that fixes the problem in place of the primary span.
-    pub fn replace_with(mut self, help: impl Into<String>, x: impl Into<String>) -> Self {
-        self.help = Some(help.into());
+    /// `x`, the text that fixes the problem in place of the primary span (what the help
+    /// says to write there).
+    pub fn fix(mut self, x: impl Into<String>) -> Self {
         self.replacement = Some(x.into());
         self
     }

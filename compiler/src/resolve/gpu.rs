@@ -249,9 +249,10 @@ impl<'a> Resolver<'a> {
             attr.value.span,
             format!("decimal units: {gib:.1} GiB"),
         );
+        let d = d.help(help);
         self.diagnostics.push(match fix {
-            Some(x) => d.replace_with(help, x),
-            None => d.help(help),
+            Some(x) => d.fix(x),
+            None => d,
         });
     }
 

@@ -131,7 +131,6 @@ pub const TABLE: &[Flag] = &[
 
 /// Places one Megatron-LM command's arguments.
 pub fn read(cx: &mut Ctx, args: &[super::shell::Word], file: &str) {
-    cx.pending.megatron = Some(file.to_string());
     let deepspeed = args.iter().any(|w| w.text == "--deepspeed");
     cx.draft.assume(
         "job",

@@ -83,6 +83,7 @@ const NEMO_KNOWN: &[(&str, &str)] = &[
     ("ffn_dropout", "dropout of the MLP's hidden layer: planc's train.dropout is the residual and attention ones"),
     ("do_layer_norm_weight_decay", "the optimizer's weight-decay groups, not the step"),
     ("fp8_e4m3", "the fp8 format: planc prices fp8 whatever the format"),
+    ("fp8_hybrid", "the fp8 format: planc prices fp8 whatever the format"),
     ("fp8_margin", "fp8's scaling: numerics of the precision planc prices"),
     ("fp8_interval", "fp8's scaling: numerics of the precision planc prices"),
     ("fp8_amax_history_len", "fp8's scaling: numerics of the precision planc prices"),
@@ -393,7 +394,6 @@ impl<'a> Reader<'a> {
             {
                 self.unplace(&[name], v, "a checkpoint to start from: not the step")
             }
-            (_, _, Yaml::Null) => {}
             _ => self.unplace(&[name], v, "not a section planc knows"),
         }
     }
@@ -467,21 +467,26 @@ impl<'a> Reader<'a> {
                     rooted.iter().map(|p| p.to_string()).collect()
                 }
             };
-            let mut at = Yaml::Hash(self.top.clone());
-            for k in &target {
-                at = match at.as_hash().and_then(|h| h.get(&Yaml::String(k.clone()))) {
-                    Some(x) => x.clone(),
-                    None => {
-                        self.unplace(
-                            path,
-                            &v,
-                            "an interpolation of a key this file does not hold",
-                        );
-                        return None;
-                    }
-                };
+            // Walked by reference: only the value found is copied.
+            let found = target.iter().try_fold(None::<&Yaml>, |at, k| {
+                let key = Yaml::String(k.clone());
+                match at {
+                    None => self.top.get(&key),
+                    Some(y) => y.as_hash()?.get(&key),
+                }
+                .map(Some)
+            });
+            match found.flatten() {
+                Some(x) => v = x.clone(),
+                None => {
+                    self.unplace(
+                        path,
+                        &v,
+                        "an interpolation of a key this file does not hold",
+                    );
+                    return None;
+                }
             }
-            v = at;
         }
         self.unplace(path, &v, "interpolations nested too deep to follow");
         None
@@ -673,7 +678,6 @@ impl<'a> Reader<'a> {
             }
             (_, "fp8", Yaml::Boolean(false)) => {}
             (_, "fp8", _) => self.one(path, "--fp8-format", v),
-            (_, "fp8_hybrid", _) => {}
             (_, "bf16", _) => self.switch(path, "--bf16", v),
             (_, "fp16", _) => self.switch(path, "--fp16", v),
             (_, "ub_tp_comm_overlap" | "tp_comm_overlap", _) => {
