@@ -100,7 +100,7 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     let Some(Yaml::Hash(h)) = docs.into_iter().next() else {
         return Err(ImportError::Unknown(
             input.name.clone(),
-            "a YAML file that is not a mapping of LLaMA-Factory arguments".into(),
+            "a YAML file that is not a mapping: planc reads LLaMA-Factory's arguments, and NeMo's and Megatron Bridge's configs (a `model` section of Megatron-Core's fields)".into(),
         ));
     };
     let mut entries = Vec::new();
@@ -122,7 +122,7 @@ pub fn read_yaml(cx: &mut Ctx, input: &Input) -> Result<(), ImportError> {
     if !entries.iter().any(|e| TABLE.iter().any(|t| t.0 == e.0)) {
         return Err(ImportError::Unknown(
             input.name.clone(),
-            "a YAML file with none of LLaMA-Factory's arguments".into(),
+            "a YAML file with none of LLaMA-Factory's arguments, and not a NeMo or Megatron Bridge config (no `model` section with `num_layers`, `hidden_size` or `tensor_model_parallel_size`)".into(),
         ));
     }
     apply(cx, entries, input, true);
